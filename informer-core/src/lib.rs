@@ -1,0 +1,27 @@
+//! # informer-core
+//!
+//! The sans-IO heart of informer-rs: the pieces of client-go `tools/cache` as pure state
+//! machines. No clock, no I/O, no threads; time is passed in as [`Instant`], work comes out as
+//! values.
+//!
+//! - [`object`]: what the informer needs from an object ([`Object`]), keys ([`Key`]), tombstones
+//!   ([`Tombstone`]) and [`DynamicObject`] for any kind.
+//! - [`Indexer`]: the store plus named indices.
+//! - [`DeltaFifo`]: per-key delta lists in arrival order, with the indexer as known objects.
+//! - [`Processor`]: handlers, resync bookkeeping and bounded, coalescing per-handler queues.
+//!
+//! The crate is `#![no_std]` + `alloc`; the `std` feature (on by default) only enables std in
+//! its dependencies.
+#![no_std]
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+pub mod object;
+pub mod time;
+
+pub use object::{DynamicObject, Key, KeyRef, Object, ObjectMeta, Tombstone};
+pub use time::Instant;

@@ -1,0 +1,332 @@
+//! What the informer needs from an object, how objects are keyed, and a dynamic object type.
+
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::sync::Arc;
+use core::fmt;
+use core::hash::{Hash, Hasher};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// What the informer reads from a Kubernetes object.
+///
+/// Objects are immutable once handed to the informer and shared as `Arc<K>`; the informer never
+/// deep-copies them.
+pub trait Object {
+    /// `metadata.name`.
+    fn name(&self) -> &str;
+    /// `metadata.namespace`, or `None` for a cluster-scoped object. An empty string counts as
+    /// cluster-scoped, as in client-go's `MetaNamespaceKeyFunc`.
+    fn namespace(&self) -> Option<&str>;
+    /// `metadata.resourceVersion`, if set.
+    fn resource_version(&self) -> Option<&str>;
+    /// `metadata.uid`, if set.
+    fn uid(&self) -> Option<&str>;
+
+    /// The borrowed key of this object (no allocation).
+    fn key_ref(&self) -> KeyRef<'_> {
+        KeyRef::new(self.namespace(), self.name())
+    }
+}
+
+impl<T: Object + ?Sized> Object for Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn namespace(&self) -> Option<&str> {
+        (**self).namespace()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        (**self).resource_version()
+    }
+    fn uid(&self) -> Option<&str> {
+        (**self).uid()
+    }
+}
+
+/// The cache key of an object: `namespace/name`, or `name` for a cluster-scoped object.
+///
+/// A `Key` is a shared immutable string: cloning it bumps a reference count, so the same key
+/// can sit in the store, in every index bucket and in every queue without new allocations.
+/// Lookups by an object's borrowed [`KeyRef`] need no allocation either: both hash the
+/// namespace and name parts the same way (see the `Hash` impls).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key(Arc<str>);
+
+impl Key {
+    /// The key for `name` in `namespace` (`None` or `""`: cluster-scoped).
+    pub fn new(namespace: Option<&str>, name: &str) -> Key {
+        KeyRef::new(namespace, name).to_key()
+    }
+
+    /// The key of `obj`.
+    pub fn of<K: Object + ?Sized>(obj: &K) -> Key {
+        obj.key_ref().to_key()
+    }
+
+    /// Parses `namespace/name` or `name`. Kubernetes names and namespaces never contain `/`, so
+    /// the first `/` separates them.
+    pub fn parse(s: &str) -> Key {
+        Key(Arc::from(s))
+    }
+
+    /// The key as `namespace/name` or `name`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The namespace part, `None` for a cluster-scoped key.
+    pub fn namespace(&self) -> Option<&str> {
+        self.as_ref_parts().namespace
+    }
+
+    /// The name part.
+    pub fn name(&self) -> &str {
+        self.as_ref_parts().name
+    }
+
+    /// This key as a borrowed [`KeyRef`].
+    pub fn as_ref_parts(&self) -> KeyRef<'_> {
+        match self.0.split_once('/') {
+            Some((ns, name)) => KeyRef {
+                namespace: Some(ns),
+                name,
+            },
+            None => KeyRef {
+                namespace: None,
+                name: &self.0,
+            },
+        }
+    }
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_ref_parts().hash(state)
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<KeyRef<'_>> for Key {
+    fn from(k: KeyRef<'_>) -> Key {
+        k.to_key()
+    }
+}
+
+/// A borrowed key: the namespace and name of an object, not joined.
+///
+/// Hashes and compares equal to the [`Key`] it stands for, so maps keyed by `Key` can be
+/// queried with a `KeyRef` without building the joined string.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct KeyRef<'a> {
+    /// The namespace, `None` when cluster-scoped (an empty namespace is normalised to `None`).
+    pub namespace: Option<&'a str>,
+    /// The name.
+    pub name: &'a str,
+}
+
+impl<'a> KeyRef<'a> {
+    /// A borrowed key; an empty namespace means cluster-scoped.
+    pub fn new(namespace: Option<&'a str>, name: &'a str) -> Self {
+        KeyRef {
+            namespace: namespace.filter(|ns| !ns.is_empty()),
+            name,
+        }
+    }
+
+    /// Builds the owned, joined [`Key`] (one allocation).
+    pub fn to_key(self) -> Key {
+        match self.namespace {
+            None => Key(Arc::from(self.name)),
+            Some(ns) => {
+                let mut s = String::with_capacity(ns.len() + 1 + self.name.len());
+                s.push_str(ns);
+                s.push('/');
+                s.push_str(self.name);
+                Key(Arc::from(s))
+            }
+        }
+    }
+}
+
+impl Hash for KeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Key::hash delegates here, so both always agree.
+        // `str::hash` is prefix-free (it terminates the bytes), so "a"+"bc" != "ab"+"c".
+        self.namespace.unwrap_or("").hash(state);
+        self.name.hash(state);
+    }
+}
+
+impl hashbrown::Equivalent<Key> for KeyRef<'_> {
+    fn equivalent(&self, key: &Key) -> bool {
+        key.as_ref_parts() == *self
+    }
+}
+
+/// The final state of a deleted object whose deletion was not observed directly.
+///
+/// client-go's `DeletedFinalStateUnknown`: when a relist no longer contains an object the cache
+/// holds, the watch missed its deletion. The object is the last state the informer knew, which
+/// may be stale.
+#[derive(Debug)]
+pub struct Tombstone<K> {
+    /// The key the object was stored under.
+    pub key: Key,
+    /// The last known state of the object.
+    pub obj: Arc<K>,
+}
+
+impl<K> Clone for Tombstone<K> {
+    fn clone(&self) -> Self {
+        Tombstone {
+            key: self.key.clone(),
+            obj: self.obj.clone(),
+        }
+    }
+}
+
+impl<K> PartialEq for Tombstone<K> {
+    /// Tombstones are equal when they carry the same key and the very same object.
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key && Arc::ptr_eq(&self.obj, &other.obj)
+    }
+}
+
+/// The `metadata` of any Kubernetes object: the fields the informer reads, typed; the rest kept
+/// as JSON.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    /// `metadata.name`.
+    #[serde(default)]
+    pub name: String,
+    /// `metadata.namespace`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// `metadata.uid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// `metadata.resourceVersion`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+    /// `metadata.labels`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// `metadata.annotations`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Every other metadata field (`creationTimestamp`, `ownerReferences`, `managedFields`, …).
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+/// An object of any kind: typed metadata, everything else as JSON.
+///
+/// Works for built-in kinds and custom resources alike.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DynamicObject {
+    /// `apiVersion`, e.g. `v1` or `apps/v1`.
+    #[serde(rename = "apiVersion", default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// `kind`, e.g. `ConfigMap`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// `metadata`.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Every other top-level field (`spec`, `status`, `data`, …).
+    #[serde(flatten)]
+    pub fields: Map<String, Value>,
+}
+
+impl Object for DynamicObject {
+    fn name(&self) -> &str {
+        &self.metadata.name
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.metadata.namespace.as_deref().filter(|ns| !ns.is_empty())
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+    fn uid(&self) -> Option<&str> {
+        self.metadata.uid.as_deref()
+    }
+}
+
+impl DynamicObject {
+    /// A label value.
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.metadata.labels.get(name).map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::hash::BuildHasher;
+
+    fn meta(ns: Option<&str>, name: &str) -> DynamicObject {
+        DynamicObject {
+            metadata: ObjectMeta {
+                name: name.into(),
+                namespace: ns.map(Into::into),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// CONFORMANCE 1: the key is `namespace/name`, or `name` when cluster-scoped.
+    #[test]
+    fn conformance_01_key_is_namespace_slash_name_or_name() {
+        assert_eq!(Key::of(&meta(Some("default"), "cm")).as_str(), "default/cm");
+        assert_eq!(Key::of(&meta(None, "node-1")).as_str(), "node-1");
+        assert_eq!(Key::of(&meta(Some(""), "node-1")).as_str(), "node-1");
+        let k = Key::parse("kube-system/coredns");
+        assert_eq!(k.namespace(), Some("kube-system"));
+        assert_eq!(k.name(), "coredns");
+        assert_eq!(Key::parse("n1").namespace(), None);
+    }
+
+    #[test]
+    fn key_ref_hashes_and_compares_like_key() {
+        let s = hashbrown::DefaultHashBuilder::default();
+        for (ns, name) in [(Some("a"), "b"), (None, "b"), (Some("ab"), ""), (Some(""), "x")] {
+            let r = KeyRef::new(ns, name);
+            let k = r.to_key();
+            assert_eq!(s.hash_one(&k), s.hash_one(r));
+            assert!(hashbrown::Equivalent::equivalent(&r, &k));
+        }
+        // "a/bc" and "ab/c" must not collide structurally.
+        assert!(!hashbrown::Equivalent::equivalent(
+            &KeyRef::new(Some("ab"), "c"),
+            &Key::parse("a/bc")
+        ));
+    }
+
+    #[test]
+    fn dynamic_object_round_trips_unknown_fields() {
+        let json = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"7","uid":"u","labels":{"app":"x"},"creationTimestamp":"2020-01-01T00:00:00Z"},"data":{"k":"v"}}"#;
+        let obj: DynamicObject = serde_json::from_str(json).unwrap();
+        assert_eq!(obj.resource_version(), Some("7"));
+        assert_eq!(obj.label("app"), Some("x"));
+        assert_eq!(obj.fields["data"]["k"], "v");
+        assert!(obj.metadata.other.contains_key("creationTimestamp"));
+        let back: Value = serde_json::to_value(&obj).unwrap();
+        assert_eq!(back, serde_json::from_str::<Value>(json).unwrap());
+    }
+}

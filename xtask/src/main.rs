@@ -1,0 +1,2 @@
+//! Project automation. `cargo xtask help` lists the commands.
+fn main() {}
