@@ -21,6 +21,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod object;
+pub mod protocol;
 pub mod time;
 
 pub use object::{DynamicObject, Key, KeyRef, Object, ObjectMeta, Tombstone};
