@@ -22,6 +22,7 @@ extern crate std;
 
 pub mod object;
 pub mod protocol;
+pub mod reflector;
 pub mod time;
 
 pub use object::{DynamicObject, Key, KeyRef, Object, ObjectMeta, Tombstone};

@@ -1,0 +1,1 @@
+//! The Reflector state machine: not built yet.

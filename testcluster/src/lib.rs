@@ -1,0 +1,1 @@
+//! A real kube-apiserver + etcd on loopback for tests: not built yet.
