@@ -20,10 +20,18 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod fifo;
+pub mod indexer;
 pub mod object;
+pub mod pipeline;
+pub mod processor;
 pub mod protocol;
 pub mod reflector;
 pub mod time;
 
-pub use object::{DynamicObject, Key, KeyRef, Object, ObjectMeta, Tombstone};
+pub use fifo::{Delta, DeltaFifo, DeltaType, Deltas};
+pub use indexer::{IndexError, Indexer};
+pub use object::{DynamicObject, Key, KeyRef, Object, ObjectMeta, ObjectOrTombstone, Tombstone};
+pub use pipeline::Pipeline;
+pub use processor::{HandlerId, Notification, Processor};
 pub use time::Instant;

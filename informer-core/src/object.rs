@@ -205,6 +205,41 @@ impl<K> PartialEq for Tombstone<K> {
     }
 }
 
+/// What a deletion carries: the object's last state as observed, or a [`Tombstone`] when the
+/// deletion was inferred from a relist (client-go hands handlers either the object or a
+/// `DeletedFinalStateUnknown`).
+#[derive(Debug)]
+pub enum ObjectOrTombstone<K> {
+    /// The object itself.
+    Object(Arc<K>),
+    /// A tombstone: the deletion was not observed, the object is the last known state.
+    Tombstone(Tombstone<K>),
+}
+
+impl<K> ObjectOrTombstone<K> {
+    /// The object, or the last known state inside the tombstone.
+    pub fn object(&self) -> &Arc<K> {
+        match self {
+            ObjectOrTombstone::Object(o) => o,
+            ObjectOrTombstone::Tombstone(t) => &t.obj,
+        }
+    }
+
+    /// Whether this is a tombstone.
+    pub fn is_tombstone(&self) -> bool {
+        matches!(self, ObjectOrTombstone::Tombstone(_))
+    }
+}
+
+impl<K> Clone for ObjectOrTombstone<K> {
+    fn clone(&self) -> Self {
+        match self {
+            ObjectOrTombstone::Object(o) => ObjectOrTombstone::Object(o.clone()),
+            ObjectOrTombstone::Tombstone(t) => ObjectOrTombstone::Tombstone(t.clone()),
+        }
+    }
+}
+
 /// The `metadata` of any Kubernetes object: the fields the informer reads, typed; the rest kept
 /// as JSON.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -239,7 +274,11 @@ pub struct ObjectMeta {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DynamicObject {
     /// `apiVersion`, e.g. `v1` or `apps/v1`.
-    #[serde(rename = "apiVersion", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "apiVersion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub api_version: Option<String>,
     /// `kind`, e.g. `ConfigMap`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -257,7 +296,10 @@ impl Object for DynamicObject {
         &self.metadata.name
     }
     fn namespace(&self) -> Option<&str> {
-        self.metadata.namespace.as_deref().filter(|ns| !ns.is_empty())
+        self.metadata
+            .namespace
+            .as_deref()
+            .filter(|ns| !ns.is_empty())
     }
     fn resource_version(&self) -> Option<&str> {
         self.metadata.resource_version.as_deref()
@@ -305,7 +347,12 @@ mod tests {
     #[test]
     fn key_ref_hashes_and_compares_like_key() {
         let s = hashbrown::DefaultHashBuilder::default();
-        for (ns, name) in [(Some("a"), "b"), (None, "b"), (Some("ab"), ""), (Some(""), "x")] {
+        for (ns, name) in [
+            (Some("a"), "b"),
+            (None, "b"),
+            (Some("ab"), ""),
+            (Some(""), "x"),
+        ] {
             let r = KeyRef::new(ns, name);
             let k = r.to_key();
             assert_eq!(s.hash_one(&k), s.hash_one(r));

@@ -1,0 +1,386 @@
+//! The Indexer: a key → object store plus named secondary indices (client-go `cache.Indexer`).
+
+use alloc::borrow::Cow;
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt;
+
+use hashbrown::{HashMap, HashSet};
+use smallvec::SmallVec;
+
+use crate::object::{Key, KeyRef, Object};
+
+/// The values an index function returns for one object. Up to two values are stored inline,
+/// and values borrowed from the object cost no allocation.
+pub type IndexValues<'a> = SmallVec<[Cow<'a, str>; 2]>;
+
+/// A named index function: maps an object to zero or more index values.
+///
+/// Any `Fn(&K) -> IndexValues<'_>` closure is one; pass closures through [`index_fn`] so the
+/// compiler infers the borrowed-return signature.
+pub trait IndexFunc<K>: Send + Sync {
+    /// The index values of `obj`.
+    fn index_values<'a>(&self, obj: &'a K) -> IndexValues<'a>;
+}
+
+impl<K, F> IndexFunc<K> for F
+where
+    F: for<'a> Fn(&'a K) -> IndexValues<'a> + Send + Sync,
+{
+    fn index_values<'a>(&self, obj: &'a K) -> IndexValues<'a> {
+        self(obj)
+    }
+}
+
+/// Helps closure type inference for index functions that borrow from the object:
+///
+/// ```
+/// use informer_core::{DynamicObject, indexer::{index_fn, IndexValues}};
+/// let by_app = index_fn(|o: &DynamicObject| o.label("app").map(Into::into).into_iter().collect());
+/// # let _ = by_app;
+/// ```
+pub fn index_fn<K, F>(f: F) -> F
+where
+    F: for<'a> Fn(&'a K) -> IndexValues<'a> + Send + Sync,
+{
+    f
+}
+
+/// The name of the built-in namespace index (client-go `cache.NamespaceIndex`).
+pub const NAMESPACE_INDEX: &str = "namespace";
+
+/// The namespace index function: the object's namespace, none for cluster-scoped objects.
+pub fn namespace_index_values<K: Object>(obj: &K) -> IndexValues<'_> {
+    obj.namespace().map(Cow::Borrowed).into_iter().collect()
+}
+
+/// An Indexer error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IndexError {
+    /// No index of that name exists.
+    UnknownIndex {
+        /// The name asked for.
+        name: String,
+    },
+    /// An index of that name already exists.
+    IndexExists {
+        /// The name given.
+        name: String,
+    },
+}
+
+impl fmt::Display for IndexError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IndexError::UnknownIndex { name } => write!(f, "index {name:?} does not exist"),
+            IndexError::IndexExists { name } => write!(f, "index {name:?} already exists"),
+        }
+    }
+}
+
+impl core::error::Error for IndexError {}
+
+/// Value → keys of the objects having that value. Empty buckets are removed.
+type Buckets = HashMap<Box<str>, HashSet<Key>>;
+
+struct Index<K> {
+    name: Box<str>,
+    func: Box<dyn IndexFunc<K>>,
+    buckets: Buckets,
+}
+
+impl<K> Index<K> {
+    fn insert(&mut self, value: &str, key: &Key) {
+        match self.buckets.get_mut(value) {
+            Some(set) => {
+                set.insert(key.clone());
+            }
+            None => {
+                let mut set = HashSet::with_capacity(1);
+                set.insert(key.clone());
+                self.buckets.insert(Box::from(value), set);
+            }
+        }
+    }
+
+    fn remove(&mut self, value: &str, key: &Key) {
+        if let Some(set) = self.buckets.get_mut(value) {
+            set.remove(key);
+            if set.is_empty() {
+                self.buckets.remove(value);
+            }
+        }
+    }
+
+    /// Moves `key` between buckets for an object going from `old` (if any) to `new` (if any).
+    fn update(&mut self, key: &Key, old: Option<&K>, new: Option<&K>) {
+        let old_vals = old.map(|o| self.func.index_values(o)).unwrap_or_default();
+        let new_vals = new.map(|o| self.func.index_values(o)).unwrap_or_default();
+        if old_vals == new_vals {
+            return;
+        }
+        for v in old_vals.iter().filter(|v| !new_vals.contains(v)) {
+            self.remove(v, key);
+        }
+        for v in new_vals.iter().filter(|v| !old_vals.contains(v)) {
+            self.insert(v, key);
+        }
+    }
+}
+
+/// A thread-unsafe store of objects by [`Key`] with named indices, as client-go's
+/// `cache.Indexer` (threadSafeMap + indexers) minus the lock: the caller owns it.
+///
+/// The namespace index ([`NAMESPACE_INDEX`]) is built in. Objects are stored as `Arc<K>` and
+/// never copied. Every mutation updates every index before it returns, so a caller that holds
+/// `&Indexer` (a reader behind the runtime's lock, say) never sees a half-applied change.
+pub struct Indexer<K> {
+    items: HashMap<Key, Arc<K>>,
+    indices: Vec<Index<K>>,
+}
+
+impl<K: Object + 'static> Default for Indexer<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K> fmt::Debug for Indexer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Indexer")
+            .field("len", &self.items.len())
+            .field(
+                "indices",
+                &self.indices.iter().map(|i| &*i.name).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl<K: Object + 'static> Indexer<K> {
+    /// An empty indexer with the namespace index.
+    pub fn new() -> Self {
+        let mut idx = Indexer {
+            items: HashMap::new(),
+            indices: Vec::new(),
+        };
+        idx.indices.push(Index {
+            name: NAMESPACE_INDEX.into(),
+            func: Box::new(namespace_index_values::<K>),
+            buckets: HashMap::new(),
+        });
+        idx
+    }
+
+    /// Adds a named index. Objects already stored are indexed at once (CONFORMANCE 3).
+    ///
+    /// Fails with [`IndexError::IndexExists`] if the name is taken.
+    pub fn add_index(
+        &mut self,
+        name: &str,
+        func: impl IndexFunc<K> + 'static,
+    ) -> Result<(), IndexError> {
+        if self.index_pos(name).is_ok() {
+            return Err(IndexError::IndexExists { name: name.into() });
+        }
+        let mut index = Index {
+            name: name.into(),
+            func: Box::new(func),
+            buckets: HashMap::new(),
+        };
+        for (key, obj) in &self.items {
+            index.update(key, None, Some(obj));
+        }
+        self.indices.push(index);
+        Ok(())
+    }
+
+    /// The names of the indices, the namespace index first.
+    pub fn index_names(&self) -> impl Iterator<Item = &str> {
+        self.indices.iter().map(|i| &*i.name)
+    }
+
+    /// Adds or replaces the object under its key; returns the previous object.
+    pub fn add(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
+        let existing = self
+            .items
+            .get_key_value(&obj.key_ref())
+            .map(|(k, _)| k.clone());
+        let key = existing.unwrap_or_else(|| obj.key_ref().to_key());
+        self.insert(key, obj)
+    }
+
+    /// Same as [`add`](Self::add) (client-go's `Update`).
+    pub fn update(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
+        self.add(obj)
+    }
+
+    /// Stores `obj` under `key` (which must be the object's key), reusing `key`'s allocation.
+    /// Returns the previous object.
+    pub fn insert(&mut self, key: Key, obj: Arc<K>) -> Option<Arc<K>> {
+        match self.items.get_mut(&key) {
+            Some(slot) => {
+                let old = core::mem::replace(slot, obj);
+                let new = &*slot;
+                for index in &mut self.indices {
+                    index.update(&key, Some(&old), Some(new));
+                }
+                Some(old)
+            }
+            None => {
+                for index in &mut self.indices {
+                    index.update(&key, None, Some(&obj));
+                }
+                self.items.insert(key, obj);
+                None
+            }
+        }
+    }
+
+    /// Removes the object stored under the key of `obj`; returns it.
+    pub fn delete(&mut self, obj: &K) -> Option<Arc<K>> {
+        self.delete_key(obj.key_ref())
+    }
+
+    /// Removes the object stored under `key`; returns it. Removes it from every index bucket and
+    /// drops buckets that become empty.
+    pub fn delete_key(&mut self, key: KeyRef<'_>) -> Option<Arc<K>> {
+        let (key, old) = self.items.remove_entry(&key)?;
+        for index in &mut self.indices {
+            index.update(&key, Some(&old), None);
+        }
+        Some(old)
+    }
+
+    /// The stored object with the same key as `obj`.
+    pub fn get(&self, obj: &K) -> Option<&Arc<K>> {
+        self.items.get(&obj.key_ref())
+    }
+
+    /// The stored object under `key` (`namespace/name` or `name`).
+    pub fn get_by_key(&self, key: &str) -> Option<&Arc<K>> {
+        let parts = match key.split_once('/') {
+            Some((ns, name)) => KeyRef::new(Some(ns), name),
+            None => KeyRef::new(None, key),
+        };
+        self.items.get(&parts)
+    }
+
+    /// The stored object and its key under `key`.
+    pub fn get_key_value(&self, key: KeyRef<'_>) -> Option<(&Key, &Arc<K>)> {
+        self.items.get_key_value(&key)
+    }
+
+    /// Whether an object is stored under `key`.
+    pub fn contains_key(&self, key: KeyRef<'_>) -> bool {
+        self.items.contains_key(&key)
+    }
+
+    /// Number of stored objects.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Every stored object, in no particular order.
+    pub fn list(&self) -> impl Iterator<Item = &Arc<K>> {
+        self.items.values()
+    }
+
+    /// Every key, in no particular order.
+    pub fn list_keys(&self) -> impl Iterator<Item = &Key> {
+        self.items.keys()
+    }
+
+    /// Every `(key, object)` pair.
+    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Arc<K>)> {
+        self.items.iter()
+    }
+
+    /// Replaces the whole content with `objects` and rebuilds every index (CONFORMANCE 4).
+    ///
+    /// Keys already stored are reused, so a relist of an unchanged set allocates no keys.
+    pub fn replace(&mut self, objects: impl IntoIterator<Item = Arc<K>>) {
+        let mut old = core::mem::take(&mut self.items);
+        for index in &mut self.indices {
+            index.buckets.clear();
+        }
+        for obj in objects {
+            let key = match old.remove_entry(&obj.key_ref()) {
+                Some((k, _)) => k,
+                None => match self.items.get_key_value(&obj.key_ref()) {
+                    Some((k, _)) => k.clone(),
+                    None => obj.key_ref().to_key(),
+                },
+            };
+            self.insert(key, obj);
+        }
+    }
+
+    fn index_pos(&self, name: &str) -> Result<usize, IndexError> {
+        self.indices
+            .iter()
+            .position(|i| &*i.name == name)
+            .ok_or_else(|| IndexError::UnknownIndex { name: name.into() })
+    }
+
+    /// The keys of the objects whose `name` index values include `value`.
+    pub fn index_keys(
+        &self,
+        name: &str,
+        value: &str,
+    ) -> Result<impl Iterator<Item = &Key>, IndexError> {
+        let index = &self.indices[self.index_pos(name)?];
+        Ok(index.buckets.get(value).into_iter().flatten())
+    }
+
+    /// The objects whose `name` index values include `value` (client-go `ByIndex`).
+    pub fn by_index(
+        &self,
+        name: &str,
+        value: &str,
+    ) -> Result<impl Iterator<Item = &Arc<K>>, IndexError> {
+        Ok(self
+            .index_keys(name, value)?
+            .filter_map(|k| self.items.get(k)))
+    }
+
+    /// The objects sharing at least one `name` index value with `obj` (client-go `Index`).
+    /// Each object appears once.
+    pub fn index(&self, name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
+        let index = &self.indices[self.index_pos(name)?];
+        let values = index.func.index_values(obj);
+        let mut seen: HashSet<&Key> = HashSet::new();
+        let mut out = Vec::new();
+        for v in &values {
+            for key in index.buckets.get(&**v).into_iter().flatten() {
+                if seen.insert(key) {
+                    if let Some(o) = self.items.get(key) {
+                        out.push(o.clone());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The values of the `name` index that have at least one object (client-go
+    /// `ListIndexFuncValues`).
+    pub fn list_index_values(&self, name: &str) -> Result<impl Iterator<Item = &str>, IndexError> {
+        let index = &self.indices[self.index_pos(name)?];
+        Ok(index.buckets.keys().map(|v| &**v))
+    }
+
+    /// Number of objects with value `value` in index `name`.
+    pub fn index_len(&self, name: &str, value: &str) -> Result<usize, IndexError> {
+        let index = &self.indices[self.index_pos(name)?];
+        Ok(index.buckets.get(value).map_or(0, HashSet::len))
+    }
+}

@@ -1,0 +1,238 @@
+//! The informer's data plane: DeltaFIFO → HandleDeltas → Indexer + Processor.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::time::Duration;
+
+use crate::fifo::{Delta, DeltaFifo, DeltaType};
+use crate::indexer::{IndexError, IndexFunc, Indexer};
+use crate::object::{Key, Object, ObjectOrTombstone, Tombstone};
+use crate::processor::{HandlerId, Notification, Processor, ResyncPeriods};
+use crate::time::Instant;
+
+/// The data plane of a shared index informer, as pure state.
+///
+/// Inputs are what a reflector produces ([`replace`](Self::replace), [`added`](Self::added),
+/// [`modified`](Self::modified), [`deleted`](Self::deleted)) and time
+/// ([`handle_timeout`](Self::handle_timeout)); they queue deltas in the [`DeltaFifo`].
+/// [`process_one`](Self::process_one) pops one key's deltas and applies client-go's
+/// `HandleDeltas`: update the [`Indexer`], then hand notifications to the [`Processor`].
+/// Notifications come out of [`poll_notification`](Self::poll_notification).
+///
+/// The loop a driver runs: after every input, call `process_one` until it returns false and
+/// `poll_notification` until it returns `None` (running or dispatching each notification and
+/// reporting [`handler_done`](Self::handler_done)); then wait for the next input or
+/// [`poll_timeout`](Self::poll_timeout).
+///
+/// # Differences from client-go
+///
+/// - Handler queues are bounded by coalescing per key (see [`Processor`]).
+/// - A `Deleted` delta whose key is not in the store is dropped instead of notified: no handler
+///   can hold that key, since every handler's view is a fold of the store's changes.
+pub struct Pipeline<K> {
+    indexer: Indexer<K>,
+    fifo: DeltaFifo<K>,
+    processor: Processor<K>,
+    started: bool,
+    next_resync_check: Option<Instant>,
+}
+
+impl<K: Object + 'static> Pipeline<K> {
+    /// A pipeline whose resync check runs every `resync_check_period` (0: no resyncs).
+    pub fn new(resync_check_period: Duration) -> Self {
+        Pipeline {
+            indexer: Indexer::new(),
+            fifo: DeltaFifo::new(),
+            processor: Processor::new(resync_check_period),
+            started: false,
+            next_resync_check: None,
+        }
+    }
+
+    /// The store.
+    pub fn indexer(&self) -> &Indexer<K> {
+        &self.indexer
+    }
+
+    /// The DeltaFIFO.
+    pub fn fifo(&self) -> &DeltaFifo<K> {
+        &self.fifo
+    }
+
+    /// The processor.
+    pub fn processor(&self) -> &Processor<K> {
+        &self.processor
+    }
+
+    /// Adds a named index; objects already stored are indexed at once.
+    pub fn add_index(
+        &mut self,
+        name: &str,
+        func: impl IndexFunc<K> + 'static,
+    ) -> Result<(), IndexError> {
+        self.indexer.add_index(name, func)
+    }
+
+    /// Marks the informer started at `now` and arms the resync check timer. Handlers added from
+    /// now on get the cache replayed and no longer lower the check period.
+    pub fn start(&mut self, now: Instant) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        self.arm_resync_check(now);
+    }
+
+    /// Whether [`start`](Self::start) was called.
+    pub fn is_started(&self) -> bool {
+        self.started
+    }
+
+    /// A full list arrived (all pages): queue `Replaced` deltas and tombstones.
+    pub fn replace(&mut self, items: Vec<Arc<K>>) {
+        self.fifo.replace(items, &self.indexer);
+    }
+
+    /// A watch `ADDED` event.
+    pub fn added(&mut self, obj: Arc<K>) {
+        self.fifo.add(obj, &self.indexer);
+    }
+
+    /// A watch `MODIFIED` event.
+    pub fn modified(&mut self, obj: Arc<K>) {
+        self.fifo.update(obj, &self.indexer);
+    }
+
+    /// A watch `DELETED` event. Deletes of keys neither queued nor stored are dropped.
+    pub fn deleted(&mut self, obj: Arc<K>) {
+        self.fifo
+            .delete(ObjectOrTombstone::Object(obj), &self.indexer);
+    }
+
+    /// Pops one key's deltas and applies them (client-go `HandleDeltas`). Returns false when
+    /// the FIFO was empty.
+    pub fn process_one(&mut self) -> bool {
+        let Some(popped) = self.fifo.pop() else {
+            return false;
+        };
+        for delta in popped.deltas {
+            self.handle_delta(&popped.key, delta, popped.in_initial_list);
+        }
+        true
+    }
+
+    fn handle_delta(&mut self, key: &Key, delta: Delta<K>, in_initial_list: bool) {
+        match (delta.kind, delta.object) {
+            (DeltaType::Deleted, object) => {
+                if self.indexer.delete_key(key.as_ref_parts()).is_some() {
+                    self.processor
+                        .distribute(key, Notification::Delete(object), false);
+                }
+            }
+            (kind, ObjectOrTombstone::Object(obj))
+            | (kind, ObjectOrTombstone::Tombstone(Tombstone { obj, .. })) => {
+                match self.indexer.insert(key.clone(), obj.clone()) {
+                    Some(old) => {
+                        // A Sync, or a Replaced that did not change the resourceVersion, is a
+                        // resync: only handlers due for one get it (CONFORMANCE 12).
+                        let is_sync = match kind {
+                            DeltaType::Sync => true,
+                            DeltaType::Replaced => old.resource_version() == obj.resource_version(),
+                            _ => false,
+                        };
+                        self.processor.distribute(
+                            key,
+                            Notification::Update { old, new: obj },
+                            is_sync,
+                        );
+                    }
+                    None => self.processor.distribute(
+                        key,
+                        Notification::Add {
+                            obj,
+                            in_initial_list,
+                        },
+                        false,
+                    ),
+                }
+            }
+        }
+    }
+
+    /// Registers a handler with a requested resync period (see
+    /// [`Processor::add_handler`] for the period rules). A handler added after
+    /// [`start`](Self::start) first gets one `Add` per cached object, flagged
+    /// `in_initial_list`, then live notifications; with per-key coalescing nothing is lost or
+    /// doubled across the join (CONFORMANCE 14).
+    pub fn add_handler(&mut self, resync: Duration, now: Instant) -> (HandlerId, ResyncPeriods) {
+        let (id, periods) = self.processor.add_handler(resync, now, self.started);
+        if self.started {
+            for (key, obj) in self.indexer.iter() {
+                self.processor.push_to(
+                    id,
+                    key,
+                    Notification::Add {
+                        obj: obj.clone(),
+                        in_initial_list: true,
+                    },
+                );
+            }
+        }
+        (id, periods)
+    }
+
+    /// Removes a handler; it gets nothing after this (CONFORMANCE 15).
+    pub fn remove_handler(&mut self, id: HandlerId) -> bool {
+        self.processor.remove_handler(id)
+    }
+
+    /// The next notification for an idle handler.
+    pub fn poll_notification(&mut self) -> Option<(HandlerId, Notification<K>)> {
+        self.processor.poll_notification()
+    }
+
+    /// The next notification for handler `id`, if it is idle.
+    pub fn poll_notification_for(&mut self, id: HandlerId) -> Option<Notification<K>> {
+        self.processor.poll_notification_for(id)
+    }
+
+    /// Handler `id` finished its notification in flight.
+    pub fn handler_done(&mut self, id: HandlerId) {
+        self.processor.handler_done(id)
+    }
+
+    /// The informer has synced: the initial list was fully popped and applied.
+    pub fn has_synced(&self) -> bool {
+        self.fifo.has_synced()
+    }
+
+    /// Handler `id` has synced: the informer has, and the handler finished every add of its
+    /// initial population.
+    pub fn handler_has_synced(&self, id: HandlerId) -> bool {
+        self.processor
+            .handler_has_synced(id, self.fifo.has_synced())
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) next needs to run (the resync check).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.next_resync_check
+    }
+
+    /// Runs the resync check if it is due: if any handler's resync is due, queue `Sync` deltas
+    /// for every stored object with nothing queued.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        match self.next_resync_check {
+            Some(t) if now >= t => {}
+            _ => return,
+        }
+        if self.processor.should_resync(now) {
+            self.fifo.resync(&self.indexer);
+        }
+        self.arm_resync_check(now);
+    }
+
+    fn arm_resync_check(&mut self, now: Instant) {
+        let period = self.processor.check_period();
+        self.next_resync_check = (period != Duration::ZERO).then(|| now + period);
+    }
+}

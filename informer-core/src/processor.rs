@@ -1,0 +1,541 @@
+//! The shared processor: event handlers, their resync periods, and their bounded,
+//! coalescing notification queues (client-go `sharedProcessor` + `processorListener`).
+
+use alloc::collections::VecDeque;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt;
+use core::time::Duration;
+
+use hashbrown::HashMap;
+
+use crate::object::{Key, ObjectOrTombstone};
+use crate::time::Instant;
+
+/// The shortest resync period a handler can get (client-go `minimumResyncPeriod`).
+pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
+
+/// Identifies a registered handler. Never reused within one processor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HandlerId(pub u64);
+
+/// A change delivered to a handler.
+#[derive(Debug)]
+pub enum Notification<K> {
+    /// The object is new to the handler. `in_initial_list` is set for objects of the initial
+    /// list and for the replay a late-added handler receives.
+    Add {
+        /// The object.
+        obj: Arc<K>,
+        /// Whether this add belongs to the handler's initial population.
+        in_initial_list: bool,
+    },
+    /// The object changed from `old` to `new`. A resync delivers `old == new` (same
+    /// resourceVersion).
+    Update {
+        /// The state the handler saw last.
+        old: Arc<K>,
+        /// The new state.
+        new: Arc<K>,
+    },
+    /// The object is gone: its last known state, or a tombstone.
+    Delete(ObjectOrTombstone<K>),
+}
+
+impl<K> Clone for Notification<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Notification::Add {
+                obj,
+                in_initial_list,
+            } => Notification::Add {
+                obj: obj.clone(),
+                in_initial_list: *in_initial_list,
+            },
+            Notification::Update { old, new } => Notification::Update {
+                old: old.clone(),
+                new: new.clone(),
+            },
+            Notification::Delete(d) => Notification::Delete(d.clone()),
+        }
+    }
+}
+
+/// An add or update waiting for a handler.
+#[derive(Debug)]
+enum Upsert<K> {
+    Add { obj: Arc<K>, initial: bool },
+    Update { old: Arc<K>, new: Arc<K> },
+}
+
+/// What a handler has pending for one key: at most a delete followed by an add or update.
+#[derive(Debug)]
+struct Pending<K> {
+    seq: u64,
+    delete: Option<ObjectOrTombstone<K>>,
+    upsert: Option<Upsert<K>>,
+}
+
+impl<K> Pending<K> {
+    fn has_initial_add(&self) -> bool {
+        matches!(self.upsert, Some(Upsert::Add { initial: true, .. }))
+    }
+}
+
+/// A handler's pending notifications, coalesced per key so that pending memory is bounded by
+/// one entry per key.
+///
+/// # Coalescing rules
+///
+/// client-go gives every handler an unbounded buffer: a stalled handler grows it until the
+/// process runs out of memory. Here, each key has at most one pending entry, holding at most a
+/// `Delete` followed by an `Add`/`Update`. A new notification for a key that already has an
+/// entry is merged into it, keeping the entry's place in the queue:
+///
+/// | pending           | incoming      | result                                   |
+/// |-------------------|---------------|------------------------------------------|
+/// | –                 | any           | the notification                         |
+/// | `Add(a)`          | `Update(a→b)` | `Add(b)` (keeps `in_initial_list`)        |
+/// | `Update(o→a)`     | `Update(a→b)` | `Update(o→b)`                            |
+/// | `Add(a)`          | `Delete(x)`   | nothing: the handler never saw the object |
+/// | `Update(o→a)`     | `Delete(x)`   | `Delete(x)`                              |
+/// | `Delete(x)`       | `Add(b)`      | `Delete(x)`, then `Add(b)`               |
+/// | `Delete(x), Add(b)` | `Update(b→c)` | `Delete(x)`, then `Add(c)`             |
+/// | `Delete(x), Add(b)` | `Delete(y)` | `Delete(x)`                              |
+///
+/// So the handler may miss intermediate states, but it always ends at the latest state, a
+/// deletion followed by a re-creation is never merged into an update (the uid changed), an
+/// `Update`'s `old` is always the state the handler saw last, and no object ever appears to go
+/// back to an older resourceVersion. Order is preserved per key; keys are delivered in order of
+/// first pending arrival.
+///
+/// The bound: the number of entries never exceeds the number of distinct keys that are in the
+/// cache or in the handler's view (what it was told exists and has not yet been told is gone).
+struct Queue<K> {
+    entries: HashMap<Key, Pending<K>>,
+    /// Keys in delivery order; an element is live only when its `seq` matches its entry's.
+    order: VecDeque<(Key, u64)>,
+    next_seq: u64,
+    /// Pending adds flagged `in_initial_list`.
+    initial_pending: usize,
+}
+
+impl<K> Queue<K> {
+    fn new() -> Self {
+        Queue {
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+            next_seq: 0,
+            initial_pending: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn push(&mut self, key: &Key, n: Notification<K>) {
+        if let Some(p) = self.entries.get_mut(key) {
+            let was_initial = p.has_initial_add();
+            merge(p, n);
+            let now_initial = p.has_initial_add();
+            if was_initial && !now_initial {
+                self.initial_pending -= 1;
+            } else if !was_initial && now_initial {
+                self.initial_pending += 1;
+            }
+            if p.delete.is_none() && p.upsert.is_none() {
+                self.entries.remove(key);
+                self.compact_if_sparse();
+            }
+            return;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let mut p = Pending {
+            seq,
+            delete: None,
+            upsert: None,
+        };
+        merge(&mut p, n);
+        if p.has_initial_add() {
+            self.initial_pending += 1;
+        }
+        self.entries.insert(key.clone(), p);
+        self.order.push_back((key.clone(), seq));
+    }
+
+    /// Removes and returns the next notification and whether it is an initial-list add.
+    fn pop(&mut self) -> Option<(Notification<K>, bool)> {
+        while let Some((key, seq)) = self.order.pop_front() {
+            let Some(p) = self.entries.get_mut(&key) else {
+                continue;
+            };
+            if p.seq != seq {
+                continue;
+            }
+            if let Some(d) = p.delete.take() {
+                if p.upsert.is_some() {
+                    // The add that follows keeps its place at the head.
+                    self.order.push_front((key, seq));
+                } else {
+                    self.entries.remove(&key);
+                }
+                return Some((Notification::Delete(d), false));
+            }
+            let Some((_, p)) = self.entries.remove_entry(&key) else {
+                continue;
+            };
+            match p.upsert {
+                Some(Upsert::Add { obj, initial }) => {
+                    if initial {
+                        self.initial_pending -= 1;
+                    }
+                    return Some((
+                        Notification::Add {
+                            obj,
+                            in_initial_list: initial,
+                        },
+                        initial,
+                    ));
+                }
+                Some(Upsert::Update { old, new }) => {
+                    return Some((Notification::Update { old, new }, false));
+                }
+                None => continue,
+            }
+        }
+        None
+    }
+
+    /// Keeps `order` within a constant factor of `entries` after cancellations.
+    fn compact_if_sparse(&mut self) {
+        if self.order.len() > 2 * self.entries.len() + 32 {
+            let entries = &self.entries;
+            self.order
+                .retain(|(k, seq)| entries.get(k).is_some_and(|p| p.seq == *seq));
+        }
+    }
+}
+
+/// Applies the coalescing rules documented on [`Queue`].
+fn merge<K>(p: &mut Pending<K>, n: Notification<K>) {
+    match n {
+        Notification::Add {
+            obj,
+            in_initial_list,
+        } => {
+            p.upsert = Some(match p.upsert.take() {
+                // Only reachable if the caller breaks the add/update/delete protocol; stay
+                // convergent: the handler ends at the latest state.
+                Some(Upsert::Update { old, .. }) => Upsert::Update { old, new: obj },
+                Some(Upsert::Add { initial, .. }) => Upsert::Add { obj, initial },
+                None => Upsert::Add {
+                    obj,
+                    initial: in_initial_list,
+                },
+            });
+        }
+        Notification::Update { old, new } => {
+            p.upsert = Some(match p.upsert.take() {
+                Some(Upsert::Add { initial, .. }) => Upsert::Add { obj: new, initial },
+                Some(Upsert::Update { old, .. }) => Upsert::Update { old, new },
+                // After a pending delete the handler no longer has the object: it is an add.
+                None if p.delete.is_some() => Upsert::Add {
+                    obj: new,
+                    initial: false,
+                },
+                None => Upsert::Update { old, new },
+            });
+        }
+        Notification::Delete(d) => match p.upsert.take() {
+            // The handler never saw this incarnation: drop it, keep an earlier delete.
+            Some(Upsert::Add { .. }) => {}
+            Some(Upsert::Update { .. }) => p.delete = Some(d),
+            None => match &p.delete {
+                // Two deletes in a row: as the DeltaFIFO, keep the older unless it is a
+                // tombstone.
+                Some(prev) if !prev.is_tombstone() => {}
+                _ => p.delete = Some(d),
+            },
+        },
+    }
+}
+
+struct Listener<K> {
+    id: HandlerId,
+    requested_resync: Duration,
+    resync_period: Duration,
+    next_resync: Instant,
+    syncing: bool,
+    queue: Queue<K>,
+    /// `Some(initial)` while a notification is being handled.
+    in_flight: Option<bool>,
+}
+
+impl<K> Listener<K> {
+    fn should_resync(&self, now: Instant) -> bool {
+        self.resync_period != Duration::ZERO && now >= self.next_resync
+    }
+}
+
+/// How a handler's resync period was set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResyncPeriods {
+    /// What the handler asked for (after raising to [`MINIMUM_RESYNC_PERIOD`]).
+    pub requested: Duration,
+    /// What it gets: zero when the informer's check period is zero, else at least the check
+    /// period.
+    pub effective: Duration,
+}
+
+/// The shared processor.
+///
+/// Holds the handlers, decides which of them are due for a resync, and queues notifications for
+/// each of them. Nothing here runs a handler: a runtime asks for the next notification with
+/// [`poll_notification`](Self::poll_notification), runs it, and reports
+/// [`handler_done`](Self::handler_done). A handler has at most one notification in flight, so
+/// its queue (and the coalescing in it) holds everything it has not started yet; a stalled
+/// handler delays nobody else.
+pub struct Processor<K> {
+    listeners: Vec<Listener<K>>,
+    next_id: u64,
+    check_period: Duration,
+    /// Round-robin start for `poll_notification`.
+    cursor: usize,
+}
+
+impl<K> fmt::Debug for Processor<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Processor")
+            .field("handlers", &self.listeners.len())
+            .field("check_period", &self.check_period)
+            .finish()
+    }
+}
+
+/// `determineResyncPeriod`: 0 stays 0; with a zero check period nobody resyncs; otherwise at
+/// least the check period.
+fn determine_resync_period(desired: Duration, check: Duration) -> Duration {
+    if desired == Duration::ZERO || check == Duration::ZERO {
+        Duration::ZERO
+    } else {
+        desired.max(check)
+    }
+}
+
+impl<K> Processor<K> {
+    /// A processor whose informer checks for due resyncs every `check_period` (0: never).
+    pub fn new(check_period: Duration) -> Self {
+        Processor {
+            listeners: Vec::new(),
+            next_id: 0,
+            check_period,
+            cursor: 0,
+        }
+    }
+
+    /// The informer's resync check period.
+    pub fn check_period(&self) -> Duration {
+        self.check_period
+    }
+
+    /// Registers a handler asking for a resync every `requested` (0: never) — client-go
+    /// `AddEventHandlerWithResyncPeriod` (CONFORMANCE 13):
+    ///
+    /// - a non-zero period below 1 s is raised to 1 s;
+    /// - below the informer's check period, a handler added before start lowers the check period
+    ///   (and every handler's effective period is recomputed); one added after start is raised
+    ///   to the check period;
+    /// - with a check period of 0 the handler never resyncs.
+    pub fn add_handler(
+        &mut self,
+        requested: Duration,
+        now: Instant,
+        started: bool,
+    ) -> (HandlerId, ResyncPeriods) {
+        let mut requested = requested;
+        if requested != Duration::ZERO {
+            requested = requested.max(MINIMUM_RESYNC_PERIOD);
+            if requested < self.check_period {
+                if started {
+                    requested = self.check_period;
+                } else {
+                    self.check_period = requested;
+                    for l in &mut self.listeners {
+                        l.resync_period =
+                            determine_resync_period(l.requested_resync, self.check_period);
+                    }
+                }
+            }
+        }
+        let effective = determine_resync_period(requested, self.check_period);
+        let id = HandlerId(self.next_id);
+        self.next_id += 1;
+        self.listeners.push(Listener {
+            id,
+            requested_resync: requested,
+            resync_period: effective,
+            next_resync: now + effective,
+            syncing: false,
+            queue: Queue::new(),
+            in_flight: None,
+        });
+        (
+            id,
+            ResyncPeriods {
+                requested,
+                effective,
+            },
+        )
+    }
+
+    /// Removes a handler and drops its pending notifications (CONFORMANCE 15). Returns whether
+    /// it existed.
+    pub fn remove_handler(&mut self, id: HandlerId) -> bool {
+        match self.listeners.iter().position(|l| l.id == id) {
+            Some(i) => {
+                self.listeners.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The registered handlers.
+    pub fn handlers(&self) -> impl Iterator<Item = HandlerId> + '_ {
+        self.listeners.iter().map(|l| l.id)
+    }
+
+    /// Whether `id` is registered.
+    pub fn contains(&self, id: HandlerId) -> bool {
+        self.listeners.iter().any(|l| l.id == id)
+    }
+
+    /// A handler's resync periods.
+    pub fn resync_periods(&self, id: HandlerId) -> Option<ResyncPeriods> {
+        self.listener(id).map(|l| ResyncPeriods {
+            requested: l.requested_resync,
+            effective: l.resync_period,
+        })
+    }
+
+    /// Decides which handlers are due for a resync at `now` and marks them as the syncing set
+    /// that later resync notifications go to (client-go `shouldResync`). Returns whether any is
+    /// due, i.e. whether the caller should queue a resync in the DeltaFIFO.
+    pub fn should_resync(&mut self, now: Instant) -> bool {
+        let mut any = false;
+        for l in &mut self.listeners {
+            l.syncing = l.should_resync(now);
+            if l.syncing {
+                any = true;
+                l.next_resync = now + l.resync_period;
+            }
+        }
+        any
+    }
+
+    /// Queues `n` for the handlers it is for: every handler, or with `is_sync`, only those in
+    /// the syncing set chosen by the last [`should_resync`](Self::should_resync).
+    pub fn distribute(&mut self, key: &Key, n: Notification<K>, is_sync: bool) {
+        let mut targets = self
+            .listeners
+            .iter_mut()
+            .filter(|l| !is_sync || l.syncing)
+            .peekable();
+        while let Some(l) = targets.next() {
+            if targets.peek().is_none() {
+                l.queue.push(key, n);
+                return;
+            }
+            l.queue.push(key, n.clone());
+        }
+    }
+
+    /// Queues `n` for one handler only (used to replay the cache to a late-added handler).
+    pub fn push_to(&mut self, id: HandlerId, key: &Key, n: Notification<K>) {
+        if let Some(l) = self.listener_mut(id) {
+            l.queue.push(key, n);
+        }
+    }
+
+    /// The next notification for any idle handler (one with nothing in flight), taking handlers
+    /// in turn. The handler is then busy until [`handler_done`](Self::handler_done).
+    pub fn poll_notification(&mut self) -> Option<(HandlerId, Notification<K>)> {
+        let n = self.listeners.len();
+        for i in 0..n {
+            let idx = (self.cursor + i) % n;
+            let l = &mut self.listeners[idx];
+            if l.in_flight.is_some() {
+                continue;
+            }
+            if let Some((notification, initial)) = l.queue.pop() {
+                l.in_flight = Some(initial);
+                self.cursor = (idx + 1) % n;
+                return Some((l.id, notification));
+            }
+        }
+        None
+    }
+
+    /// The next notification for handler `id`, if it is idle.
+    pub fn poll_notification_for(&mut self, id: HandlerId) -> Option<Notification<K>> {
+        let l = self.listener_mut(id)?;
+        if l.in_flight.is_some() {
+            return None;
+        }
+        let (notification, initial) = l.queue.pop()?;
+        l.in_flight = Some(initial);
+        Some(notification)
+    }
+
+    /// Reports that handler `id` finished its notification in flight.
+    pub fn handler_done(&mut self, id: HandlerId) {
+        if let Some(l) = self.listener_mut(id) {
+            l.in_flight = None;
+        }
+    }
+
+    /// Whether handler `id` has received and finished every add of its initial population,
+    /// given whether the informer itself has synced (client-go's per-registration
+    /// `HasSynced`, CONFORMANCE 14). False for unknown handlers.
+    pub fn handler_has_synced(&self, id: HandlerId, upstream_synced: bool) -> bool {
+        self.listener(id).is_some_and(|l| {
+            upstream_synced && l.queue.initial_pending == 0 && l.in_flight != Some(true)
+        })
+    }
+
+    /// Number of pending (not yet started) notification entries of handler `id`.
+    pub fn pending(&self, id: HandlerId) -> usize {
+        self.listener(id).map_or(0, |l| l.queue.len())
+    }
+
+    /// Whether handler `id` has a notification in flight.
+    pub fn is_busy(&self, id: HandlerId) -> bool {
+        self.listener(id).is_some_and(|l| l.in_flight.is_some())
+    }
+
+    /// Whether any idle handler has something pending.
+    pub fn has_ready(&self) -> bool {
+        self.listeners
+            .iter()
+            .any(|l| l.in_flight.is_none() && l.queue.len() > 0)
+    }
+
+    /// The earliest time a handler becomes due for a resync, if any handler resyncs.
+    pub fn next_resync(&self) -> Option<Instant> {
+        self.listeners
+            .iter()
+            .filter(|l| l.resync_period != Duration::ZERO)
+            .map(|l| l.next_resync)
+            .min()
+    }
+
+    fn listener(&self, id: HandlerId) -> Option<&Listener<K>> {
+        self.listeners.iter().find(|l| l.id == id)
+    }
+
+    fn listener_mut(&mut self, id: HandlerId) -> Option<&mut Listener<K>> {
+        self.listeners.iter_mut().find(|l| l.id == id)
+    }
+}
