@@ -27,6 +27,7 @@ pub mod pipeline;
 pub mod processor;
 pub mod protocol;
 pub mod reflector;
+pub mod rng;
 pub mod time;
 
 pub use fifo::{Delta, DeltaFifo, DeltaType, Deltas};

@@ -1,1 +1,792 @@
-//! The Reflector state machine: not built yet.
+//! The Reflector: client-go's list-and-watch loop as a pure state machine.
+//!
+//! The Reflector decides which request to issue next and what to apply to the store; it never
+//! performs a request, never reads a clock and never sleeps. Driving it (quinn-proto style):
+//!
+//! - inputs: [`Reflector::start`], then what the transport observed for the request last handed
+//!   out: [`handle_list_page`](Reflector::handle_list_page),
+//!   [`handle_watch_event`](Reflector::handle_watch_event),
+//!   [`handle_stream_end`](Reflector::handle_stream_end),
+//!   [`handle_failure`](Reflector::handle_failure); and the timer:
+//!   [`handle_timeout`](Reflector::handle_timeout).
+//! - outputs: [`poll`](Reflector::poll) yields [`Output`]s — the next [`Request`] to perform,
+//!   a [`StoreOp`] to apply, a [`Failure`] to report to the watch-error handler —, and
+//!   [`poll_timeout`](Reflector::poll_timeout) the instant at which `handle_timeout` is due.
+//!
+//! After every input, drain [`poll`](Reflector::poll) until it returns `None`, then wait for
+//! the next input or the deadline.
+//!
+//! At most one request is in flight. Each request carries a [`RequestId`]; when the Reflector
+//! hands out a new request, the previous one is abandoned (the runtime drops it) and late inputs
+//! tagged with an older id are ignored, so a slow transport can never feed stale data.
+//!
+//! # Rules (client-go `tools/cache/reflector.go`, v1.27+)
+//!
+//! - The first list asks for resourceVersion `"0"` (served from the watch cache); later relists
+//!   ask for the last synced resourceVersion. A list that fails with 410 Expired/Gone or "too
+//!   large resource version" is retried at once with resourceVersion `""` (a consistent read).
+//! - Lists are paged with `limit` 500 and `continue` tokens, and applied as one
+//!   [`StoreOp::Replace`] only once the last page is in. A continue token that expired mid-list
+//!   restarts the list, unpaged, at the original resourceVersion (the pager's
+//!   `FullListIfExpired`). Paging is off when listing at a specific resourceVersion other than
+//!   `"0"` (so the watch cache can serve it), unless a page size was set explicitly or a list at
+//!   `"0"` came back paginated (the server honours paging: its watch cache is off).
+//! - Watches start at the list's resourceVersion, ask for bookmarks and carry `timeoutSeconds`
+//!   drawn uniformly from `[min_watch_timeout, 2 × min_watch_timeout)` (300–600 s). A bookmark
+//!   advances the resourceVersion and applies nothing.
+//! - A watch that ends normally is resumed from the last resourceVersion without a relist. A
+//!   watch that ends within 1 s having delivered no event is a "very short watch" error. A watch
+//!   ERROR event (410 Expired among them) or a failed watch request leads, after a backoff, to a
+//!   relist. Connection refused and 429 Too Many Requests back off (at least `Retry-After`) and
+//!   re-watch without relisting.
+//! - Backoff: client-go's `wait.NewExponentialBackoffManager(800ms, 30s, 2min, 2.0, 1.0)`:
+//!   800 ms, ×2 per failure, capped at 30 s, each delay stretched by a random factor in
+//!   `[1, 2)`; back to 800 ms when the previous backoff began more than 2 min ago. As in
+//!   client-go's `BackoffUntil`, every relist after the first goes through the backoff.
+//! - Every failure (including the ones retried at once) is reported as [`Output::Error`].
+//! - Optional streaming list ([`ReflectorConfig::streaming_list`], client-go's `UseWatchList`):
+//!   a watch with `sendInitialEvents=true` and `resourceVersionMatch=NotOlderThan`; its initial
+//!   events are collected aside and applied as one [`StoreOp::Replace`] at the bookmark marked
+//!   `k8s.io/initial-events-end`, after which the same stream goes on as the watch. A refusal
+//!   (or any error other than 410, connection refused and 429) falls back to a paged list.
+
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::time::Duration;
+
+use crate::object::{Key, Object};
+use crate::protocol::{
+    Failure, ListPage, ListRequest, Request, ResourceVersionMatch, Selectors, Status, WatchEvent,
+    WatchRequest,
+};
+use crate::rng::SplitMix64;
+use crate::time::Instant;
+
+#[cfg(test)]
+mod tests;
+
+/// client-go's default page size (`pager.defaultPageSize`).
+pub const DEFAULT_PAGE_SIZE: u32 = 500;
+
+/// The message of the error reported for a watch that closed too soon (as in client-go).
+pub const VERY_SHORT_WATCH: &str = "very short watch: unexpected watch close - watch lasted less than a second and no items received";
+
+/// Exponential backoff parameters (client-go `wait.NewExponentialBackoffManager`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackoffConfig {
+    /// The first delay (800 ms).
+    pub initial: Duration,
+    /// The largest un-jittered delay (30 s).
+    pub cap: Duration,
+    /// When the previous backoff began longer ago than this, start again from `initial` (2 min).
+    pub reset_after: Duration,
+    /// Growth factor per backoff (2.0).
+    pub factor: f64,
+    /// Each delay `d` becomes `d + d × jitter × U[0, 1)` (1.0: a random delay in `[d, 2d)`).
+    pub jitter: f64,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        BackoffConfig {
+            initial: Duration::from_millis(800),
+            cap: Duration::from_secs(30),
+            reset_after: Duration::from_secs(120),
+            factor: 2.0,
+            jitter: 1.0,
+        }
+    }
+}
+
+/// How the Reflector lists and watches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReflectorConfig {
+    /// Label and field selectors for every list and watch.
+    pub selectors: Selectors,
+    /// An explicit page size (client-go `WatchListPageSize`). `None` (or 0): 500, and paging
+    /// off for lists at a specific resourceVersion. `Some(n)`: always pages of `n`.
+    pub page_size: Option<u32>,
+    /// Use a streaming list (a watch with `sendInitialEvents`) instead of a paged list, falling
+    /// back to a list when the server refuses (client-go `UseWatchList`).
+    pub streaming_list: bool,
+    /// Watch timeouts are drawn from `[min_watch_timeout, 2 × min_watch_timeout)` (5 min).
+    pub min_watch_timeout: Duration,
+    /// A watch that ends sooner than this having delivered nothing is an error (1 s).
+    pub very_short_watch: Duration,
+    /// Backoff parameters.
+    pub backoff: BackoffConfig,
+    /// Seed of the generator behind jitter and watch timeouts.
+    pub seed: u64,
+}
+
+impl Default for ReflectorConfig {
+    fn default() -> Self {
+        ReflectorConfig {
+            selectors: Selectors::default(),
+            page_size: None,
+            streaming_list: false,
+            min_watch_timeout: Duration::from_secs(300),
+            very_short_watch: Duration::from_secs(1),
+            backoff: BackoffConfig::default(),
+            seed: 0,
+        }
+    }
+}
+
+/// Identifies one request handed out by the Reflector; inputs carry it back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// A change to apply to the store.
+#[derive(Debug)]
+pub enum StoreOp<K> {
+    /// Replace the whole content (a complete list, all pages in, or the initial events of a
+    /// streaming list) — client-go `store.Replace(items, resourceVersion)`.
+    Replace {
+        /// Every object of the list.
+        items: Vec<Arc<K>>,
+        /// The list's resourceVersion.
+        resource_version: String,
+    },
+    /// A watch `ADDED` event.
+    Added(Arc<K>),
+    /// A watch `MODIFIED` event.
+    Modified(Arc<K>),
+    /// A watch `DELETED` event (the object's last state).
+    Deleted(Arc<K>),
+}
+
+/// What the Reflector asks of its driver.
+#[derive(Debug)]
+pub enum Output<K> {
+    /// Perform this request and feed its results back tagged with `id`. Any request handed out
+    /// earlier is abandoned: stop it; its late results are ignored.
+    Request {
+        /// The id to tag the results with.
+        id: RequestId,
+        /// The list or watch to perform.
+        request: Request,
+    },
+    /// Apply this to the store.
+    Store(StoreOp<K>),
+    /// A list or watch failed: report it to the watch-error handler (client-go
+    /// `WatchErrorHandler`). The Reflector has already decided how to recover.
+    Error(Failure),
+}
+
+/// What to do when a backoff expires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum After {
+    /// List (or streaming-list) and watch again.
+    Sync,
+    /// Watch again from the last synced resourceVersion.
+    Watch,
+}
+
+struct Listing<K> {
+    id: RequestId,
+    /// The resourceVersion the list was started with (`""`: consistent read).
+    rv: String,
+    limit: Option<u32>,
+    items: Vec<Arc<K>>,
+    /// The list's resourceVersion, from the first page.
+    list_rv: Option<String>,
+    /// Whether the next page request uses a continue token (we are past page one).
+    continuing: bool,
+    paginated: bool,
+    /// The pager already fell back to a full list after an expired continue token.
+    full_list_done: bool,
+    /// Already retried with resourceVersion "" after 410 / too large.
+    consistent_retry_done: bool,
+}
+
+struct Streaming<K> {
+    id: RequestId,
+    started: Instant,
+    events: u64,
+    items: BTreeMap<Key, Arc<K>>,
+    rv: String,
+    /// Asked with resourceVersion "" (a 410 then cannot be fixed by retrying).
+    consistent: bool,
+}
+
+struct Watching {
+    id: RequestId,
+    started: Instant,
+    events: u64,
+}
+
+enum Phase<K> {
+    Idle,
+    Listing(Listing<K>),
+    Streaming(Streaming<K>),
+    Watching(Watching),
+    Waiting { until: Instant, then: After },
+    Stopped,
+}
+
+/// client-go's `exponentialBackoffManagerImpl` + `wait.Backoff.Step`.
+#[derive(Clone, Debug)]
+struct Backoff {
+    cfg: BackoffConfig,
+    current: Duration,
+    capped: bool,
+    last_start: Option<Instant>,
+}
+
+fn mul_duration(d: Duration, f: f64) -> Duration {
+    let ns = d.as_nanos() as f64 * f;
+    if ns.is_finite() && ns >= 0.0 {
+        // `as` saturates at u64::MAX.
+        Duration::from_nanos(ns as u64)
+    } else {
+        d
+    }
+}
+
+impl Backoff {
+    fn new(cfg: BackoffConfig) -> Self {
+        Backoff {
+            current: cfg.initial,
+            cfg,
+            capped: false,
+            last_start: None,
+        }
+    }
+
+    fn next(&mut self, now: Instant, rng: &mut SplitMix64) -> Duration {
+        let reset = match self.last_start {
+            None => true,
+            Some(s) => now - s > self.cfg.reset_after,
+        };
+        if reset {
+            self.current = self.cfg.initial;
+            self.capped = false;
+        }
+        self.last_start = Some(now);
+        let d = self.current;
+        if !self.capped {
+            let n = mul_duration(self.current, self.cfg.factor);
+            if n > self.cfg.cap {
+                self.current = self.cfg.cap;
+                self.capped = true;
+            } else {
+                self.current = n;
+            }
+        }
+        if self.cfg.jitter > 0.0 {
+            d.saturating_add(mul_duration(d, self.cfg.jitter * rng.next_f64()))
+        } else {
+            d
+        }
+    }
+}
+
+fn resource_version_of<K: Object>(obj: &K) -> Option<&str> {
+    obj.resource_version().filter(|rv| !rv.is_empty())
+}
+
+/// The Reflector state machine. See the [module documentation](self) for the rules.
+pub struct Reflector<K> {
+    config: ReflectorConfig,
+    rng: SplitMix64,
+    backoff: Backoff,
+    phase: Phase<K>,
+    next_id: u64,
+    last_sync_rv: String,
+    last_sync_rv_unavailable: bool,
+    paginated_result: bool,
+    outputs: VecDeque<Output<K>>,
+}
+
+impl<K> core::fmt::Debug for Reflector<K> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let phase = match &self.phase {
+            Phase::Idle => "idle",
+            Phase::Listing(_) => "listing",
+            Phase::Streaming(_) => "streaming",
+            Phase::Watching(_) => "watching",
+            Phase::Waiting { .. } => "waiting",
+            Phase::Stopped => "stopped",
+        };
+        f.debug_struct("Reflector")
+            .field("phase", &phase)
+            .field("last_sync_resource_version", &self.last_sync_rv)
+            .field("pending_outputs", &self.outputs.len())
+            .finish()
+    }
+}
+
+impl<K: Object> Reflector<K> {
+    /// A Reflector that has not started yet.
+    pub fn new(config: ReflectorConfig) -> Self {
+        Reflector {
+            rng: SplitMix64::new(config.seed),
+            backoff: Backoff::new(config.backoff.clone()),
+            config,
+            phase: Phase::Idle,
+            next_id: 0,
+            last_sync_rv: String::new(),
+            last_sync_rv_unavailable: false,
+            paginated_result: false,
+            outputs: VecDeque::new(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ReflectorConfig {
+        &self.config
+    }
+
+    /// The resourceVersion of the last list or event applied (client-go
+    /// `LastSyncResourceVersion`); empty before the first list.
+    pub fn last_sync_resource_version(&self) -> &str {
+        &self.last_sync_rv
+    }
+
+    /// Whether [`start`](Self::start) was called (and [`stop`](Self::stop) was not).
+    pub fn is_running(&self) -> bool {
+        !matches!(self.phase, Phase::Idle | Phase::Stopped)
+    }
+
+    /// The id of the request in flight, if any.
+    pub fn in_flight(&self) -> Option<RequestId> {
+        match &self.phase {
+            Phase::Listing(l) => Some(l.id),
+            Phase::Streaming(s) => Some(s.id),
+            Phase::Watching(w) => Some(w.id),
+            _ => None,
+        }
+    }
+
+    /// Starts listing and watching. Does nothing when already started or stopped.
+    pub fn start(&mut self, now: Instant) {
+        if matches!(self.phase, Phase::Idle) {
+            self.begin_sync(now);
+        }
+    }
+
+    /// Stops: the request in flight is abandoned and no new one is issued.
+    pub fn stop(&mut self) {
+        self.phase = Phase::Stopped;
+    }
+
+    /// The next output, or `None` when there is nothing to do until the next input.
+    pub fn poll(&mut self) -> Option<Output<K>> {
+        self.outputs.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is next due (the end of a backoff).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Waiting { until, .. } => Some(until),
+            _ => None,
+        }
+    }
+
+    /// The clock reached `now`: a backoff that has expired ends and the next request is issued.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Phase::Waiting { until, then } = self.phase {
+            if now >= until {
+                match then {
+                    After::Sync => self.begin_sync(now),
+                    After::Watch => self.begin_watch(now),
+                }
+            }
+        }
+    }
+
+    /// One page of the list request `id` arrived.
+    pub fn handle_list_page(&mut self, now: Instant, id: RequestId, page: ListPage<K>) {
+        let Phase::Listing(listing) = &mut self.phase else {
+            return;
+        };
+        if listing.id != id {
+            return;
+        }
+        let ListPage {
+            items,
+            resource_version,
+            continue_token,
+            ..
+        } = page;
+        let continue_token = continue_token.filter(|c| !c.is_empty());
+        if listing.list_rv.is_none() {
+            listing.list_rv = Some(resource_version);
+        }
+        if continue_token.is_some() {
+            listing.paginated = true;
+        }
+        listing.items.extend(items);
+        if let Some(token) = continue_token {
+            listing.continuing = true;
+            let request = Request::List(ListRequest {
+                resource_version: None,
+                resource_version_match: None,
+                limit: listing.limit,
+                continue_token: Some(token),
+                selectors: self.config.selectors.clone(),
+            });
+            let id = self.issue(request);
+            if let Phase::Listing(listing) = &mut self.phase {
+                listing.id = id;
+            }
+            return;
+        }
+        // Last page: the list is complete.
+        let Phase::Listing(listing) = core::mem::replace(&mut self.phase, Phase::Idle) else {
+            return;
+        };
+        if listing.rv == "0" && listing.paginated {
+            self.paginated_result = true;
+        }
+        let rv = listing.list_rv.unwrap_or_default();
+        self.last_sync_rv_unavailable = false;
+        self.last_sync_rv = rv.clone();
+        self.outputs.push_back(Output::Store(StoreOp::Replace {
+            items: listing.items,
+            resource_version: rv,
+        }));
+        self.begin_watch(now);
+    }
+
+    /// An event of the watch request `id` arrived.
+    pub fn handle_watch_event(&mut self, now: Instant, id: RequestId, event: WatchEvent<K>) {
+        let streaming = match &mut self.phase {
+            Phase::Watching(w) if w.id == id => {
+                w.events = w.events.saturating_add(1);
+                false
+            }
+            Phase::Streaming(s) if s.id == id => {
+                s.events = s.events.saturating_add(1);
+                true
+            }
+            _ => return,
+        };
+        if streaming {
+            self.stream_event(now, event);
+            return;
+        }
+        match event {
+            WatchEvent::Added(obj) => {
+                self.note_rv(&*obj);
+                self.outputs.push_back(Output::Store(StoreOp::Added(obj)));
+            }
+            WatchEvent::Modified(obj) => {
+                self.note_rv(&*obj);
+                self.outputs
+                    .push_back(Output::Store(StoreOp::Modified(obj)));
+            }
+            WatchEvent::Deleted(obj) => {
+                self.note_rv(&*obj);
+                self.outputs.push_back(Output::Store(StoreOp::Deleted(obj)));
+            }
+            WatchEvent::Bookmark {
+                resource_version, ..
+            } => {
+                if !resource_version.is_empty() {
+                    self.last_sync_rv = resource_version;
+                }
+            }
+            WatchEvent::Error(failure) => self.watch_failed(now, failure),
+        }
+    }
+
+    fn stream_event(&mut self, now: Instant, event: WatchEvent<K>) {
+        let Phase::Streaming(s) = &mut self.phase else {
+            return;
+        };
+        match event {
+            WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
+                if let Some(rv) = resource_version_of(&*obj) {
+                    s.rv = String::from(rv);
+                }
+                s.items.insert(Key::of(&*obj), obj);
+            }
+            WatchEvent::Deleted(obj) => {
+                if let Some(rv) = resource_version_of(&*obj) {
+                    s.rv = String::from(rv);
+                }
+                s.items.remove(&Key::of(&*obj));
+            }
+            WatchEvent::Bookmark {
+                resource_version,
+                initial_events_end,
+            } => {
+                if !resource_version.is_empty() {
+                    s.rv = resource_version;
+                }
+                if initial_events_end {
+                    self.streaming_done();
+                }
+            }
+            WatchEvent::Error(failure) => self.stream_failed(now, failure),
+        }
+    }
+
+    /// The stream of request `id` ended without an error (the server closed the watch, e.g. at
+    /// its timeout, or the connection dropped cleanly).
+    pub fn handle_stream_end(&mut self, now: Instant, id: RequestId) {
+        let very_short = |started: Instant, events: u64| {
+            now - started < self.config.very_short_watch && events == 0
+        };
+        match &self.phase {
+            Phase::Watching(w) if w.id == id => {
+                if very_short(w.started, w.events) {
+                    self.report(Failure::other(VERY_SHORT_WATCH));
+                    self.back_off(now, None, After::Sync);
+                } else {
+                    self.begin_watch(now);
+                }
+            }
+            Phase::Streaming(s) if s.id == id => {
+                if very_short(s.started, s.events) {
+                    // Not retriable for a streaming list: fall back to a list.
+                    self.report(Failure::other(VERY_SHORT_WATCH));
+                    self.begin_list(now);
+                } else {
+                    // client-go: no initial-events-end bookmark yet, try again from scratch.
+                    self.begin_stream(now);
+                }
+            }
+            Phase::Listing(l) if l.id == id => {
+                self.handle_failure(now, id, Failure::other("list response ended early"));
+            }
+            _ => {}
+        }
+    }
+
+    /// Request `id` failed (it could not be performed, or its stream broke with an error).
+    pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
+        match &self.phase {
+            Phase::Watching(w) if w.id == id => self.watch_failed(now, failure),
+            Phase::Streaming(s) if s.id == id => self.stream_failed(now, failure),
+            Phase::Listing(l) if l.id == id => self.list_failed(now, failure),
+            _ => {}
+        }
+    }
+
+    // ---- internals ----
+
+    fn note_rv(&mut self, obj: &K) {
+        if let Some(rv) = resource_version_of(obj) {
+            if rv != self.last_sync_rv {
+                self.last_sync_rv = String::from(rv);
+            }
+        }
+    }
+
+    fn issue(&mut self, request: Request) -> RequestId {
+        self.next_id = self.next_id.wrapping_add(1);
+        let id = RequestId(self.next_id);
+        self.outputs.push_back(Output::Request { id, request });
+        id
+    }
+
+    fn report(&mut self, failure: Failure) {
+        self.outputs.push_back(Output::Error(failure));
+    }
+
+    /// client-go `relistResourceVersion`.
+    fn relist_rv(&self) -> String {
+        if self.last_sync_rv_unavailable {
+            String::new()
+        } else if self.last_sync_rv.is_empty() {
+            String::from("0")
+        } else {
+            self.last_sync_rv.clone()
+        }
+    }
+
+    fn watch_timeout_seconds(&mut self) -> u32 {
+        let min = self.config.min_watch_timeout.as_secs().max(1);
+        let secs = min.saturating_add(self.rng.below(min));
+        u32::try_from(secs).unwrap_or(u32::MAX)
+    }
+
+    fn begin_sync(&mut self, now: Instant) {
+        if self.config.streaming_list {
+            self.begin_stream(now);
+        } else {
+            self.begin_list(now);
+        }
+    }
+
+    fn begin_list(&mut self, _now: Instant) {
+        let rv = self.relist_rv();
+        let limit = match self.config.page_size.filter(|&n| n > 0) {
+            Some(n) => Some(n),
+            None if self.paginated_result => Some(DEFAULT_PAGE_SIZE),
+            None if !rv.is_empty() && rv != "0" => None,
+            None => Some(DEFAULT_PAGE_SIZE),
+        };
+        self.start_pager(rv, limit, false, false);
+    }
+
+    /// One `pager.List` call: the first page at `rv`.
+    fn start_pager(&mut self, rv: String, limit: Option<u32>, full_list_done: bool, retry: bool) {
+        let request = Request::List(ListRequest {
+            resource_version: if rv.is_empty() {
+                None
+            } else {
+                Some(rv.clone())
+            },
+            resource_version_match: None,
+            limit,
+            continue_token: None,
+            selectors: self.config.selectors.clone(),
+        });
+        let id = self.issue(request);
+        self.phase = Phase::Listing(Listing {
+            id,
+            rv,
+            limit,
+            items: Vec::new(),
+            list_rv: None,
+            continuing: false,
+            paginated: false,
+            full_list_done,
+            consistent_retry_done: retry,
+        });
+    }
+
+    fn list_failed(&mut self, now: Instant, failure: Failure) {
+        let Phase::Listing(listing) = core::mem::replace(&mut self.phase, Phase::Idle) else {
+            return;
+        };
+        let expired = matches!(failure, Failure::Expired(_));
+        let too_large = matches!(failure, Failure::TooLargeResourceVersion(_));
+        self.report(failure);
+        if expired && listing.continuing && !listing.full_list_done {
+            // pager FullListIfExpired: the continue token expired; list everything at once at
+            // the original resourceVersion.
+            self.start_pager(listing.rv, None, true, listing.consistent_retry_done);
+        } else if (expired || too_large) && !listing.consistent_retry_done {
+            self.last_sync_rv_unavailable = true;
+            let rv = self.relist_rv();
+            self.start_pager(rv, listing.limit, false, true);
+        } else {
+            self.back_off(now, None, After::Sync);
+        }
+    }
+
+    fn begin_watch(&mut self, now: Instant) {
+        let timeout = self.watch_timeout_seconds();
+        let request = Request::Watch(WatchRequest {
+            resource_version: self.last_sync_rv.clone(),
+            resource_version_match: None,
+            allow_watch_bookmarks: true,
+            send_initial_events: false,
+            timeout_seconds: Some(timeout),
+            selectors: self.config.selectors.clone(),
+        });
+        let id = self.issue(request);
+        self.phase = Phase::Watching(Watching {
+            id,
+            started: now,
+            events: 0,
+        });
+    }
+
+    fn watch_failed(&mut self, now: Instant, failure: Failure) {
+        let then = match &failure {
+            Failure::ConnectionRefused(_) | Failure::TooManyRequests(_) => After::Watch,
+            _ => After::Sync,
+        };
+        let retry_after = retry_after(&failure);
+        self.report(failure);
+        self.back_off(now, retry_after, then);
+    }
+
+    /// client-go `rewatchResourceVersion`.
+    fn rewatch_rv(&self) -> String {
+        if self.last_sync_rv_unavailable {
+            String::new()
+        } else {
+            self.last_sync_rv.clone()
+        }
+    }
+
+    fn begin_stream(&mut self, now: Instant) {
+        let rv = self.rewatch_rv();
+        let timeout = self.watch_timeout_seconds();
+        let consistent = rv.is_empty();
+        let request = Request::Watch(WatchRequest {
+            resource_version: rv,
+            resource_version_match: Some(ResourceVersionMatch::NotOlderThan),
+            allow_watch_bookmarks: true,
+            send_initial_events: true,
+            timeout_seconds: Some(timeout),
+            selectors: self.config.selectors.clone(),
+        });
+        let id = self.issue(request);
+        self.phase = Phase::Streaming(Streaming {
+            id,
+            started: now,
+            events: 0,
+            items: BTreeMap::new(),
+            rv: String::new(),
+            consistent,
+        });
+    }
+
+    fn streaming_done(&mut self) {
+        let Phase::Streaming(s) = core::mem::replace(&mut self.phase, Phase::Idle) else {
+            return;
+        };
+        self.last_sync_rv_unavailable = false;
+        self.last_sync_rv = s.rv.clone();
+        self.outputs.push_back(Output::Store(StoreOp::Replace {
+            items: s.items.into_values().collect(),
+            resource_version: s.rv,
+        }));
+        // The same stream goes on as the watch.
+        self.phase = Phase::Watching(Watching {
+            id: s.id,
+            started: s.started,
+            events: s.events,
+        });
+    }
+
+    fn stream_failed(&mut self, now: Instant, failure: Failure) {
+        let consistent = matches!(&self.phase, Phase::Streaming(s) if s.consistent);
+        let retry_after = retry_after(&failure);
+        match &failure {
+            Failure::ConnectionRefused(_) | Failure::TooManyRequests(_) => {
+                self.report(failure);
+                self.back_off(now, retry_after, After::Sync);
+            }
+            Failure::Expired(_) | Failure::TooLargeResourceVersion(_) if !consistent => {
+                self.report(failure);
+                self.last_sync_rv_unavailable = true;
+                self.begin_stream(now);
+            }
+            _ => {
+                // Refused (or broken): fall back to list + watch, "because making progress is
+                // better than deadlocking".
+                self.report(failure);
+                self.begin_list(now);
+            }
+        }
+    }
+
+    fn back_off(&mut self, now: Instant, at_least: Option<Duration>, then: After) {
+        let mut delay = self.backoff.next(now, &mut self.rng);
+        if let Some(min) = at_least {
+            delay = delay.max(min);
+        }
+        self.phase = Phase::Waiting {
+            until: now + delay,
+            then,
+        };
+    }
+}
+
+fn retry_after(failure: &Failure) -> Option<Duration> {
+    match failure {
+        Failure::TooManyRequests(Status { retry_after, .. }) => *retry_after,
+        _ => None,
+    }
+}
