@@ -22,17 +22,22 @@ extern crate std;
 
 pub mod fifo;
 pub mod indexer;
+pub mod informer;
 pub mod object;
 pub mod pipeline;
 pub mod processor;
 pub mod protocol;
 pub mod reflector;
 pub mod rng;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;
 pub mod time;
 
 pub use fifo::{Delta, DeltaFifo, DeltaType, Deltas};
 pub use indexer::{IndexError, Indexer};
+pub use informer::{InformerConfig, SharedIndexInformer};
 pub use object::{DynamicObject, Key, KeyRef, Object, ObjectMeta, ObjectOrTombstone, Tombstone};
 pub use pipeline::Pipeline;
 pub use processor::{HandlerId, Notification, Processor};
+pub use reflector::{Reflector, ReflectorConfig};
 pub use time::Instant;

@@ -1,0 +1,305 @@
+//! The shared index informer: a [`Reflector`] feeding a [`Pipeline`] (DeltaFIFO → Indexer +
+//! Processor), behind one sans-IO step/poll API.
+
+use alloc::boxed::Box;
+use alloc::collections::VecDeque;
+use alloc::sync::Arc;
+use core::fmt;
+use core::time::Duration;
+
+use crate::indexer::{IndexError, IndexFunc, Indexer};
+use crate::object::Object;
+use crate::pipeline::Pipeline;
+use crate::processor::{HandlerId, Notification, ResyncPeriods};
+use crate::protocol::{Failure, ListPage, Request, WatchEvent};
+use crate::reflector::{self, Reflector, ReflectorConfig, RequestId, StoreOp};
+use crate::time::Instant;
+
+/// A function applied to every object before it is stored (client-go `SetTransform`), e.g. to
+/// drop `metadata.managedFields` and save memory. It must be deterministic and must not change
+/// the object's namespace or name.
+pub type Transform<K> = Box<dyn Fn(Arc<K>) -> Arc<K> + Send + Sync>;
+
+/// How an informer lists, watches and resyncs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InformerConfig {
+    /// The Reflector's configuration (selectors, paging, streaming list, backoff, seed).
+    pub reflector: ReflectorConfig,
+    /// How often the informer checks whether a handler is due for a resync (client-go's
+    /// `defaultEventHandlerResyncPeriod`); 0: no handler ever resyncs. A handler added before
+    /// start with a shorter period lowers it.
+    pub resync_check_period: Duration,
+}
+
+/// What the informer asks of its runtime.
+#[derive(Debug)]
+pub enum Output<K> {
+    /// Perform this list or watch and feed its results back tagged with `id`. Any request
+    /// handed out earlier is abandoned: stop it; its late results are ignored.
+    Request {
+        /// The id to tag the results with.
+        id: RequestId,
+        /// What to perform.
+        request: Request,
+    },
+    /// Run `notification` on handler `handler`, then report
+    /// [`handler_done`](SharedIndexInformer::handler_done). The handler gets nothing else until
+    /// then; other handlers are not held up.
+    Notify {
+        /// The handler to run.
+        handler: HandlerId,
+        /// What happened.
+        notification: Notification<K>,
+    },
+    /// A list or watch failed (client-go's watch-error handler). Recovery is already under
+    /// way; this is for logging and metrics.
+    WatchError(Failure),
+}
+
+/// A shared index informer (client-go `SharedIndexInformer`) as a pure state machine.
+///
+/// # The loop
+///
+/// **After every input, drain the outputs until none are left; then wait for the next input
+/// or the deadline.** In code:
+///
+/// ```text
+/// informer.start(now)
+/// loop {
+///     while let Some(out) = informer.poll() {
+///         match out {
+///             Output::Request { id, request } => transport.start(id, request), // drop the previous one
+///             Output::Notify { handler, notification } => run(handler, notification), // then handler_done(handler)
+///             Output::WatchError(e) => log(e),
+///         }
+///     }
+///     wait for: a transport result (handle_list_page / handle_watch_event / handle_stream_end /
+///               handle_failure), a finished handler (handler_done), an API call
+///               (add_handler, remove_handler, ...) or the clock reaching poll_timeout()
+///               (handle_timeout)
+/// }
+/// ```
+///
+/// Inputs: [`start`](Self::start), [`handle_list_page`](Self::handle_list_page),
+/// [`handle_watch_event`](Self::handle_watch_event),
+/// [`handle_stream_end`](Self::handle_stream_end), [`handle_failure`](Self::handle_failure),
+/// [`handle_timeout`](Self::handle_timeout), [`handler_done`](Self::handler_done),
+/// [`add_handler`](Self::add_handler), [`remove_handler`](Self::remove_handler).
+/// Outputs: [`poll`](Self::poll) and [`poll_timeout`](Self::poll_timeout) (backoff end or
+/// resync check, whichever is first).
+///
+/// Every input runs the DeltaFIFO to empty before it returns, so the cache
+/// ([`indexer`](Self::indexer)) is always up to date with everything fed in, and a full list is
+/// applied as one step: readers never see half of it.
+pub struct SharedIndexInformer<K> {
+    reflector: Reflector<K>,
+    pipeline: Pipeline<K>,
+    transform: Option<Transform<K>>,
+    outputs: VecDeque<Output<K>>,
+    started: bool,
+}
+
+impl<K> fmt::Debug for SharedIndexInformer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedIndexInformer")
+            .field("reflector", &self.reflector)
+            .field("started", &self.started)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Object + 'static> SharedIndexInformer<K> {
+    /// An informer that has not started.
+    pub fn new(config: InformerConfig) -> Self {
+        SharedIndexInformer {
+            reflector: Reflector::new(config.reflector),
+            pipeline: Pipeline::new(config.resync_check_period),
+            transform: None,
+            outputs: VecDeque::new(),
+            started: false,
+        }
+    }
+
+    /// Sets the transform applied to every object before it is stored. Like client-go, only
+    /// before start: returns false (and changes nothing) once started.
+    pub fn set_transform(&mut self, transform: Transform<K>) -> bool {
+        if self.started {
+            return false;
+        }
+        self.transform = Some(transform);
+        true
+    }
+
+    /// Adds a named index. Objects already cached are indexed at once.
+    pub fn add_index(
+        &mut self,
+        name: &str,
+        func: impl IndexFunc<K> + 'static,
+    ) -> Result<(), IndexError> {
+        self.pipeline.add_index(name, func)
+    }
+
+    /// Registers a handler asking for a resync every `resync` (0: never). Added after start,
+    /// it first gets one `Add` per cached object (flagged `in_initial_list`), then live
+    /// notifications.
+    pub fn add_handler(&mut self, resync: Duration, now: Instant) -> (HandlerId, ResyncPeriods) {
+        let r = self.pipeline.add_handler(resync, now);
+        self.pump();
+        r
+    }
+
+    /// Removes a handler: it gets nothing new. Returns whether it was registered.
+    pub fn remove_handler(&mut self, id: HandlerId) -> bool {
+        self.pipeline.remove_handler(id)
+    }
+
+    /// Starts listing and watching, and the resync check timer.
+    pub fn start(&mut self, now: Instant) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        self.pipeline.start(now);
+        self.reflector.start(now);
+        self.pump();
+    }
+
+    /// Stops: the request in flight is abandoned and no new one is issued. The cache and the
+    /// handlers' pending notifications stay.
+    pub fn stop(&mut self) {
+        self.reflector.stop();
+    }
+
+    /// A page of list request `id` arrived.
+    pub fn handle_list_page(&mut self, now: Instant, id: RequestId, page: ListPage<K>) {
+        self.reflector.handle_list_page(now, id, page);
+        self.pump();
+    }
+
+    /// An event of watch request `id` arrived.
+    pub fn handle_watch_event(&mut self, now: Instant, id: RequestId, event: WatchEvent<K>) {
+        self.reflector.handle_watch_event(now, id, event);
+        self.pump();
+    }
+
+    /// The stream of request `id` ended without error.
+    pub fn handle_stream_end(&mut self, now: Instant, id: RequestId) {
+        self.reflector.handle_stream_end(now, id);
+        self.pump();
+    }
+
+    /// Request `id` failed.
+    pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
+        self.reflector.handle_failure(now, id, failure);
+        self.pump();
+    }
+
+    /// The clock reached `now`: ends an expired backoff, runs a due resync check.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.reflector.handle_timeout(now);
+        self.pipeline.handle_timeout(now);
+        self.pump();
+    }
+
+    /// Handler `id` finished the notification it was given.
+    pub fn handler_done(&mut self, id: HandlerId) {
+        self.pipeline.handler_done(id);
+        self.pump();
+    }
+
+    /// The next output, `None` when there is nothing to do until the next input.
+    pub fn poll(&mut self) -> Option<Output<K>> {
+        if let Some(o) = self.outputs.pop_front() {
+            return Some(o);
+        }
+        self.pipeline
+            .poll_notification()
+            .map(|(handler, notification)| Output::Notify {
+                handler,
+                notification,
+            })
+    }
+
+    /// The next notification for handler `id` only (for runtimes that poll per handler), if
+    /// it is idle.
+    pub fn poll_notification_for(&mut self, id: HandlerId) -> Option<Notification<K>> {
+        self.pipeline.poll_notification_for(id)
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is next due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (self.reflector.poll_timeout(), self.pipeline.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The cache.
+    pub fn indexer(&self) -> &Indexer<K> {
+        self.pipeline.indexer()
+    }
+
+    /// The data plane (FIFO, processor), for inspection.
+    pub fn pipeline(&self) -> &Pipeline<K> {
+        &self.pipeline
+    }
+
+    /// The Reflector, for inspection.
+    pub fn reflector(&self) -> &Reflector<K> {
+        &self.reflector
+    }
+
+    /// Whether the first full list has been applied and handed to the handlers.
+    pub fn has_synced(&self) -> bool {
+        self.pipeline.has_synced()
+    }
+
+    /// Whether handler `id` has synced: the informer has, and the handler finished its initial
+    /// adds.
+    pub fn handler_has_synced(&self, id: HandlerId) -> bool {
+        self.pipeline.handler_has_synced(id)
+    }
+
+    /// The resourceVersion of the last list or event applied; empty before the first list.
+    pub fn last_sync_resource_version(&self) -> &str {
+        self.reflector.last_sync_resource_version()
+    }
+
+    fn tf(&self, obj: Arc<K>) -> Arc<K> {
+        match &self.transform {
+            Some(t) => t(obj),
+            None => obj,
+        }
+    }
+
+    /// Moves the Reflector's outputs into the pipeline and runs the FIFO to empty.
+    fn pump(&mut self) {
+        while let Some(out) = self.reflector.poll() {
+            match out {
+                reflector::Output::Request { id, request } => {
+                    self.outputs.push_back(Output::Request { id, request })
+                }
+                reflector::Output::Error(f) => self.outputs.push_back(Output::WatchError(f)),
+                reflector::Output::Store(op) => match op {
+                    StoreOp::Replace { items, .. } => {
+                        let items = items.into_iter().map(|o| self.tf(o)).collect();
+                        self.pipeline.replace(items);
+                    }
+                    StoreOp::Added(o) => {
+                        let o = self.tf(o);
+                        self.pipeline.added(o)
+                    }
+                    StoreOp::Modified(o) => {
+                        let o = self.tf(o);
+                        self.pipeline.modified(o)
+                    }
+                    StoreOp::Deleted(o) => {
+                        let o = self.tf(o);
+                        self.pipeline.deleted(o)
+                    }
+                },
+            }
+        }
+        while self.pipeline.process_one() {}
+    }
+}
