@@ -1,0 +1,293 @@
+//! The smol backend: HTTP/1.1 ([`crate::h1`]) over `smol::net::TcpStream` and futures-rustls.
+//! No tokio anywhere (hyper is not used because its client depends on `tokio::sync`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream;
+use informer_core::protocol::Failure;
+use rustls_pki_types::ServerName;
+use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::config::Config;
+use crate::h1::{BodyDecoder, H1Error, Head, encode_request, parse_head};
+use crate::transport::{
+    Backend, BoxFuture, Client, ClientError, HttpResponse, ServerAddr, transport_failure,
+};
+
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+type Conn = Box<dyn Io>;
+
+/// Idle connections kept for reuse.
+const MAX_IDLE: usize = 4;
+/// Read buffer size.
+const READ_BUF: usize = 32 * 1024;
+
+/// A [`Backend`] on smol: HTTP/1.1 over smol's TCP and futures-rustls (ring), honouring the
+/// configured CA, client certificate, `insecure-skip-tls-verify` and `tls-server-name`.
+///
+/// Idle connections are kept for reuse (up to four); a watch holds its connection until its
+/// stream is dropped. Proxies (`HTTPS_PROXY`, kubeconfig `proxy-url`) are not supported.
+pub struct SmolBackend {
+    addr: ServerAddr,
+    tls: Option<(futures_rustls::TlsConnector, ServerName<'static>)>,
+    idle: Arc<Mutex<Vec<Conn>>>,
+    connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for SmolBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmolBackend")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why one exchange failed, and whether the server answered anything at all (a pooled
+/// connection that the server had closed is retried once on a fresh one).
+struct ExchangeError {
+    failure: Failure,
+    nothing_received: bool,
+}
+
+impl SmolBackend {
+    /// A backend for `config`'s server.
+    pub fn new(config: &Config) -> Result<SmolBackend, ClientError> {
+        let addr = ServerAddr::parse(&config.server)?;
+        let tls = if addr.tls {
+            let tls = crate::tls::client_config(config, &[b"http/1.1"])?;
+            let name = crate::tls::server_name(config, &addr.host)?;
+            Some((futures_rustls::TlsConnector::from(Arc::new(tls)), name))
+        } else {
+            None
+        };
+        Ok(SmolBackend {
+            addr,
+            tls,
+            idle: Arc::new(Mutex::new(Vec::new())),
+            connect_timeout: Duration::from_secs(30),
+        })
+    }
+
+    async fn connect(&self) -> Result<Conn, Failure> {
+        let connect = async {
+            let tcp = smol::net::TcpStream::connect((self.addr.host.as_str(), self.addr.port))
+                .await
+                .map_err(|e| {
+                    transport_failure(&format!("connect to {}", self.addr.authority), &e)
+                })?;
+            let _ = tcp.set_nodelay(true);
+            let conn: Conn = match &self.tls {
+                Some((connector, name)) => Box::new(
+                    connector
+                        .connect(name.clone(), tcp)
+                        .await
+                        .map_err(|e| transport_failure("TLS handshake", &e))?,
+                ),
+                None => Box::new(tcp),
+            };
+            Ok(conn)
+        };
+        let timeout = async {
+            smol::Timer::after(self.connect_timeout).await;
+            Err(Failure::other(format!(
+                "connect to {}: timed out after {:?}",
+                self.addr.authority, self.connect_timeout
+            )))
+        };
+        smol::future::or(connect, timeout).await
+    }
+
+    fn checkout(&self) -> Option<Conn> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+}
+
+/// Writes the request and reads the response head; returns it with the bytes read past it.
+async fn exchange(
+    io: &mut Conn,
+    wire: &[u8],
+    method: &http::Method,
+) -> Result<(Head, Vec<u8>), ExchangeError> {
+    let fail = |failure: Failure, nothing_received: bool| ExchangeError {
+        failure,
+        nothing_received,
+    };
+    if let Err(e) = io.write_all(wire).await {
+        return Err(fail(transport_failure("sending the request", &e), true));
+    }
+    if let Err(e) = io.flush().await {
+        return Err(fail(transport_failure("sending the request", &e), true));
+    }
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = vec![0u8; 8192];
+    loop {
+        let n = match io.read(&mut chunk).await {
+            Ok(n) => n,
+            Err(e) => {
+                let empty = buf.is_empty();
+                return Err(fail(transport_failure("reading the response", &e), empty));
+            }
+        };
+        if n == 0 {
+            let empty = buf.is_empty();
+            return Err(fail(
+                Failure::other("connection closed before the response head"),
+                empty,
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        match parse_head(&buf, method) {
+            Ok(Some((len, head))) => {
+                if head.status.is_informational() {
+                    // No request of ours asks for 1xx; skip it and read on.
+                    buf.drain(..len);
+                    continue;
+                }
+                buf.drain(..len);
+                return Ok((head, buf));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(fail(transport_failure("reading the response", &e), false)),
+        }
+    }
+}
+
+struct BodyState {
+    io: Option<Conn>,
+    decoder: BodyDecoder,
+    pending: Vec<u8>,
+    read_buf: Vec<u8>,
+    keep_alive: bool,
+    idle: Arc<Mutex<Vec<Conn>>>,
+}
+
+impl BodyState {
+    /// Decodes `data` (left over from the head, or just read), returning the body bytes.
+    fn decode(&mut self, data: &[u8]) -> Result<Vec<u8>, H1Error> {
+        let mut out = Vec::new();
+        let n = self.decoder.decode(data, &mut out)?;
+        if n < data.len() {
+            // Bytes after the end of the body: the connection is not reusable.
+            self.keep_alive = false;
+        }
+        if self.decoder.is_done() {
+            self.release();
+        }
+        Ok(out)
+    }
+
+    fn release(&mut self) {
+        if let Some(io) = self.io.take() {
+            if self.keep_alive {
+                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+                if idle.len() < MAX_IDLE {
+                    idle.push(io);
+                }
+            }
+        }
+    }
+}
+
+impl Backend for SmolBackend {
+    fn send(&self, request: http::Request<Bytes>) -> BoxFuture<'_, Result<HttpResponse, Failure>> {
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let pq = format!("{}{}", self.addr.path_prefix, parts.uri);
+            let wire = encode_request(
+                &parts.method,
+                &pq,
+                &self.addr.authority,
+                &parts.headers,
+                &body,
+            );
+            let (mut io, pooled) = match self.checkout() {
+                Some(c) => (c, true),
+                None => (self.connect().await?, false),
+            };
+            let (head, pending) = match exchange(&mut io, &wire, &parts.method).await {
+                Ok(x) => x,
+                Err(e) if pooled && e.nothing_received => {
+                    io = self.connect().await?;
+                    exchange(&mut io, &wire, &parts.method)
+                        .await
+                        .map_err(|e| e.failure)?
+                }
+                Err(e) => return Err(e.failure),
+            };
+            let mut state = BodyState {
+                io: Some(io),
+                decoder: BodyDecoder::new(head.framing),
+                pending,
+                read_buf: Vec::new(),
+                keep_alive: head.keep_alive,
+                idle: self.idle.clone(),
+            };
+            if state.decoder.is_done() {
+                state.keep_alive &= state.pending.is_empty();
+                state.release();
+            }
+            let body = stream::unfold(Some(state), |st| async move {
+                let mut st = st?;
+                loop {
+                    if st.decoder.is_done() {
+                        return None;
+                    }
+                    let from_pending = !st.pending.is_empty();
+                    if !from_pending {
+                        let io = st.io.as_mut()?;
+                        st.read_buf.resize(READ_BUF, 0);
+                        match io.read(&mut st.read_buf).await {
+                            Ok(0) => {
+                                st.io = None;
+                                return match st.decoder.eof() {
+                                    Ok(()) => None,
+                                    Err(e) => {
+                                        Some((Err(transport_failure("reading the body", &e)), None))
+                                    }
+                                };
+                            }
+                            Ok(n) => st.read_buf.truncate(n),
+                            Err(e) => {
+                                return Some((
+                                    Err(transport_failure("reading the body", &e)),
+                                    None,
+                                ));
+                            }
+                        }
+                    }
+                    let data = if from_pending {
+                        std::mem::take(&mut st.pending)
+                    } else {
+                        std::mem::take(&mut st.read_buf)
+                    };
+                    let decoded = st.decode(&data);
+                    if !from_pending {
+                        st.read_buf = data;
+                    }
+                    match decoded {
+                        Ok(out) if out.is_empty() => continue,
+                        Ok(out) => return Some((Ok(Bytes::from(out)), Some(st))),
+                        Err(e) => {
+                            return Some((Err(transport_failure("reading the body", &e)), None));
+                        }
+                    }
+                }
+            });
+            Ok(HttpResponse {
+                status: head.status,
+                headers: head.headers,
+                body: Box::pin(body),
+            })
+        })
+    }
+}
+
+impl Client<SmolBackend> {
+    /// A client on the smol backend.
+    pub fn smol(config: Config) -> Result<Client<SmolBackend>, ClientError> {
+        Ok(Client::new(SmolBackend::new(&config)?, config))
+    }
+}

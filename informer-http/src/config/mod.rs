@@ -1,0 +1,307 @@
+//! Where the API server is and how to talk to it: kubeconfig files (merged the way kubectl
+//! merges them) and in-cluster service-account configuration.
+//!
+//! Secrets (tokens, passwords, private keys) are wrapped in [`Secret`], whose `Debug` output is
+//! redacted, so a `Config` can be logged.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+mod incluster;
+mod kubeconfig;
+
+pub use incluster::{SERVICE_ACCOUNT_DIR, incluster_from};
+pub use kubeconfig::Kubeconfig;
+
+/// A value that must not be shown: `Debug` prints `Secret(<redacted>)`.
+///
+/// There is no `Display`; use [`Secret::expose`] where the value is really needed.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret<T>(T);
+
+impl<T> Secret<T> {
+    /// Wraps a secret value.
+    pub fn new(value: T) -> Secret<T> {
+        Secret(value)
+    }
+
+    /// The secret value itself.
+    pub fn expose(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> From<T> for Secret<T> {
+    fn from(value: T) -> Self {
+        Secret(value)
+    }
+}
+
+impl<T> fmt::Debug for Secret<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Secret<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::deserialize(d).map(Secret)
+    }
+}
+
+/// How requests authenticate (besides a client certificate).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Auth {
+    /// No `Authorization` header.
+    #[default]
+    None,
+    /// A bearer token.
+    Token(Secret<String>),
+    /// A bearer token read from this file before every request (service-account tokens are
+    /// rotated on disk).
+    TokenFile(PathBuf),
+    /// HTTP basic authentication.
+    Basic {
+        /// User name.
+        username: String,
+        /// Password.
+        password: Secret<String>,
+    },
+}
+
+/// A client certificate and its private key, both PEM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientIdentity {
+    /// The certificate chain, PEM.
+    pub cert_pem: Vec<u8>,
+    /// The private key, PEM.
+    pub key_pem: Secret<Vec<u8>>,
+}
+
+/// Everything needed to reach one API server as one user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// The server's base URL, e.g. `https://127.0.0.1:6443` (no trailing slash).
+    pub server: String,
+    /// Trusted CA certificates, PEM. `None`: the system's roots.
+    pub root_ca_pem: Option<Vec<u8>>,
+    /// Accept any server certificate. Off unless the kubeconfig asks for it.
+    pub insecure_skip_tls_verify: bool,
+    /// The name to verify the server certificate against, when not the URL's host.
+    pub tls_server_name: Option<String>,
+    /// Token, token file or basic auth.
+    pub auth: Auth,
+    /// Client certificate authentication.
+    pub client_identity: Option<ClientIdentity>,
+    /// The namespace of the context (or the service account), `default` when unset.
+    pub default_namespace: String,
+}
+
+impl Config {
+    /// A configuration for `server` with system roots, no authentication and namespace
+    /// `default`; adjust the public fields as needed.
+    pub fn new(server: impl Into<String>) -> Config {
+        let mut server = server.into();
+        while server.ends_with('/') {
+            server.pop();
+        }
+        Config {
+            server,
+            root_ca_pem: None,
+            insecure_skip_tls_verify: false,
+            tls_server_name: None,
+            auth: Auth::None,
+            client_identity: None,
+            default_namespace: "default".into(),
+        }
+    }
+
+    /// From the kubeconfig files kubectl would use (`$KUBECONFIG`, else `~/.kube/config`),
+    /// for `context` or the current context.
+    pub fn from_kubeconfig(context: Option<&str>) -> Result<Config, ConfigError> {
+        Kubeconfig::read_default()?.config(context)
+    }
+
+    /// From one kubeconfig file, for `context` or its current context.
+    pub fn from_kubeconfig_file(
+        path: impl AsRef<Path>,
+        context: Option<&str>,
+    ) -> Result<Config, ConfigError> {
+        Kubeconfig::read_files(&[path.as_ref().to_path_buf()])?.config(context)
+    }
+
+    /// In a pod: the service account under [`SERVICE_ACCOUNT_DIR`] and
+    /// `KUBERNETES_SERVICE_HOST` / `KUBERNETES_SERVICE_PORT`.
+    pub fn incluster() -> Result<Config, ConfigError> {
+        incluster_from(
+            Path::new(SERVICE_ACCOUNT_DIR),
+            std::env::var("KUBERNETES_SERVICE_HOST").ok().as_deref(),
+            std::env::var("KUBERNETES_SERVICE_PORT").ok().as_deref(),
+        )
+    }
+
+    /// What kubectl-based clients do: the kubeconfig when one exists, else in-cluster.
+    pub fn infer() -> Result<Config, ConfigError> {
+        match Kubeconfig::read_default() {
+            Ok(k) => k.config(None),
+            Err(ConfigError::NoKubeconfig { .. }) => Config::incluster(),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The `Authorization` header value for the next request, if any (reads a token file).
+    pub fn authorization(&self) -> Result<Option<Secret<String>>, ConfigError> {
+        Ok(match &self.auth {
+            Auth::None => None,
+            Auth::Token(t) => Some(Secret(format!("Bearer {}", t.expose()))),
+            Auth::TokenFile(path) => {
+                let token = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                Some(Secret(format!("Bearer {}", token.trim())))
+            }
+            Auth::Basic { username, password } => {
+                use base64::Engine as _;
+                let raw = format!("{username}:{}", password.expose());
+                Some(Secret(format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(raw)
+                )))
+            }
+        })
+    }
+}
+
+/// A configuration that could not be loaded. Names the file and the field at fault.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No kubeconfig file exists at any of the places looked at.
+    NoKubeconfig {
+        /// The paths tried.
+        tried: Vec<PathBuf>,
+    },
+    /// A file could not be read.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A kubeconfig file is not valid YAML of the expected shape.
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said (with the position and the field path where it knows them).
+        message: String,
+    },
+    /// A required field is missing.
+    MissingField {
+        /// The kubeconfig file (the one defining the entry concerned).
+        path: PathBuf,
+        /// The field, e.g. `clusters[prod].cluster.server`.
+        field: String,
+    },
+    /// A field has an unusable value.
+    InvalidField {
+        /// The kubeconfig file (or the in-cluster file).
+        path: PathBuf,
+        /// The field, e.g. `users[admin].user.client-key-data`.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A context, cluster or user referred to by name does not exist in any file.
+    NotFound {
+        /// The file holding the reference (the first kubeconfig file when it came from the
+        /// caller).
+        path: PathBuf,
+        /// The referring field, e.g. `contexts[dev].context.cluster`.
+        field: String,
+        /// The name looked for.
+        name: String,
+    },
+    /// A feature of the kubeconfig format this crate does not implement (exec or auth-provider
+    /// credential plugins).
+    Unsupported {
+        /// The kubeconfig file.
+        path: PathBuf,
+        /// The field, e.g. `users[gke].user.exec`.
+        field: String,
+    },
+    /// In-cluster configuration asked for outside a pod: an environment variable is unset.
+    MissingEnv {
+        /// The variable, e.g. `KUBERNETES_SERVICE_HOST`.
+        var: &'static str,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::NoKubeconfig { tried } => {
+                write!(f, "no kubeconfig found (tried {tried:?})")
+            }
+            ConfigError::Io { path, source } => write!(f, "{}: {source}", path.display()),
+            ConfigError::Parse { path, message } => write!(f, "{}: {message}", path.display()),
+            ConfigError::MissingField { path, field } => {
+                write!(f, "{}: missing field {field}", path.display())
+            }
+            ConfigError::InvalidField {
+                path,
+                field,
+                message,
+            } => write!(f, "{}: invalid {field}: {message}", path.display()),
+            ConfigError::NotFound { path, field, name } => {
+                write!(f, "{}: {field}: no entry named {name:?}", path.display())
+            }
+            ConfigError::Unsupported { path, field } => write!(
+                f,
+                "{}: {field}: credential plugins are not supported",
+                path.display()
+            ),
+            ConfigError::MissingEnv { var } => {
+                write!(f, "not running in a cluster: {var} is not set")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Checks that `pem` holds at least one certificate.
+pub(crate) fn check_certs(pem: &[u8]) -> Result<usize, String> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let mut n = 0;
+    for c in CertificateDer::pem_slice_iter(pem) {
+        c.map_err(|e| format!("bad PEM: {e}"))?;
+        n += 1;
+    }
+    if n == 0 {
+        return Err("no PEM certificate found".into());
+    }
+    Ok(n)
+}
+
+/// Checks that `pem` holds a private key.
+pub(crate) fn check_key(pem: &[u8]) -> Result<(), String> {
+    use rustls_pki_types::PrivateKeyDer;
+    use rustls_pki_types::pem::PemObject;
+    PrivateKeyDer::from_pem_slice(pem)
+        .map(|_| ())
+        .map_err(|e| format!("no usable PEM private key: {e}"))
+}
+
+#[cfg(test)]
+mod tests;

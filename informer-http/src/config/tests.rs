@@ -1,0 +1,379 @@
+use super::*;
+use base64::Engine as _;
+use std::fs;
+
+const CA: &str = include_str!("../../tests/data/ca.crt");
+const CLIENT_CRT: &str = include_str!("../../tests/data/client.crt");
+const CLIENT_KEY: &str = include_str!("../../tests/data/client.key");
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    if let Some(parent) = p.parent() {
+        fs::create_dir_all(parent).unwrap();
+    }
+    fs::write(&p, text).unwrap();
+    p
+}
+
+fn single(cluster: &str, user: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: main\n{extra}\
+         clusters:\n- name: c1\n  cluster:\n{cluster}\
+         users:\n- name: u1\n  user:\n{user}\
+         contexts:\n- name: main\n  context:\n    cluster: c1\n    user: u1\n    namespace: team-a\n\
+         - name: other\n  context:\n    cluster: c1\n"
+    )
+}
+
+#[test]
+fn token_and_ca_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = single(
+        &format!(
+            "    server: https://10.0.0.1:6443/\n    certificate-authority-data: {}\n",
+            b64(CA)
+        ),
+        "    token: s3cr3t-token\n",
+        "",
+    );
+    let p = write(dir.path(), "config", &text);
+    let cfg = Config::from_kubeconfig_file(&p, None).unwrap();
+    assert_eq!(cfg.server, "https://10.0.0.1:6443");
+    assert_eq!(cfg.root_ca_pem.as_deref(), Some(CA.as_bytes()));
+    assert!(!cfg.insecure_skip_tls_verify);
+    assert_eq!(cfg.default_namespace, "team-a");
+    assert_eq!(cfg.auth, Auth::Token(Secret::new("s3cr3t-token".into())));
+    assert_eq!(
+        cfg.authorization().unwrap().unwrap().expose(),
+        "Bearer s3cr3t-token"
+    );
+    let dbg = format!("{cfg:?}");
+    assert!(!dbg.contains("s3cr3t"), "{dbg}");
+    assert!(dbg.contains("<redacted>"));
+    let k = Kubeconfig::read_files(std::slice::from_ref(&p)).unwrap();
+    assert!(!format!("{k:?}").contains("s3cr3t"));
+    // A named context: no user, default namespace.
+    let other = Config::from_kubeconfig_file(&p, Some("other")).unwrap();
+    assert_eq!(other.auth, Auth::None);
+    assert_eq!(other.default_namespace, "default");
+}
+
+#[test]
+fn relative_paths_are_resolved_against_the_kubeconfig_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "kube/pki/ca.crt", CA);
+    write(dir.path(), "kube/pki/client.crt", CLIENT_CRT);
+    write(dir.path(), "kube/pki/client.key", CLIENT_KEY);
+    write(dir.path(), "kube/token", "file-token\n");
+    let text = single(
+        "    server: https://k8s.example:443\n    certificate-authority: pki/ca.crt\n    tls-server-name: api.internal\n",
+        "    client-certificate: pki/client.crt\n    client-key: pki/client.key\n    tokenFile: token\n",
+        "",
+    );
+    let p = write(dir.path(), "kube/config", &text);
+    // Read from another working directory's point of view: paths are absolute now.
+    let cfg = Config::from_kubeconfig_file(&p, None).unwrap();
+    assert_eq!(cfg.root_ca_pem.as_deref(), Some(CA.as_bytes()));
+    assert_eq!(cfg.tls_server_name.as_deref(), Some("api.internal"));
+    let id = cfg.client_identity.as_ref().unwrap();
+    assert_eq!(id.cert_pem, CLIENT_CRT.as_bytes());
+    assert_eq!(id.key_pem.expose(), CLIENT_KEY.as_bytes());
+    assert_eq!(cfg.auth, Auth::TokenFile(dir.path().join("kube/token")));
+    assert_eq!(
+        cfg.authorization().unwrap().unwrap().expose(),
+        "Bearer file-token"
+    );
+    let dbg = format!("{cfg:?}");
+    assert!(
+        !dbg.contains("PRIVATE KEY") && !dbg.contains("file-token"),
+        "{dbg}"
+    );
+}
+
+#[test]
+fn client_certificate_data_and_insecure() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = single(
+        "    server: https://127.0.0.1:6443\n    insecure-skip-tls-verify: true\n",
+        &format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            b64(CLIENT_CRT),
+            b64(CLIENT_KEY)
+        ),
+        "",
+    );
+    let p = write(dir.path(), "config", &text);
+    let cfg = Config::from_kubeconfig_file(&p, None).unwrap();
+    assert!(cfg.insecure_skip_tls_verify);
+    assert_eq!(cfg.root_ca_pem, None);
+    assert!(cfg.client_identity.is_some());
+    assert!(!format!("{cfg:?}").contains(&b64(CLIENT_KEY)[..20]));
+}
+
+#[test]
+fn several_files_merge_first_one_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = write(
+        dir.path(),
+        "a/config",
+        "current-context: ctx-b\nusers:\n- name: shared\n  user:\n    token: from-a\n",
+    );
+    let b = write(
+        dir.path(),
+        "b/config",
+        "current-context: ctx-ignored\nclusters:\n- name: cb\n  cluster:\n    server: https://b:1\n    certificate-authority: ca.crt\n\
+             users:\n- name: shared\n  user:\n    token: from-b\n\
+             contexts:\n- name: ctx-b\n  context:\n    cluster: cb\n    user: shared\n    namespace: nb\n",
+    );
+    write(dir.path(), "b/ca.crt", CA);
+    let c = write(
+        dir.path(),
+        "c/config",
+        "clusters:\n- name: cb\n  cluster:\n    server: https://c:1\ncontexts:\n- name: ctx-c\n  context:\n    cluster: cb\n",
+    );
+    let k = Kubeconfig::read_files(&[a, b, c]).unwrap();
+    assert_eq!(k.current_context(), Some("ctx-b"));
+    assert_eq!(k.contexts().collect::<Vec<_>>(), ["ctx-b", "ctx-c"]);
+    let cfg = k.config(None).unwrap();
+    assert_eq!(cfg.server, "https://b:1", "b defined cb first");
+    assert_eq!(
+        cfg.root_ca_pem.as_deref(),
+        Some(CA.as_bytes()),
+        "relative to b/"
+    );
+    assert_eq!(
+        cfg.auth,
+        Auth::Token(Secret::new("from-a".into())),
+        "a defined the user first"
+    );
+    assert_eq!(cfg.default_namespace, "nb");
+    assert_eq!(k.config(Some("ctx-c")).unwrap().server, "https://b:1");
+}
+
+fn err_of(text: &str, context: Option<&str>) -> (ConfigError, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "broken.yaml", text);
+    let e = Config::from_kubeconfig_file(&p, context).unwrap_err();
+    std::mem::forget(dir);
+    (e, p)
+}
+
+#[test]
+fn broken_files_name_the_file_and_the_field() {
+    let (e, p) = err_of("clusters: [ {name: x", None);
+    assert!(
+        matches!(&e, ConfigError::Parse { path, .. } if *path == p),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("broken.yaml"), "{e}");
+
+    let (e, _) = err_of(
+        "clusters:\n- name: c\n  cluster:\n    server: https://a\n    insecure-skip-tls-verify: maybe\n",
+        None,
+    );
+    let ConfigError::Parse { message, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert!(message.contains("insecure-skip-tls-verify"), "{message}");
+
+    let (e, _) = err_of("clusters: []\n", None);
+    assert!(
+        matches!(&e, ConfigError::MissingField { field, .. } if field == "current-context"),
+        "{e:?}"
+    );
+
+    let (e, p) = err_of("current-context: nope\n", None);
+    assert!(
+        matches!(&e, ConfigError::NotFound { path, field, name } if *path == p && field == "current-context" && name == "nope"),
+        "{e:?}"
+    );
+
+    let (e, _) = err_of(
+        "contexts:\n- name: x\n  context:\n    cluster: ghost\n",
+        Some("x"),
+    );
+    assert!(
+        matches!(&e, ConfigError::NotFound { field, name, .. } if field == "contexts[x].context.cluster" && name == "ghost"),
+        "{e:?}"
+    );
+
+    let (e, _) = err_of(
+        "clusters:\n- name: c\n  cluster: {}\ncontexts:\n- name: x\n  context: {cluster: c}\n",
+        Some("x"),
+    );
+    assert!(
+        matches!(&e, ConfigError::MissingField { field, .. } if field == "clusters[c].cluster.server"),
+        "{e:?}"
+    );
+
+    let (e, _) = err_of(
+        "clusters:\n- name: c\n  cluster: {server: 'ftp://x'}\ncontexts:\n- name: x\n  context: {cluster: c}\n",
+        Some("x"),
+    );
+    assert!(
+        matches!(&e, ConfigError::InvalidField { field, .. } if field == "clusters[c].cluster.server"),
+        "{e:?}"
+    );
+
+    let (e, _) = err_of(
+        "clusters:\n- name: c\n  cluster: {server: 'https://x', certificate-authority-data: '!!notbase64'}\ncontexts:\n- name: x\n  context: {cluster: c}\n",
+        Some("x"),
+    );
+    assert!(
+        matches!(&e, ConfigError::InvalidField { field, .. } if field == "clusters[c].cluster.certificate-authority-data"),
+        "{e:?}"
+    );
+
+    let (e, _) = err_of(
+        &format!(
+            "clusters:\n- name: c\n  cluster: {{server: 'https://x', certificate-authority-data: '{}'}}\ncontexts:\n- name: x\n  context: {{cluster: c}}\n",
+            b64("not a cert")
+        ),
+        Some("x"),
+    );
+    assert!(
+        matches!(&e, ConfigError::InvalidField { field, .. } if field == "clusters[c].cluster.certificate-authority-data"),
+        "{e:?}"
+    );
+
+    let (e, _) = err_of(
+        "clusters:\n- name: c\n  cluster: {server: 'https://x', certificate-authority: /nonexistent/ca.crt}\ncontexts:\n- name: x\n  context: {cluster: c}\n",
+        Some("x"),
+    );
+    assert!(
+        matches!(&e, ConfigError::InvalidField { field, message, .. } if field == "clusters[c].cluster.certificate-authority" && message.contains("/nonexistent/ca.crt")),
+        "{e:?}"
+    );
+
+    let base = "clusters:\n- name: c\n  cluster: {server: 'https://x'}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\n";
+    let (e, _) = err_of(base, Some("x"));
+    assert!(
+        matches!(&e, ConfigError::NotFound { field, name, .. } if field == "contexts[x].context.user" && name == "u"),
+        "{e:?}"
+    );
+
+    let (e, _) = err_of(
+        &format!(
+            "{base}users:\n- name: u\n  user:\n    client-certificate-data: {}\n",
+            b64(CLIENT_CRT)
+        ),
+        Some("x"),
+    );
+    assert!(
+        matches!(&e, ConfigError::MissingField { field, .. } if field == "users[u].user.client-key"),
+        "{e:?}"
+    );
+
+    let (e, _) = err_of(
+        &format!(
+            "{base}users:\n- name: u\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+            b64(CLIENT_CRT),
+            b64("garbage-key")
+        ),
+        Some("x"),
+    );
+    assert!(
+        matches!(&e, ConfigError::InvalidField { field, .. } if field == "users[u].user.client-key-data"),
+        "{e:?}"
+    );
+    assert!(!format!("{e:?}{e}").contains("garbage-key"));
+
+    let (e, _) = err_of(
+        &format!("{base}users:\n- name: u\n  user:\n    tokenFile: missing-token\n"),
+        Some("x"),
+    );
+    assert!(
+        matches!(&e, ConfigError::InvalidField { field, .. } if field == "users[u].user.tokenFile"),
+        "{e:?}"
+    );
+
+    let (e, _) = err_of(
+        &format!("{base}users:\n- name: u\n  user:\n    exec:\n      command: aws\n"),
+        Some("x"),
+    );
+    assert!(
+        matches!(&e, ConfigError::Unsupported { field, .. } if field == "users[u].user.exec"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn empty_kubeconfig_file_is_tolerated_in_a_merge() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = write(dir.path(), "empty", "");
+    let real = write(
+        dir.path(),
+        "real",
+        "current-context: x\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:8080'}\ncontexts:\n- name: x\n  context: {cluster: c}\n",
+    );
+    let k = Kubeconfig::read_files(&[empty, real]).unwrap();
+    assert_eq!(k.config(None).unwrap().server, "http://127.0.0.1:8080");
+    assert!(matches!(
+        Kubeconfig::read_files(&[dir.path().join("nope")]),
+        Err(ConfigError::Io { .. })
+    ));
+}
+
+#[test]
+fn in_cluster_from_a_temp_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "token", "sa-token\n");
+    write(dir.path(), "ca.crt", CA);
+    write(dir.path(), "namespace", "kube-system");
+    let cfg = incluster_from(dir.path(), Some("10.96.0.1"), Some("443")).unwrap();
+    assert_eq!(cfg.server, "https://10.96.0.1:443");
+    assert_eq!(cfg.default_namespace, "kube-system");
+    assert_eq!(cfg.root_ca_pem.as_deref(), Some(CA.as_bytes()));
+    assert_eq!(
+        cfg.authorization().unwrap().unwrap().expose(),
+        "Bearer sa-token"
+    );
+    assert!(!format!("{cfg:?}").contains("sa-token"));
+    // Rotation: the token file is read again for every request.
+    write(dir.path(), "token", "rotated");
+    assert_eq!(
+        cfg.authorization().unwrap().unwrap().expose(),
+        "Bearer rotated"
+    );
+
+    let v6 = incluster_from(dir.path(), Some("fd00::1"), Some("6443")).unwrap();
+    assert_eq!(v6.server, "https://[fd00::1]:6443");
+
+    assert!(matches!(
+        incluster_from(dir.path(), None, Some("443")),
+        Err(ConfigError::MissingEnv {
+            var: "KUBERNETES_SERVICE_HOST"
+        })
+    ));
+    assert!(matches!(
+        incluster_from(dir.path(), Some("h"), None),
+        Err(ConfigError::MissingEnv {
+            var: "KUBERNETES_SERVICE_PORT"
+        })
+    ));
+    assert!(matches!(
+        incluster_from(dir.path(), Some("h"), Some("http")),
+        Err(ConfigError::InvalidField { .. })
+    ));
+    fs::remove_file(dir.path().join("namespace")).unwrap();
+    assert_eq!(
+        incluster_from(dir.path(), Some("h"), Some("1"))
+            .unwrap()
+            .default_namespace,
+        "default"
+    );
+    write(dir.path(), "ca.crt", "junk");
+    assert!(matches!(
+        incluster_from(dir.path(), Some("h"), Some("1")),
+        Err(ConfigError::InvalidField { field, .. }) if field == "ca.crt"
+    ));
+    fs::remove_file(dir.path().join("token")).unwrap();
+    assert!(matches!(
+        incluster_from(dir.path(), Some("h"), Some("1")),
+        Err(ConfigError::Io { path, .. }) if path.ends_with("token")
+    ));
+}

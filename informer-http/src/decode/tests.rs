@@ -1,0 +1,303 @@
+use super::*;
+use informer_core::object::{DynamicObject, Object};
+use proptest::prelude::*;
+
+fn cm(ty: &str, ns: &str, name: &str, rv: u32) -> String {
+    format!(
+        r#"{{"type":"{ty}","object":{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"{ns}","resourceVersion":"{rv}","labels":{{"app":"ü\n"}}}},"data":{{"k":"line1\nline2 {{}}"}}}}}}"#
+    )
+}
+
+/// Events rendered to comparable strings.
+fn show<K: Object>(r: &Result<WatchEvent<K>, DecodeError>) -> String {
+    match r {
+        Ok(WatchEvent::Added(o)) => format!("ADDED {:?} {:?}", o.key_ref(), o.resource_version()),
+        Ok(WatchEvent::Modified(o)) => {
+            format!("MODIFIED {:?} {:?}", o.key_ref(), o.resource_version())
+        }
+        Ok(WatchEvent::Deleted(o)) => {
+            format!("DELETED {:?} {:?}", o.key_ref(), o.resource_version())
+        }
+        Ok(WatchEvent::Bookmark {
+            resource_version,
+            initial_events_end,
+        }) => format!("BOOKMARK {resource_version} {initial_events_end}"),
+        Ok(WatchEvent::Error(f)) => format!("ERROR {f:?}"),
+        Err(e) => format!("ERR {e:?}"),
+    }
+}
+
+fn decode_all(chunks: &[&[u8]], max: usize) -> Vec<String> {
+    let mut d = WatchDecoder::<DynamicObject>::new(max);
+    let mut out = Vec::new();
+    for c in chunks {
+        d.feed(c);
+        while let Some(r) = d.next_event() {
+            out.push(show(&r));
+        }
+    }
+    if let Some(r) = d.finish() {
+        out.push(show(&r));
+    }
+    out
+}
+
+#[test]
+fn all_event_types() {
+    let stream = [
+        cm("ADDED", "ns1", "a", 10),
+        cm("MODIFIED", "ns1", "a", 11),
+        cm("DELETED", "ns1", "a", 12),
+        r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"13","creationTimestamp":null}}}"#.into(),
+        r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"14","annotations":{"k8s.io/initial-events-end":"true"}}}}"#.into(),
+        r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 1 (203)","reason":"Expired","code":410}}"#.into(),
+    ]
+    .join("\n")
+        + "\n";
+    let mut d = WatchDecoder::<DynamicObject>::default();
+    d.feed(stream.as_bytes());
+    let mut evs = Vec::new();
+    while let Some(e) = d.next_event() {
+        evs.push(e.unwrap());
+    }
+    assert!(d.finish().is_none());
+    assert_eq!(evs.len(), 6);
+    let WatchEvent::Added(a) = &evs[0] else {
+        panic!()
+    };
+    assert_eq!(a.key_ref(), informer_core::KeyRef::new(Some("ns1"), "a"));
+    assert_eq!(a.fields["data"]["k"], "line1\nline2 {}");
+    assert!(matches!(&evs[1], WatchEvent::Modified(o) if o.resource_version() == Some("11")));
+    assert!(matches!(&evs[2], WatchEvent::Deleted(o) if o.resource_version() == Some("12")));
+    assert!(
+        matches!(&evs[3], WatchEvent::Bookmark { resource_version, initial_events_end: false } if resource_version == "13")
+    );
+    assert!(
+        matches!(&evs[4], WatchEvent::Bookmark { resource_version, initial_events_end: true } if resource_version == "14")
+    );
+    let WatchEvent::Error(Failure::Expired(s)) = &evs[5] else {
+        panic!("{:?}", evs[5])
+    };
+    assert_eq!(s.code, 410);
+    assert_eq!(s.message, "too old resource version: 1 (203)");
+}
+
+#[test]
+fn error_events_map_to_failures() {
+    let line = |status: &str| format!(r#"{{"type":"ERROR","object":{status}}}"#);
+    let f = |status: &str| match decode_event::<DynamicObject>(line(status).as_bytes()) {
+        Ok(WatchEvent::Error(f)) => f,
+        other => panic!("{:?}", other.map(|_| ())),
+    };
+    assert!(matches!(
+        f(r#"{"kind":"Status","status":"Failure","reason":"Gone","code":410,"message":"x"}"#),
+        Failure::Expired(_)
+    ));
+    assert!(matches!(
+        f(
+            r#"{"kind":"Status","status":"Failure","message":"Timeout: Too large resource version: 9, current: 3","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}"#
+        ),
+        Failure::TooLargeResourceVersion(_)
+    ));
+    assert!(matches!(
+        f(r#"{"kind":"Status","status":"Failure","message":"internal error","reason":"InternalError","code":500}"#),
+        Failure::Other(ref s) if s.code == 500
+    ));
+    assert!(matches!(
+        decode_event::<DynamicObject>(br#"{"type":"ERROR","object":[1]}"#),
+        Err(DecodeError::Malformed { .. })
+    ));
+}
+
+#[derive(Debug, Deserialize)]
+struct Strict {
+    metadata: informer_core::ObjectMeta,
+    #[allow(dead_code)]
+    data: BTreeMap<String, String>,
+}
+
+impl Object for Strict {
+    fn name(&self) -> &str {
+        &self.metadata.name
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.metadata.namespace.as_deref()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+    fn uid(&self) -> Option<&str> {
+        None
+    }
+}
+
+#[test]
+fn undecodable_object_is_named_and_the_stream_goes_on() {
+    let bad = r#"{"type":"MODIFIED","object":{"kind":"ConfigMap","metadata":{"name":"broken","namespace":"prod","resourceVersion":"5"},"data":{"k":42}}}"#;
+    let good = r#"{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"ok","namespace":"prod","resourceVersion":"6"},"data":{"k":"v"}}}"#;
+    let mut d = WatchDecoder::<Strict>::default();
+    d.feed(format!("{bad}\n{good}\nnot json at all\n{good}\n").as_bytes());
+    let e = d.next_event().unwrap().unwrap_err();
+    let DecodeError::Object {
+        event_type,
+        kind,
+        namespace,
+        name,
+        ..
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(event_type.as_deref(), Some("MODIFIED"));
+    assert_eq!(kind.as_deref(), Some("ConfigMap"));
+    assert_eq!(namespace.as_deref(), Some("prod"));
+    assert_eq!(name.as_deref(), Some("broken"));
+    assert!(e.to_string().contains("ConfigMap prod/broken"), "{e}");
+    let f = e.to_failure();
+    assert!(matches!(&f, Failure::Other(s) if s.code == 0 && s.reason == "ObjectDecodeError"));
+    assert!(matches!(d.next_event(), Some(Ok(WatchEvent::Added(o))) if o.name() == "ok"));
+    assert!(matches!(
+        d.next_event(),
+        Some(Err(DecodeError::Malformed { .. }))
+    ));
+    assert!(matches!(d.next_event(), Some(Ok(WatchEvent::Added(_)))));
+    assert!(d.next_event().is_none());
+    // Unknown types are reported too.
+    assert!(matches!(
+        decode_event::<DynamicObject>(br#"{"type":"SYNC","object":{}}"#),
+        Err(DecodeError::UnknownEventType { event_type }) if event_type == "SYNC"
+    ));
+}
+
+#[test]
+fn over_long_line_fails_clearly_and_decoding_resumes() {
+    let good = cm("ADDED", "n", "after", 2);
+    let long = format!(
+        r#"{{"type":"ADDED","object":{{"metadata":{{"name":"big"}},"data":"{}"}}}}"#,
+        "x".repeat(5000)
+    );
+    let stream = format!("{}\n{long}\n{good}\n", cm("ADDED", "n", "before", 1));
+    let expect = vec![
+        r#"ADDED KeyRef { namespace: Some("n"), name: "before" } Some("1")"#.to_string(),
+        "ERR LineTooLong { limit: 1000 }".into(),
+        r#"ADDED KeyRef { namespace: Some("n"), name: "after" } Some("2")"#.into(),
+    ];
+    assert_eq!(decode_all(&[stream.as_bytes()], 1000), expect);
+    let bytes: Vec<&[u8]> = stream.as_bytes().chunks(1).collect();
+    assert_eq!(decode_all(&bytes, 1000), expect);
+    let bytes: Vec<&[u8]> = stream.as_bytes().chunks(700).collect();
+    assert_eq!(decode_all(&bytes, 1000), expect);
+}
+
+#[test]
+fn memory_stays_bounded_on_an_endless_line() {
+    let mut d = LineDecoder::new(1 << 20);
+    let chunk = vec![b'a'; 64 * 1024];
+    let mut too_long = 0;
+    for _ in 0..200 {
+        d.feed(&chunk);
+        while let Some(l) = d.next_line() {
+            assert_eq!(l, Line::TooLong);
+            too_long += 1;
+        }
+        assert!(d.buffered() <= (1 << 20) + chunk.len());
+    }
+    assert_eq!(too_long, 1, "reported once");
+    d.feed(b"tail\nnext\n");
+    assert_eq!(d.next_line(), Some(Line::Complete(b"next")));
+    assert_eq!(d.next_line(), None);
+    assert_eq!(d.finish(), None);
+}
+
+#[test]
+fn truncated_stream() {
+    let full = cm("ADDED", "n", "a", 1);
+    // A complete event missing only its newline is accepted.
+    assert_eq!(decode_all(&[full.as_bytes()], DEFAULT_MAX_LINE).len(), 1);
+    assert!(decode_all(&[full.as_bytes()], DEFAULT_MAX_LINE)[0].starts_with("ADDED"));
+    let cut = &full.as_bytes()[..full.len() - 5];
+    assert_eq!(
+        decode_all(&[cut], DEFAULT_MAX_LINE),
+        vec![format!("ERR Truncated {{ len: {} }}", cut.len())]
+    );
+    // Blank lines and CRLF are fine.
+    let crlf = format!("\r\n\n{full}\r\n  \n");
+    assert_eq!(decode_all(&[crlf.as_bytes()], DEFAULT_MAX_LINE).len(), 1);
+}
+
+#[test]
+fn lists_decode_with_paging_metadata() {
+    let body = br#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"99","continue":"abc","remainingItemCount":7},"items":[{"metadata":{"name":"a","namespace":"x","resourceVersion":"3"},"data":{"k":"v"}},{"metadata":{"name":"b","namespace":"x","resourceVersion":"4"}}]}"#;
+    let page = decode_list::<DynamicObject>(body).unwrap();
+    assert_eq!(page.items.len(), 2);
+    assert_eq!(page.items[1].name(), "b");
+    assert_eq!(page.resource_version, "99");
+    assert_eq!(page.continue_token.as_deref(), Some("abc"));
+    assert_eq!(page.remaining_item_count, Some(7));
+
+    let last = br#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"100","continue":""},"items":null}"#;
+    let page = decode_list::<DynamicObject>(last).unwrap();
+    assert!(page.items.is_empty());
+    assert_eq!(page.continue_token, None);
+
+    let err = decode_list::<Strict>(body).unwrap_err();
+    assert!(
+        matches!(&err, DecodeError::Object { kind: Some(k), name: Some(n), event_type: None, .. } if k == "ConfigMap" && n == "b"),
+        "{err:?}"
+    );
+    assert!(matches!(
+        decode_list::<DynamicObject>(b"<html>"),
+        Err(DecodeError::Malformed { .. })
+    ));
+}
+
+/// One line of a generated stream.
+fn arb_line() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (0u32..1000, "[a-z]{1,8}").prop_map(|(rv, n)| cm("ADDED", "ns", &n, rv)),
+        (0u32..1000, "[a-z]{1,8}").prop_map(|(rv, n)| cm("DELETED", "other", &n, rv)),
+        (0u32..1000).prop_map(|rv| format!(
+            r#"{{"type":"BOOKMARK","object":{{"metadata":{{"resourceVersion":"{rv}"}}}}}}"#
+        )),
+        Just(r#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"gone"}}"#.to_string()),
+        "[ -~]{0,40}", // printable junk: malformed or blank
+        (300usize..900).prop_map(|n| format!(r#"{{"type":"ADDED","object":{{"metadata":{{"name":"{}"}}}}}}"#, "y".repeat(n))),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever the chunk boundaries, the same results come out, in the same order, as when the
+    /// stream arrives in one piece; and as many results as non-blank lines.
+    #[test]
+    fn chunking_does_not_matter(
+        lines in proptest::collection::vec(arb_line(), 0..20),
+        cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..30),
+        trailing_newline in any::<bool>(),
+    ) {
+        let mut stream = lines.join("\n");
+        if trailing_newline && !stream.is_empty() {
+            stream.push('\n');
+        }
+        let bytes = stream.as_bytes();
+        let whole = decode_all(&[bytes], 600);
+        let mut points: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+        points.sort_unstable();
+        let mut chunks = Vec::new();
+        let mut prev = 0;
+        for p in points {
+            chunks.push(&bytes[prev..p]);
+            prev = p;
+        }
+        chunks.push(&bytes[prev..]);
+        prop_assert_eq!(decode_all(&chunks, 600), whole.clone());
+        let non_blank = lines.iter().filter(|l| !l.trim().is_empty()).count();
+        prop_assert_eq!(whole.len(), non_blank);
+        for (line, out) in lines.iter().filter(|l| !l.trim().is_empty()).zip(&whole) {
+            if line.len() > 600 {
+                prop_assert!(out.contains("LineTooLong"), "{}", out);
+            }
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! k8s-openapi types as informer objects (feature `k8s-openapi`).
+
+use std::any::TypeId;
+use std::ops::{Deref, DerefMut};
+
+use informer_core::object::Object;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+use crate::resource::Resource;
+
+/// A k8s-openapi resource type as an informer object: `Api<K8s<ConfigMap>, _>`.
+///
+/// A newtype because of the orphan rule (neither `Object` nor the k8s-openapi types belong to
+/// this crate); it (de)serializes exactly as the wrapped type and derefs to it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct K8s<T>(pub T);
+
+impl<T> Deref for K8s<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> DerefMut for K8s<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
+impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> Object for K8s<T> {
+    fn name(&self) -> &str {
+        self.0.metadata().name.as_deref().unwrap_or("")
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.0
+            .metadata()
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.0.metadata().resource_version.as_deref()
+    }
+    fn uid(&self) -> Option<&str> {
+        self.0.metadata().uid.as_deref()
+    }
+}
+
+impl<T: k8s_openapi::Resource + 'static> K8s<T> {
+    /// The [`Resource`] describing `T` (group, version, kind, plural, scope).
+    pub fn resource() -> Resource {
+        Resource::new(
+            T::GROUP,
+            T::VERSION,
+            T::KIND,
+            T::URL_PATH_SEGMENT,
+            TypeId::of::<T::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{ConfigMap, Node};
+
+    #[test]
+    fn k8s_openapi_types_are_objects() {
+        let json = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"5","uid":"u"},"data":{"k":"v"}}"#;
+        let cm: K8s<ConfigMap> = serde_json::from_str(json).unwrap();
+        assert_eq!(cm.key_ref(), informer_core::KeyRef::new(Some("ns"), "a"));
+        assert_eq!(cm.resource_version(), Some("5"));
+        assert_eq!(cm.data.as_ref().unwrap()["k"], "v");
+        assert_eq!(K8s::<ConfigMap>::resource(), Resource::CONFIGMAPS);
+        assert_eq!(K8s::<Deployment>::resource(), Resource::DEPLOYMENTS);
+        assert_eq!(K8s::<Node>::resource(), Resource::NODES);
+        let ev = crate::decode::decode_event::<K8s<ConfigMap>>(
+            format!(r#"{{"type":"ADDED","object":{json}}}"#).as_bytes(),
+        )
+        .unwrap();
+        assert!(matches!(ev, informer_core::protocol::WatchEvent::Added(o) if o.name() == "a"));
+    }
+}

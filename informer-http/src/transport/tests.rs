@@ -1,0 +1,243 @@
+use super::*;
+use crate::config::{Auth, Secret};
+use informer_core::object::DynamicObject;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+struct Canned {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    chunks: Vec<Vec<u8>>,
+    /// End the body with a transport error after the chunks.
+    fail_after: bool,
+}
+
+#[derive(Default)]
+struct Scripted {
+    answers: Mutex<VecDeque<Result<Canned, Failure>>>,
+    seen: Mutex<Vec<http::Request<Bytes>>>,
+}
+
+impl Backend for Scripted {
+    fn send(&self, request: http::Request<Bytes>) -> BoxFuture<'_, Result<HttpResponse, Failure>> {
+        self.seen.lock().unwrap().push(request);
+        let answer = self
+            .answers
+            .lock()
+            .unwrap()
+            .pop_front()
+            .expect("unexpected request");
+        Box::pin(async move {
+            let c = answer?;
+            let mut headers = http::HeaderMap::new();
+            for (k, v) in c.headers {
+                headers.insert(k, v.parse().unwrap());
+            }
+            let mut items: Vec<Result<Bytes, Failure>> =
+                c.chunks.into_iter().map(|b| Ok(Bytes::from(b))).collect();
+            if c.fail_after {
+                items.push(Err(Failure::other("connection reset")));
+            }
+            Ok(HttpResponse {
+                status: http::StatusCode::from_u16(c.status).unwrap(),
+                headers,
+                body: Box::pin(stream::iter(items)),
+            })
+        })
+    }
+}
+
+fn client(answers: Vec<Result<Canned, Failure>>) -> Client<Scripted> {
+    let mut cfg = Config::new("https://example:6443");
+    cfg.auth = Auth::Token(Secret::new("tok".into()));
+    Client::new(
+        Scripted {
+            answers: Mutex::new(answers.into()),
+            seen: Mutex::default(),
+        },
+        cfg,
+    )
+}
+
+fn ok(chunks: Vec<&str>) -> Result<Canned, Failure> {
+    Ok(Canned {
+        status: 200,
+        headers: vec![],
+        chunks: chunks.into_iter().map(|c| c.as_bytes().to_vec()).collect(),
+        fail_after: false,
+    })
+}
+
+fn run<F: Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+async fn drain(
+    mut s: BoxStream<'static, WatchEvent<DynamicObject>>,
+) -> Vec<WatchEvent<DynamicObject>> {
+    let mut out = Vec::new();
+    while let Some(e) = s.next().await {
+        out.push(e);
+    }
+    out
+}
+
+#[test]
+fn list_sends_the_request_and_decodes_the_page() {
+    let body = r#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"10","continue":"c2"},"items":[{"metadata":{"name":"a","namespace":"n"}}]}"#;
+    let (a, b) = body.split_at(17);
+    let c = client(vec![ok(vec![a, b])]);
+    let api = c.api::<DynamicObject>(Resource::CONFIGMAPS, Some("n"));
+    let req = ListRequest {
+        limit: Some(1),
+        ..Default::default()
+    };
+    let page = run(Transport::list(&api, &req)).unwrap();
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(page.continue_token.as_deref(), Some("c2"));
+    let seen = c.backend().seen.lock().unwrap();
+    assert_eq!(seen[0].uri(), "/api/v1/namespaces/n/configmaps?limit=1");
+    assert_eq!(seen[0].headers()["authorization"], "Bearer tok");
+    assert!(seen[0].headers()["authorization"].is_sensitive());
+    assert_eq!(seen[0].headers()["accept"], "application/json");
+}
+
+#[test]
+fn list_errors_map_to_failures() {
+    let c = client(vec![
+        Ok(Canned {
+            status: 410,
+            headers: vec![],
+            chunks: vec![br#"{"kind":"Status","metadata":{"continue":"fresh"},"status":"Failure","message":"The provided continue parameter is too old","reason":"Expired","code":410}"#.to_vec()],
+            fail_after: false,
+        }),
+        Ok(Canned {
+            status: 429,
+            headers: vec![("retry-after", "5".into())],
+            chunks: vec![b"{\"kind\":\"Status\",\"reason\":\"TooManyRequests\",\"code\":429,\"message\":\"slow\"}".to_vec()],
+            fail_after: false,
+        }),
+        Err(Failure::ConnectionRefused("connect: refused".into())),
+        ok(vec!["{not json"]),
+    ]);
+    let api = c.api::<DynamicObject>(Resource::CONFIGMAPS, None);
+    let req = ListRequest::default();
+    let f = run(api.list_page(&req)).unwrap_err();
+    assert!(
+        matches!(&f, Failure::Expired(s) if s.continue_token.as_deref() == Some("fresh")),
+        "{f:?}"
+    );
+    let f = run(api.list_page(&req)).unwrap_err();
+    assert!(
+        matches!(&f, Failure::TooManyRequests(s) if s.retry_after == Some(Duration::from_secs(5))),
+        "{f:?}"
+    );
+    assert!(matches!(
+        run(api.list_page(&req)),
+        Err(Failure::ConnectionRefused(_))
+    ));
+    assert!(
+        matches!(run(api.list_page(&req)), Err(Failure::Other(s)) if s.reason == "MalformedEvent")
+    );
+}
+
+#[test]
+fn watch_streams_events_and_survives_bad_lines() {
+    let c = client(vec![ok(vec![
+        r#"{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"1"}}}"#,
+        "\n{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":7}}}\n{\"type\":\"MODI",
+        r#"FIED","object":{"metadata":{"name":"a","resourceVersion":"2"}}}"#,
+        "\n{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"3\",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}\n",
+    ])]);
+    let api = c.api::<DynamicObject>(Resource::CONFIGMAPS, None);
+    let req = WatchRequest {
+        resource_version: "0".into(),
+        allow_watch_bookmarks: true,
+        ..Default::default()
+    };
+    let evs = run(async { drain(api.watch(&req).await.unwrap()).await });
+    assert_eq!(evs.len(), 4, "{evs:?}");
+    assert!(matches!(&evs[0], WatchEvent::Added(o) if o.name() == "a"));
+    assert!(
+        matches!(&evs[1], WatchEvent::Error(Failure::Other(s)) if s.reason == "ObjectDecodeError" && s.code == 0)
+    );
+    assert!(matches!(&evs[2], WatchEvent::Modified(o) if o.resource_version() == Some("2")));
+    assert!(matches!(
+        &evs[3],
+        WatchEvent::Bookmark {
+            initial_events_end: true,
+            ..
+        }
+    ));
+    assert_eq!(
+        c.backend().seen.lock().unwrap()[0].uri(),
+        "/api/v1/configmaps?watch=true&resourceVersion=0&allowWatchBookmarks=true"
+    );
+}
+
+#[test]
+fn watch_failures() {
+    let c = client(vec![
+        Ok(Canned {
+            status: 401,
+            headers: vec![],
+            chunks: vec![br#"{"kind":"Status","status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#.to_vec()],
+            fail_after: false,
+        }),
+        Ok(Canned {
+            status: 422,
+            headers: vec![],
+            chunks: vec![br#"{"kind":"Status","status":"Failure","message":"sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled","reason":"Invalid","code":422}"#.to_vec()],
+            fail_after: false,
+        }),
+        Ok(Canned {
+            status: 200,
+            headers: vec![],
+            chunks: vec![br#"{"type":"ADDED","object":{"metadata":{"name":"a"}}}"#.to_vec(), b"\n{\"type\":".to_vec()],
+            fail_after: true,
+        }),
+    ]);
+    let api = c.api::<DynamicObject>(Resource::PODS, None);
+    let f = run(api.watch_stream(&WatchRequest::default()))
+        .err()
+        .unwrap();
+    assert!(matches!(&f, Failure::Unauthorized(s) if s.message == "Unauthorized"));
+    let streaming = WatchRequest {
+        send_initial_events: true,
+        ..Default::default()
+    };
+    let f = run(api.watch_stream(&streaming)).err().unwrap();
+    assert!(matches!(f, Failure::StreamingListUnsupported(_)), "{f:?}");
+    let evs = run(async { drain(api.watch_stream(&WatchRequest::default()).await.unwrap()).await });
+    assert_eq!(evs.len(), 2, "{evs:?}");
+    assert!(
+        matches!(&evs[1], WatchEvent::Error(Failure::Other(s)) if s.message == "connection reset")
+    );
+}
+
+#[test]
+fn server_addresses() {
+    let a = ServerAddr::parse("https://127.0.0.1:6443").unwrap();
+    assert_eq!(
+        (a.tls, a.host.as_str(), a.port, a.authority.as_str()),
+        (true, "127.0.0.1", 6443, "127.0.0.1:6443")
+    );
+    let a = ServerAddr::parse("https://[::1]:8443/prefix/").unwrap();
+    assert_eq!(
+        (
+            a.host.as_str(),
+            a.authority.as_str(),
+            a.path_prefix.as_str()
+        ),
+        ("::1", "[::1]:8443", "/prefix")
+    );
+    let a = ServerAddr::parse("http://kube").unwrap();
+    assert_eq!((a.tls, a.port), (false, 80));
+    assert_eq!(ServerAddr::parse("https://kube").unwrap().port, 443);
+    assert!(ServerAddr::parse("ftp://x").is_err());
+    assert!(ServerAddr::parse("not a url").is_err());
+}
