@@ -15,6 +15,9 @@ use crate::protocol::{Failure, ListPage, Request, WatchEvent};
 use crate::reflector::{self, Reflector, ReflectorConfig, RequestId, StoreOp};
 use crate::time::Instant;
 
+#[cfg(test)]
+mod tests;
+
 /// A function applied to every object before it is stored (client-go `SetTransform`), e.g. to
 /// drop `metadata.managedFields` and save memory. It must be deterministic and must not change
 /// the object's namespace or name.

@@ -71,6 +71,8 @@ mod tests {
         let mut b = SplitMix64::new(7);
         for _ in 0..1000 {
             assert_eq!(a.next_u64(), b.next_u64());
+        }
+        for _ in 0..1000 {
             let f = a.next_f64();
             assert!((0.0..1.0).contains(&f));
             assert!(a.below(10) < 10);

@@ -665,3 +665,93 @@ fn stale_and_unexpected_inputs_are_ignored() {
     assert!(drain(&mut r).is_empty());
     assert!(!r.is_running());
 }
+
+/// Any input sequence, however nonsensical (unknown ids, events after failures, huge or odd
+/// resourceVersions, zero configs), never panics and never leaves the Reflector without either
+/// a request in flight, a pending deadline or being stopped/idle.
+#[test]
+fn random_inputs_never_panic() {
+    for seed in 0..300u64 {
+        let mut rng = SplitMix64::new(seed);
+        let mut r = R::new(ReflectorConfig {
+            streaming_list: rng.chance(0.5),
+            page_size: [None, Some(0), Some(1), Some(u32::MAX)][rng.below(4) as usize],
+            min_watch_timeout: Duration::from_secs(rng.below(3)),
+            backoff: BackoffConfig {
+                initial: Duration::from_millis(rng.below(1000)),
+                cap: Duration::from_millis(rng.below(100_000)),
+                reset_after: Duration::from_secs(rng.below(200)),
+                factor: [2.0, 0.0, -1.0, f64::NAN, f64::INFINITY, 1e300][rng.below(6) as usize],
+                jitter: [1.0, 0.0, -1.0, f64::NAN, 1e300][rng.below(5) as usize],
+            },
+            seed,
+            ..ReflectorConfig::default()
+        });
+        let mut now = at(0);
+        r.start(now);
+        let mut last_id = RequestId(0);
+        for _ in 0..400 {
+            for o in drain(&mut r) {
+                if let Output::Request { id, .. } = o {
+                    last_id = id;
+                }
+            }
+            now = now + Duration::from_millis(rng.below(5000));
+            let id = if rng.chance(0.8) {
+                last_id
+            } else {
+                RequestId(rng.below(last_id.0 + 2))
+            };
+            let rv = ["", "0", "5", "18446744073709551616", "x"][rng.below(5) as usize];
+            match rng.below(9) {
+                0 => r.handle_list_page(
+                    now,
+                    id,
+                    page(
+                        vec![obj("a", rng.below(10))],
+                        rv,
+                        [None, Some(""), Some("c")][rng.below(3) as usize],
+                    ),
+                ),
+                1 => r.handle_watch_event(now, id, WatchEvent::Added(obj("a", rng.below(10)))),
+                2 => r.handle_watch_event(now, id, WatchEvent::Deleted(obj("a", rng.below(10)))),
+                3 => r.handle_watch_event(
+                    now,
+                    id,
+                    WatchEvent::Bookmark {
+                        resource_version: rv.into(),
+                        initial_events_end: rng.chance(0.5),
+                    },
+                ),
+                4 => r.handle_watch_event(now, id, WatchEvent::Error(expired())),
+                5 => r.handle_stream_end(now, id),
+                6 => r.handle_failure(
+                    now,
+                    id,
+                    [
+                        expired(),
+                        Failure::ConnectionRefused("x".into()),
+                        Failure::TooManyRequests(Status {
+                            retry_after: Some(Duration::MAX),
+                            ..status(429, "")
+                        }),
+                        Failure::StreamingListUnsupported(status(400, "")),
+                        Failure::TooLargeResourceVersion(status(504, "")),
+                    ][rng.below(5) as usize]
+                        .clone(),
+                ),
+                7 => {
+                    if let Some(t) = r.poll_timeout() {
+                        now = now.max(t);
+                    }
+                    r.handle_timeout(now)
+                }
+                _ => r.handle_timeout(now),
+            }
+            assert!(
+                r.in_flight().is_some() || r.poll_timeout().is_some(),
+                "stuck: {r:?}"
+            );
+        }
+    }
+}

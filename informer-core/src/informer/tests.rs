@@ -1,0 +1,458 @@
+//! Scripted tests of the composed informer (CONFORMANCE 12–15 and the informer API). The
+//! randomized end-to-end check (CONFORMANCE 25) is `crate::sim`.
+
+use super::*;
+use crate::indexer::{IndexValues, index_fn};
+use crate::object::{DynamicObject, Key, ObjectMeta, ObjectOrTombstone};
+use crate::protocol::{Failure, ListPage, Status, WatchEvent};
+use crate::sim::SimObject;
+use alloc::borrow::Cow;
+use alloc::collections::BTreeMap;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+
+type Inf = SharedIndexInformer<SimObject>;
+
+fn obj(name: &str, rv: u64, data: u64) -> Arc<SimObject> {
+    Arc::new(SimObject {
+        name: name.into(),
+        namespace: Some("ns".into()),
+        resource_version: rv.to_string(),
+        uid: alloc::format!("uid-{name}"),
+        data,
+        noise: 7,
+    })
+}
+
+fn at(ms: u64) -> Instant {
+    Instant::from_epoch(Duration::from_millis(ms))
+}
+
+/// What one drain produced.
+#[derive(Default)]
+struct Drained {
+    requests: Vec<(RequestId, Request)>,
+    notes: Vec<(HandlerId, Notification<SimObject>)>,
+    errors: Vec<Failure>,
+}
+
+impl Drained {
+    fn for_handler(&self, h: HandlerId) -> Vec<String> {
+        self.notes
+            .iter()
+            .filter(|(id, _)| *id == h)
+            .map(|(_, n)| describe(n))
+            .collect()
+    }
+
+    fn last_request(&self) -> RequestId {
+        self.requests.last().expect("a request").0
+    }
+}
+
+fn describe(n: &Notification<SimObject>) -> String {
+    match n {
+        Notification::Add {
+            obj,
+            in_initial_list,
+        } => alloc::format!(
+            "add {} {}{}",
+            obj.name,
+            obj.resource_version,
+            if *in_initial_list { " initial" } else { "" }
+        ),
+        Notification::Update { old, new } => alloc::format!(
+            "update {} {}->{}",
+            new.name,
+            old.resource_version,
+            new.resource_version
+        ),
+        Notification::Delete(d) => alloc::format!(
+            "delete {}{}",
+            d.object().name,
+            if d.is_tombstone() { " tombstone" } else { "" }
+        ),
+    }
+}
+
+/// Drains every output; handlers in `stalled` are not told they finished.
+fn drain_except(inf: &mut Inf, stalled: &[HandlerId]) -> Drained {
+    let mut d = Drained::default();
+    while let Some(o) = inf.poll() {
+        match o {
+            Output::Request { id, request } => d.requests.push((id, request)),
+            Output::WatchError(f) => d.errors.push(f),
+            Output::Notify {
+                handler,
+                notification,
+            } => {
+                d.notes.push((handler, notification));
+                if !stalled.contains(&handler) {
+                    inf.handler_done(handler);
+                }
+            }
+        }
+    }
+    d
+}
+
+fn drain(inf: &mut Inf) -> Drained {
+    drain_except(inf, &[])
+}
+
+fn page(items: Vec<Arc<SimObject>>, rv: u64) -> ListPage<SimObject> {
+    ListPage {
+        items,
+        resource_version: rv.to_string(),
+        continue_token: None,
+        remaining_item_count: None,
+    }
+}
+
+fn informer(check: Duration) -> Inf {
+    Inf::new(InformerConfig {
+        resync_check_period: check,
+        ..InformerConfig::default()
+    })
+}
+
+/// Starts `inf`, answers its list with `items` at `rv`; returns the drained outputs (which end
+/// with the watch request).
+fn start_and_list(inf: &mut Inf, now: Instant, items: Vec<Arc<SimObject>>, rv: u64) -> Drained {
+    inf.start(now);
+    let d = drain(inf);
+    let id = d.last_request();
+    inf.handle_list_page(now, id, page(items, rv));
+    drain(inf)
+}
+
+#[test]
+fn conformance_12_resync_reaches_only_due_handlers_changed_rv_reaches_all() {
+    let mut inf = informer(Duration::from_secs(1));
+    let (due, _) = inf.add_handler(Duration::from_secs(1), at(0));
+    let (never, _) = inf.add_handler(Duration::ZERO, at(0));
+    let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0)], 1);
+    assert_eq!(d.for_handler(due), ["add a 1 initial"]);
+    assert_eq!(d.for_handler(never), ["add a 1 initial"]);
+    let wid = d.last_request();
+    // The resync check at t=1: a Sync with the same resourceVersion, for the due handler only.
+    assert_eq!(inf.poll_timeout(), Some(at(1000)));
+    inf.handle_timeout(at(1000));
+    let d = drain(&mut inf);
+    assert_eq!(d.for_handler(due), ["update a 1->1"]);
+    assert!(d.for_handler(never).is_empty());
+    // A changed resourceVersion reaches everyone.
+    inf.handle_watch_event(at(1200), wid, WatchEvent::Modified(obj("a", 2, 1)));
+    let d = drain(&mut inf);
+    assert_eq!(d.for_handler(due), ["update a 1->2"]);
+    assert_eq!(d.for_handler(never), ["update a 1->2"]);
+
+    // A relist: `Replaced` with an unchanged resourceVersion is a resync (nobody is due here),
+    // a changed one reaches everyone.
+    let mut inf = informer(Duration::ZERO);
+    let (h1, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (h2, _) = inf.add_handler(Duration::ZERO, at(0));
+    let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0), obj("b", 2, 0)], 2);
+    let wid = d.last_request();
+    inf.handle_watch_event(at(10), wid, WatchEvent::Error(Failure::other("broken")));
+    let d = drain(&mut inf);
+    assert_eq!(d.errors.len(), 1);
+    let t = inf.poll_timeout().unwrap();
+    inf.handle_timeout(t);
+    let lid = drain(&mut inf).last_request();
+    inf.handle_list_page(t, lid, page(vec![obj("a", 1, 0), obj("b", 5, 9)], 5));
+    let d = drain(&mut inf);
+    for h in [h1, h2] {
+        assert_eq!(d.for_handler(h), ["update b 2->5"]);
+    }
+}
+
+#[test]
+fn conformance_13_resync_periods_2s_and_3s_on_a_1s_informer() {
+    let mut inf = informer(Duration::from_secs(1));
+    let (h2, p2) = inf.add_handler(Duration::from_secs(2), at(0));
+    let (h3, p3) = inf.add_handler(Duration::from_secs(3), at(0));
+    assert_eq!(p2.effective, Duration::from_secs(2));
+    assert_eq!(p3.effective, Duration::from_secs(3));
+    let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0), obj("b", 1, 0)], 1);
+    assert_eq!(d.for_handler(h2).len(), 2);
+    let mut got = BTreeMap::new();
+    for s in 1..=6u64 {
+        assert_eq!(inf.poll_timeout(), Some(at(s * 1000)));
+        inf.handle_timeout(at(s * 1000));
+        let d = drain(&mut inf);
+        got.insert(s, (d.for_handler(h2).len(), d.for_handler(h3).len()));
+    }
+    assert_eq!(got[&1], (0, 0));
+    assert_eq!(got[&2], (2, 0), "at t=2 only the 2 s handler");
+    assert_eq!(got[&3], (0, 2), "at t=3 only the 3 s handler");
+    assert_eq!(got[&4], (2, 0));
+    assert_eq!(got[&5], (0, 0));
+    assert_eq!(got[&6], (2, 2));
+
+    // 0 means never; below 1 s is raised to 1 s; before start a shorter period lowers the
+    // check period, after start it is raised to the check period.
+    let mut inf = informer(Duration::from_secs(10));
+    let (_, p) = inf.add_handler(Duration::ZERO, at(0));
+    assert_eq!(p.effective, Duration::ZERO);
+    let (_, p) = inf.add_handler(Duration::from_millis(300), at(0));
+    assert_eq!(p.effective, Duration::from_secs(1));
+    inf.start(at(0));
+    assert_eq!(
+        inf.poll_timeout(),
+        Some(at(1000)),
+        "check period lowered to 1 s"
+    );
+    let mut inf = informer(Duration::from_secs(10));
+    inf.start(at(0));
+    let (_, p) = inf.add_handler(Duration::from_secs(2), at(0));
+    assert_eq!(p.effective, Duration::from_secs(10));
+    // Check period 0: no handler resyncs.
+    let mut inf = informer(Duration::ZERO);
+    let (_, p) = inf.add_handler(Duration::from_secs(5), at(0));
+    assert_eq!(p.effective, Duration::ZERO);
+    inf.start(at(0));
+    assert_eq!(inf.poll_timeout(), None);
+}
+
+#[test]
+fn conformance_14_late_handler_gets_the_cache_then_live_events() {
+    let mut inf = informer(Duration::ZERO);
+    let (early, _) = inf.add_handler(Duration::ZERO, at(0));
+    let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0), obj("b", 2, 0)], 2);
+    let wid = d.last_request();
+    assert!(inf.has_synced());
+    assert!(inf.handler_has_synced(early));
+    // Join while the late handler is stalled on its first replayed add.
+    let (late, _) = inf.add_handler(Duration::ZERO, at(10));
+    assert!(!inf.handler_has_synced(late));
+    let d1 = drain_except(&mut inf, &[late]);
+    assert_eq!(d1.for_handler(late).len(), 1);
+    // Live events arrive meanwhile.
+    inf.handle_watch_event(at(20), wid, WatchEvent::Modified(obj("a", 3, 1)));
+    inf.handle_watch_event(at(20), wid, WatchEvent::Modified(obj("b", 4, 1)));
+    inf.handle_watch_event(at(20), wid, WatchEvent::Added(obj("c", 5, 1)));
+    let d2 = drain_except(&mut inf, &[late]);
+    assert_eq!(d2.for_handler(early).len(), 3);
+    assert!(d2.for_handler(late).is_empty(), "stalled");
+    assert!(!inf.handler_has_synced(late));
+    inf.handler_done(late);
+    let d3 = drain(&mut inf);
+    assert!(inf.handler_has_synced(late));
+    // Fold what the late handler saw: exactly the cache, each object once.
+    let mut view: BTreeMap<String, String> = BTreeMap::new();
+    let mut initial_adds = 0;
+    for (_, n) in d1.notes.iter().chain(&d3.notes).filter(|(h, _)| *h == late) {
+        match n {
+            Notification::Add {
+                obj,
+                in_initial_list,
+            } => {
+                assert!(
+                    view.insert(obj.name.clone(), obj.resource_version.clone())
+                        .is_none()
+                );
+                initial_adds += usize::from(*in_initial_list);
+            }
+            Notification::Update { old, new } => {
+                assert_eq!(view.get(&new.name), Some(&old.resource_version));
+                view.insert(new.name.clone(), new.resource_version.clone());
+            }
+            Notification::Delete(_) => panic!("no delete expected"),
+        }
+    }
+    let cache: BTreeMap<String, String> = inf
+        .indexer()
+        .list()
+        .map(|o| (o.name.clone(), o.resource_version.clone()))
+        .collect();
+    assert_eq!(view, cache);
+    assert!(initial_adds >= 1);
+}
+
+#[test]
+fn conformance_15_removed_handler_gets_nothing_new() {
+    let mut inf = informer(Duration::from_secs(1));
+    let (keep, _) = inf.add_handler(Duration::from_secs(1), at(0));
+    let (gone, _) = inf.add_handler(Duration::from_secs(1), at(0));
+    let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0)], 1);
+    let wid = d.last_request();
+    assert!(inf.remove_handler(gone));
+    assert!(!inf.remove_handler(gone));
+    inf.handle_watch_event(at(5), wid, WatchEvent::Added(obj("b", 2, 0)));
+    inf.handle_timeout(at(1000));
+    let d = drain(&mut inf);
+    assert!(d.for_handler(gone).is_empty());
+    // The resync of `b` coalesces into its pending add.
+    assert_eq!(d.for_handler(keep), ["add b 2", "update a 1->1"]);
+}
+
+#[test]
+fn transform_applies_before_store_and_handlers() {
+    let mut inf: SharedIndexInformer<DynamicObject> = SharedIndexInformer::new(Default::default());
+    assert!(inf.set_transform(Box::new(|o: Arc<DynamicObject>| {
+        if !o.metadata.other.contains_key("managedFields") {
+            return o;
+        }
+        let mut c = (*o).clone();
+        c.metadata.other.remove("managedFields");
+        Arc::new(c)
+    })));
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    let mk = |name: &str, rv: &str| {
+        let mut meta = ObjectMeta {
+            name: name.into(),
+            namespace: Some("ns".into()),
+            resource_version: Some(rv.into()),
+            ..Default::default()
+        };
+        meta.other.insert(
+            "managedFields".into(),
+            serde_json::json!([{"manager": "kubectl"}]),
+        );
+        Arc::new(DynamicObject {
+            metadata: meta,
+            ..Default::default()
+        })
+    };
+    inf.start(at(0));
+    let mut seen = Vec::new();
+    let mut req = None;
+    while let Some(o) = inf.poll() {
+        if let Output::Request { id, .. } = o {
+            req = Some(id);
+        }
+    }
+    inf.handle_list_page(
+        at(1),
+        req.unwrap(),
+        ListPage {
+            items: vec![mk("a", "1")],
+            resource_version: "1".into(),
+            continue_token: None,
+            remaining_item_count: None,
+        },
+    );
+    let mut wid = None;
+    loop {
+        match inf.poll() {
+            Some(Output::Request { id, .. }) => wid = Some(id),
+            Some(Output::Notify {
+                handler,
+                notification,
+            }) => {
+                seen.push(notification);
+                inf.handler_done(handler);
+            }
+            Some(Output::WatchError(_)) => {}
+            None => break,
+        }
+    }
+    inf.handle_watch_event(at(2), wid.unwrap(), WatchEvent::Modified(mk("a", "2")));
+    while let Some(o) = inf.poll() {
+        if let Output::Notify {
+            handler,
+            notification,
+        } = o
+        {
+            seen.push(notification);
+            inf.handler_done(handler);
+        }
+    }
+    assert_eq!(seen.len(), 2);
+    for o in inf.indexer().list() {
+        assert!(!o.metadata.other.contains_key("managedFields"));
+    }
+    if let Notification::Update { old, new } = &seen[1] {
+        assert!(!old.metadata.other.contains_key("managedFields"));
+        assert!(!new.metadata.other.contains_key("managedFields"));
+    } else {
+        panic!("expected an update");
+    }
+    assert!(!inf.set_transform(Box::new(|o| o)), "only before start");
+    let _ = h;
+}
+
+fn by_data(o: &SimObject) -> IndexValues<'_> {
+    let mut v = IndexValues::new();
+    v.push(Cow::Owned(o.data.to_string()));
+    v
+}
+
+#[test]
+fn indexers_added_before_and_after_start() {
+    let mut inf = informer(Duration::ZERO);
+    inf.add_index("by-data", index_fn(by_data)).unwrap();
+    let d = start_and_list(
+        &mut inf,
+        at(0),
+        vec![obj("a", 1, 7), obj("b", 2, 7), obj("c", 3, 8)],
+        3,
+    );
+    let wid = d.last_request();
+    assert_eq!(inf.indexer().by_index("by-data", "7").unwrap().count(), 2);
+    // After start: existing objects are indexed at once.
+    inf.add_index(
+        "by-name",
+        index_fn(|o: &SimObject| {
+            let mut v = IndexValues::new();
+            v.push(Cow::Borrowed(o.name.as_str()));
+            v
+        }),
+    )
+    .unwrap();
+    assert_eq!(inf.indexer().by_index("by-name", "c").unwrap().count(), 1);
+    assert!(inf.add_index("by-name", index_fn(by_data)).is_err());
+    inf.handle_watch_event(at(1), wid, WatchEvent::Modified(obj("c", 4, 7)));
+    drain(&mut inf);
+    assert_eq!(inf.indexer().by_index("by-data", "7").unwrap().count(), 3);
+    assert_eq!(inf.indexer().by_index("by-data", "8").unwrap().count(), 0);
+}
+
+#[test]
+fn has_synced_last_sync_rv_watch_errors_and_deadlines() {
+    let mut inf = informer(Duration::from_secs(30));
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    assert!(!inf.has_synced());
+    assert_eq!(inf.last_sync_resource_version(), "");
+    inf.start(at(0));
+    let d = drain(&mut inf);
+    let lid = d.last_request();
+    // A failed list: reported, backoff deadline before the resync check.
+    inf.handle_failure(
+        at(5),
+        lid,
+        Failure::TooManyRequests(Status {
+            code: 429,
+            ..Status::default()
+        }),
+    );
+    let d = drain(&mut inf);
+    assert_eq!(d.errors.len(), 1);
+    assert!(matches!(d.errors[0], Failure::TooManyRequests(_)));
+    let t = inf.poll_timeout().unwrap();
+    assert!(t < at(30_000));
+    assert!(!inf.has_synced());
+    inf.handle_timeout(t);
+    let lid = drain(&mut inf).last_request();
+    inf.handle_list_page(t, lid, page(vec![obj("a", 4, 0)], 9));
+    let d = drain(&mut inf);
+    assert!(inf.has_synced());
+    assert!(inf.handler_has_synced(h));
+    assert_eq!(inf.last_sync_resource_version(), "9");
+    let wid = d.last_request();
+    inf.handle_watch_event(t, wid, WatchEvent::Deleted(obj("a", 11, 0)));
+    let d = drain(&mut inf);
+    assert_eq!(d.for_handler(h), ["delete a"]);
+    assert_eq!(inf.last_sync_resource_version(), "11");
+    assert!(inf.indexer().is_empty());
+    assert_eq!(
+        inf.poll_timeout(),
+        Some(at(30_000)),
+        "only the resync check is pending"
+    );
+    let k = Key::new(Some("ns"), "a");
+    assert!(inf.indexer().get_by_key(k.as_str()).is_none());
+    let _ = ObjectOrTombstone::<SimObject>::is_tombstone;
+}
