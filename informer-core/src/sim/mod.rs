@@ -72,6 +72,8 @@ pub struct SimConfig {
     pub handlers_late: Vec<Duration>,
     /// Remove one handler during the busy phase.
     pub remove_one: bool,
+    /// Upper bound of the time between two compactions.
+    pub compaction_every: Duration,
     /// Record a trace of every step.
     pub trace: bool,
 }
@@ -103,6 +105,7 @@ impl SimConfig {
             handlers_before: (0..n_before).map(|_| resync(&mut r)).collect(),
             handlers_late: (0..n_late).map(|_| resync(&mut r)).collect(),
             remove_one: r.chance(0.3),
+            compaction_every: Duration::from_secs(pick(&mut r, &[3, 20, 60, 60])),
             trace: false,
         }
     }
@@ -255,6 +258,49 @@ pub fn run_with(cfg: SimConfig) -> Result<Report, SimFailure> {
     }
 }
 
+/// Runs seeds `base .. base + count`, stopping after `max_failures` failures. Returns the
+/// summed report of the passing seeds and the failures. This is what `cargo xtask sim` and the
+/// many-seeds test call.
+pub fn run_many(base: u64, count: u64, max_failures: usize) -> (Report, Vec<SimFailure>) {
+    let mut total = Report::default();
+    let mut failures = Vec::new();
+    for seed in base..base.saturating_add(count) {
+        match run(seed) {
+            Ok(r) => total.absorb(&r),
+            Err(f) => {
+                failures.push(f);
+                if failures.len() >= max_failures {
+                    break;
+                }
+            }
+        }
+    }
+    (total, failures)
+}
+
+impl fmt::Display for Report {
+    /// A multi-line summary: totals, then faults by kind.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} faults injected, {} mutations, {} lists, {} watches, {} watch errors reported, \
+             {} notifications, {} steps, {:.0?} virtual time",
+            self.total_faults(),
+            self.mutations,
+            self.lists,
+            self.watches,
+            self.watch_errors,
+            self.notifications,
+            self.steps,
+            self.virtual_time,
+        )?;
+        for (kind, n) in &self.faults {
+            writeln!(f, "  {n:>8}  {kind}")?;
+        }
+        Ok(())
+    }
+}
+
 const QUIET_LIMIT: Duration = Duration::from_secs(20 * 60);
 const STEP_LIMIT: u64 = 3_000_000;
 
@@ -277,6 +323,7 @@ struct Sim {
     late_handlers: VecDeque<(Instant, Duration)>,
     removal_at: Option<Instant>,
     quiet_since: Option<Instant>,
+    last_sync_seen: u64,
     report: Report,
     trace: Vec<String>,
 }
@@ -351,7 +398,9 @@ impl Sim {
         Sim {
             mutations_left: cfg.mutations,
             next_mutation: Some(Instant::ZERO + ms(rng_work.below(3000))),
-            next_compaction: Some(Instant::ZERO + ms(5_000 + rng_work.below(60_000))),
+            next_compaction: Some(
+                Instant::ZERO + ms(1 + rng_work.below(cfg.compaction_every.as_millis() as u64)),
+            ),
             late_handlers: late_handlers.into(),
             removal_at,
             cfg,
@@ -365,6 +414,7 @@ impl Sim {
             rng_net,
             rng_fault,
             quiet_since: None,
+            last_sync_seen: 0,
             report: Report::default(),
             trace: Vec::new(),
         }
@@ -438,6 +488,14 @@ impl Sim {
 
     /// After every input: drain the informer's outputs until none are left.
     fn drain(&mut self) -> Result<(), String> {
+        let rv: u64 = self.inf.last_sync_resource_version().parse().unwrap_or(0);
+        if rv < self.last_sync_seen {
+            return Err(format!(
+                "last_sync_resource_version went back from {} to {rv}",
+                self.last_sync_seen
+            ));
+        }
+        self.last_sync_seen = rv;
         while let Some(out) = self.inf.poll() {
             match out {
                 Output::Request { id, request } => self.issue(id, request),
@@ -710,7 +768,8 @@ impl Sim {
             let to = self.server.rv.saturating_sub(window);
             self.server.compact(to);
             self.fault("compaction");
-            self.next_compaction = Some(now + ms(5_000 + self.rng_work.below(60_000)));
+            let every = self.cfg.compaction_every.as_millis() as u64;
+            self.next_compaction = Some(now + ms(1 + self.rng_work.below(every)));
             return;
         }
         if self.mutations_left > 0 && self.next_mutation.is_some_and(|t| t <= now) {
