@@ -12,6 +12,9 @@ use smallvec::SmallVec;
 use crate::indexer::Indexer;
 use crate::object::{Key, KeyRef, Object, ObjectOrTombstone, Tombstone};
 
+/// Capacity kept by an empty queue; larger tables are shrunk back to it when drained.
+pub(crate) const IDLE_CAPACITY: usize = 64;
+
 /// What happened to an object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DeltaType {
@@ -236,6 +239,9 @@ impl<K: Object> DeltaFifo<K> {
             }
             // Every queued key has deltas; the loop only guards the invariant.
             if let Some(deltas) = self.items.remove(&key) {
+                if self.queue.is_empty() {
+                    self.release_idle_capacity();
+                }
                 return Some(Popped {
                     key,
                     deltas,
@@ -269,6 +275,18 @@ impl<K: Object> DeltaFifo<K> {
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    /// After a burst (an initial list of 100k objects, say) the queue is mostly empty; a table
+    /// sized for the burst would make every later insert and remove probe cold memory. Give the
+    /// memory back once drained.
+    fn release_idle_capacity(&mut self) {
+        if self.items.capacity() > IDLE_CAPACITY {
+            self.items.shrink_to(IDLE_CAPACITY);
+        }
+        if self.queue.capacity() > IDLE_CAPACITY {
+            self.queue.shrink_to(IDLE_CAPACITY);
+        }
     }
 
     /// The key for `kr`, reusing an allocation already held by the queue or the known objects.

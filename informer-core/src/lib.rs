@@ -27,6 +27,7 @@ pub mod object;
 pub mod pipeline;
 pub mod processor;
 pub mod protocol;
+pub mod raw;
 pub mod reflector;
 pub mod rng;
 #[cfg(any(test, feature = "sim"))]
@@ -38,6 +39,7 @@ pub use indexer::{IndexError, Indexer};
 pub use informer::{InformerConfig, SharedIndexInformer};
 pub use object::{DynamicObject, Key, KeyRef, Object, ObjectMeta, ObjectOrTombstone, Tombstone};
 pub use pipeline::Pipeline;
+pub use raw::RawFields;
 pub use processor::{HandlerId, Notification, Processor};
 pub use reflector::{Reflector, ReflectorConfig};
 pub use time::Instant;

@@ -6,8 +6,13 @@ use alloc::sync::Arc;
 use core::fmt;
 use core::hash::{Hash, Hasher};
 
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use alloc::borrow::Cow;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::raw::{RawFields, RawFieldsBuilder};
 
 /// What the informer reads from a Kubernetes object.
 ///
@@ -172,7 +177,17 @@ impl Hash for KeyRef<'_> {
 
 impl hashbrown::Equivalent<Key> for KeyRef<'_> {
     fn equivalent(&self, key: &Key) -> bool {
-        key.as_ref_parts() == *self
+        // Compare against the joined form without searching for the separator.
+        let k = key.as_str().as_bytes();
+        match self.namespace {
+            None => k == self.name.as_bytes(),
+            Some(ns) => {
+                k.len() == ns.len() + 1 + self.name.len()
+                    && k[ns.len()] == b'/'
+                    && k.ends_with(self.name.as_bytes())
+                    && k.starts_with(ns.as_bytes())
+            }
+        }
     }
 }
 
@@ -240,55 +255,164 @@ impl<K> Clone for ObjectOrTombstone<K> {
     }
 }
 
-/// The `metadata` of any Kubernetes object: the fields the informer reads, typed; the rest kept
-/// as JSON.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// The `metadata` of any Kubernetes object: the fields the informer and indexers read, typed;
+/// every other field (`creationTimestamp`, `ownerReferences`, `managedFields`, …) kept as raw
+/// JSON in [`other`](Self::other).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ObjectMeta {
     /// `metadata.name`.
-    #[serde(default)]
     pub name: String,
     /// `metadata.namespace`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// `metadata.uid`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<String>,
     /// `metadata.resourceVersion`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
     /// `metadata.labels`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// `metadata.annotations`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
-    /// Every other metadata field (`creationTimestamp`, `ownerReferences`, `managedFields`, …).
-    #[serde(flatten)]
-    pub other: Map<String, Value>,
+    /// Every other metadata field, as raw JSON.
+    pub other: RawFields,
 }
 
-/// An object of any kind: typed metadata, everything else as JSON.
+/// A JSON object key, borrowed from the input when it has no escapes.
+struct MapKey<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for MapKey<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MapKey<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(MapKey(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(MapKey(Cow::Owned(v.into())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+impl<'de> Deserialize<'de> for ObjectMeta {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ObjectMeta;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("object metadata")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ObjectMeta, A::Error> {
+                let mut meta = ObjectMeta::default();
+                let mut other = RawFieldsBuilder::default();
+                while let Some(MapKey(key)) = map.next_key()? {
+                    match &*key {
+                        "name" => meta.name = map.next_value::<Option<String>>()?.unwrap_or_default(),
+                        "namespace" => meta.namespace = map.next_value()?,
+                        "uid" => meta.uid = map.next_value()?,
+                        "resourceVersion" => meta.resource_version = map.next_value()?,
+                        "labels" => meta.labels = map.next_value::<Option<_>>()?.unwrap_or_default(),
+                        "annotations" => {
+                            meta.annotations = map.next_value::<Option<_>>()?.unwrap_or_default()
+                        }
+                        _ => other.push_value(&key, &mut map)?,
+                    }
+                }
+                meta.other = other.finish();
+                Ok(meta)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl Serialize for ObjectMeta {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("name", &self.name)?;
+        if let Some(ns) = &self.namespace {
+            map.serialize_entry("namespace", ns)?;
+        }
+        if let Some(uid) = &self.uid {
+            map.serialize_entry("uid", uid)?;
+        }
+        if let Some(rv) = &self.resource_version {
+            map.serialize_entry("resourceVersion", rv)?;
+        }
+        if !self.labels.is_empty() {
+            map.serialize_entry("labels", &self.labels)?;
+        }
+        if !self.annotations.is_empty() {
+            map.serialize_entry("annotations", &self.annotations)?;
+        }
+        self.other.serialize_into(&mut map)?;
+        map.end()
+    }
+}
+
+/// An object of any kind, built-in or custom: typed metadata, everything else (`spec`,
+/// `status`, `data`, …) kept as one block of raw JSON in [`fields`](Self::fields).
 ///
-/// Works for built-in kinds and custom resources alike.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// Keeping the rest raw makes a cached object about as large as its JSON and cheap to drop;
+/// read a field with [`field`](Self::field) (decoded on demand) or [`RawFields::to_map`].
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct DynamicObject {
     /// `apiVersion`, e.g. `v1` or `apps/v1`.
-    #[serde(
-        rename = "apiVersion",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
     pub api_version: Option<String>,
     /// `kind`, e.g. `ConfigMap`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     /// `metadata`.
-    #[serde(default)]
     pub metadata: ObjectMeta,
-    /// Every other top-level field (`spec`, `status`, `data`, …).
-    #[serde(flatten)]
-    pub fields: Map<String, Value>,
+    /// Every other top-level field, as raw JSON.
+    pub fields: RawFields,
+}
+
+impl<'de> Deserialize<'de> for DynamicObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DynamicObject;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a Kubernetes object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DynamicObject, A::Error> {
+                let mut obj = DynamicObject::default();
+                let mut fields = RawFieldsBuilder::default();
+                while let Some(MapKey(key)) = map.next_key()? {
+                    match &*key {
+                        "apiVersion" => obj.api_version = map.next_value()?,
+                        "kind" => obj.kind = map.next_value()?,
+                        "metadata" => {
+                            obj.metadata = map.next_value::<Option<_>>()?.unwrap_or_default()
+                        }
+                        _ => fields.push_value(&key, &mut map)?,
+                    }
+                }
+                obj.fields = fields.finish();
+                Ok(obj)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl Serialize for DynamicObject {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        if let Some(v) = &self.api_version {
+            map.serialize_entry("apiVersion", v)?;
+        }
+        if let Some(k) = &self.kind {
+            map.serialize_entry("kind", k)?;
+        }
+        map.serialize_entry("metadata", &self.metadata)?;
+        self.fields.serialize_into(&mut map)?;
+        map.end()
+    }
 }
 
 impl Object for DynamicObject {
@@ -314,12 +438,18 @@ impl DynamicObject {
     pub fn label(&self, name: &str) -> Option<&str> {
         self.metadata.labels.get(name).map(String::as_str)
     }
+
+    /// Top-level field `name` (`spec`, `data`, …) decoded as `T`; `None` when absent.
+    pub fn field<T: de::DeserializeOwned>(&self, name: &str) -> Option<Result<T, serde_json::Error>> {
+        self.fields.field(name)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use core::hash::BuildHasher;
+    use serde_json::Value;
 
     fn meta(ns: Option<&str>, name: &str) -> DynamicObject {
         DynamicObject {
@@ -371,9 +501,36 @@ mod tests {
         let obj: DynamicObject = serde_json::from_str(json).unwrap();
         assert_eq!(obj.resource_version(), Some("7"));
         assert_eq!(obj.label("app"), Some("x"));
-        assert_eq!(obj.fields["data"]["k"], "v");
-        assert!(obj.metadata.other.contains_key("creationTimestamp"));
+        let data: BTreeMap<String, String> = obj.field("data").unwrap().unwrap();
+        assert_eq!(data["k"], "v");
+        assert!(obj.field::<u8>("spec").is_none());
+        assert_eq!(
+            obj.metadata.other.get("creationTimestamp").unwrap().get(),
+            r#""2020-01-01T00:00:00Z""#
+        );
         let back: Value = serde_json::to_value(&obj).unwrap();
         assert_eq!(back, serde_json::from_str::<Value>(json).unwrap());
+        // Through a `Value` as well (not only from text).
+        let via_value: DynamicObject = serde_json::from_value(back.clone()).unwrap();
+        assert_eq!(via_value, obj);
+        // Escaped keys survive the raw round trip.
+        let odd = r#"{"metadata":{"name":"x"},"we\"ird\n":{"a\u0001":[1,2.5,null]}}"#;
+        let obj: DynamicObject = serde_json::from_str(odd).unwrap();
+        assert_eq!(
+            serde_json::to_value(&obj).unwrap(),
+            serde_json::from_str::<Value>(odd).unwrap()
+        );
+    }
+
+    #[test]
+    fn dynamic_object_tolerates_nulls_and_missing_metadata() {
+        let obj: DynamicObject =
+            serde_json::from_str(r#"{"metadata":{"name":null,"labels":null},"spec":null}"#).unwrap();
+        assert_eq!(obj.name(), "");
+        assert!(obj.metadata.labels.is_empty());
+        let obj: DynamicObject = serde_json::from_str(r#"{"kind":"X"}"#).unwrap();
+        assert_eq!(obj.kind.as_deref(), Some("X"));
+        assert!(serde_json::from_str::<DynamicObject>(r#"{"metadata":{"name":7}}"#).is_err());
+        assert!(serde_json::from_str::<DynamicObject>("[1]").is_err());
     }
 }

@@ -9,6 +9,7 @@ use core::time::Duration;
 
 use hashbrown::HashMap;
 
+use crate::fifo::IDLE_CAPACITY;
 use crate::object::{Key, ObjectOrTombstone};
 use crate::time::Instant;
 
@@ -167,6 +168,22 @@ impl<K> Queue<K> {
 
     /// Removes and returns the next notification and whether it is an initial-list add.
     fn pop(&mut self) -> Option<(Notification<K>, bool)> {
+        let n = self.pop_inner();
+        if self.entries.is_empty() {
+            // Give back capacity grown by a burst (initial list, late-handler replay), so the
+            // steady state works on small, cache-resident tables.
+            if self.entries.capacity() > IDLE_CAPACITY {
+                self.entries.shrink_to(IDLE_CAPACITY);
+            }
+            if self.order.capacity() > IDLE_CAPACITY {
+                self.order.clear();
+                self.order.shrink_to(IDLE_CAPACITY);
+            }
+        }
+        n
+    }
+
+    fn pop_inner(&mut self) -> Option<(Notification<K>, bool)> {
         while let Some((key, seq)) = self.order.pop_front() {
             let Some(p) = self.entries.get_mut(&key) else {
                 continue;
