@@ -66,7 +66,7 @@ fn all_event_types() {
         panic!()
     };
     assert_eq!(a.key_ref(), informer_core::KeyRef::new(Some("ns1"), "a"));
-    assert_eq!(a.fields["data"]["k"], "line1\nline2 {}");
+    assert_eq!(a.fields.to_map()["data"]["k"], "line1\nline2 {}");
     assert!(matches!(&evs[1], WatchEvent::Modified(o) if o.resource_version() == Some("11")));
     assert!(matches!(&evs[2], WatchEvent::Deleted(o) if o.resource_version() == Some("12")));
     assert!(
