@@ -11,7 +11,8 @@
 //!   [`handle_timeout`](Reflector::handle_timeout).
 //! - outputs: [`poll`](Reflector::poll) yields [`Output`]s — the next [`Request`] to perform,
 //!   a [`StoreOp`] to apply, a [`Failure`] to report to the watch-error handler —, and
-//!   [`poll_timeout`](Reflector::poll_timeout) the instant at which `handle_timeout` is due.
+//!   [`poll_timeout`](Reflector::poll_timeout) the instant at which `handle_timeout` is due
+//!   (the end of a backoff, or the watchdog of an open list or watch).
 //!
 //! After every input, drain [`poll`](Reflector::poll) until it returns `None`, then wait for
 //! the next input or the deadline.
@@ -19,6 +20,19 @@
 //! At most one request is in flight. Each request carries a [`RequestId`]; when the Reflector
 //! hands out a new request, the previous one is abandoned (the runtime drops it) and late inputs
 //! tagged with an older id are ignored, so a slow transport can never feed stale data.
+//!
+//! # What the transport feeds back
+//!
+//! - For a [`Request::List`]: exactly one of `handle_list_page` (one page; the Reflector asks
+//!   for the next page itself) or `handle_failure`.
+//! - For a [`Request::Watch`]: any number of `handle_watch_event`, then exactly one of
+//!   `handle_stream_end` (the server closed the stream, or the connection ended cleanly — EOF,
+//!   reset) or `handle_failure` (the request could not be made, or the stream broke with an
+//!   error). A watch `ERROR` event is a [`WatchEvent::Error`]; the Reflector moves on at once,
+//!   so whatever follows on that stream is ignored.
+//! - Map failures to [`Failure`] faithfully: 410 → `Expired`, 429 → `TooManyRequests` (with
+//!   `Retry-After`), ECONNREFUSED → `ConnectionRefused`, a rejected `sendInitialEvents` →
+//!   `StreamingListUnsupported` (any other error also makes a streaming list fall back).
 //!
 //! # Rules (client-go `tools/cache/reflector.go`, v1.27+)
 //!
@@ -44,6 +58,10 @@
 //!   `[1, 2)`; back to 800 ms when the previous backoff began more than 2 min ago. As in
 //!   client-go's `BackoffUntil`, every relist after the first goes through the backoff.
 //! - Every failure (including the ones retried at once) is reported as [`Output::Error`].
+//! - Unlike client-go, a watch still open [`watch_deadline_grace`](ReflectorConfig::watch_deadline_grace)
+//!   after its `timeoutSeconds` is presumed hung (a half-open connection): it is reported,
+//!   abandoned (a new request replaces it) and re-opened from the last resourceVersion; a
+//!   list call unanswered after [`list_deadline`](ReflectorConfig::list_deadline) fails.
 //! - Optional streaming list ([`ReflectorConfig::streaming_list`], client-go's `UseWatchList`):
 //!   a watch with `sendInitialEvents=true` and `resourceVersionMatch=NotOlderThan`; its initial
 //!   events are collected aside and applied as one [`StoreOp::Replace`] at the bookmark marked
@@ -69,6 +87,12 @@ mod tests;
 
 /// client-go's default page size (`pager.defaultPageSize`).
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
+
+/// The message of the error reported for a list call left unanswered past its deadline.
+pub const LIST_TIMEOUT: &str = "list call unanswered past its deadline";
+
+/// The message of the error reported for a watch still open well after its timeout.
+pub const HUNG_WATCH: &str = "watch still open after its timeout: connection presumed hung";
 
 /// The message of the error reported for a watch that closed too soon (as in client-go).
 pub const VERY_SHORT_WATCH: &str = "very short watch: unexpected watch close - watch lasted less than a second and no items received";
@@ -115,6 +139,15 @@ pub struct ReflectorConfig {
     pub min_watch_timeout: Duration,
     /// A watch that ends sooner than this having delivered nothing is an error (1 s).
     pub very_short_watch: Duration,
+    /// A watch still open this long after its `timeoutSeconds` is taken as hung (a half-open
+    /// connection the server will never close): it is reported, abandoned and re-opened from
+    /// the last resourceVersion. `None` waits forever, as client-go does. Default 60 s.
+    pub watch_deadline_grace: Option<Duration>,
+    /// A list call (one page) unanswered after this long is taken as failed (reported, then
+    /// backoff and relist). kube-apiserver ends non-watch requests after its
+    /// `--request-timeout` (60 s by default), so an answer later than that will not come.
+    /// `None` waits forever. Default 90 s.
+    pub list_deadline: Option<Duration>,
     /// Backoff parameters.
     pub backoff: BackoffConfig,
     /// Seed of the generator behind jitter and watch timeouts.
@@ -129,6 +162,8 @@ impl Default for ReflectorConfig {
             streaming_list: false,
             min_watch_timeout: Duration::from_secs(300),
             very_short_watch: Duration::from_secs(1),
+            watch_deadline_grace: Some(Duration::from_secs(60)),
+            list_deadline: Some(Duration::from_secs(90)),
             backoff: BackoffConfig::default(),
             seed: 0,
         }
@@ -187,6 +222,7 @@ enum After {
 
 struct Listing<K> {
     id: RequestId,
+    deadline: Option<Instant>,
     /// The resourceVersion the list was started with (`""`: consistent read).
     rv: String,
     limit: Option<u32>,
@@ -205,6 +241,7 @@ struct Listing<K> {
 struct Streaming<K> {
     id: RequestId,
     started: Instant,
+    deadline: Option<Instant>,
     events: u64,
     items: BTreeMap<Key, Arc<K>>,
     rv: String,
@@ -215,6 +252,7 @@ struct Streaming<K> {
 struct Watching {
     id: RequestId,
     started: Instant,
+    deadline: Option<Instant>,
     events: u64,
 }
 
@@ -380,21 +418,41 @@ impl<K: Object> Reflector<K> {
 
     /// When [`handle_timeout`](Self::handle_timeout) is next due (the end of a backoff).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match self.phase {
-            Phase::Waiting { until, .. } => Some(until),
+        match &self.phase {
+            Phase::Waiting { until, .. } => Some(*until),
+            Phase::Watching(w) => w.deadline,
+            Phase::Streaming(s) => s.deadline,
+            Phase::Listing(l) => l.deadline,
             _ => None,
         }
     }
 
-    /// The clock reached `now`: a backoff that has expired ends and the next request is issued.
+    /// The clock reached `now`: a backoff that has expired ends and the next request is issued;
+    /// a watch open well past its timeout is abandoned and re-opened.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if let Phase::Waiting { until, then } = self.phase {
-            if now >= until {
-                match then {
-                    After::Sync => self.begin_sync(now),
-                    After::Watch => self.begin_watch(now),
-                }
+        match self.phase {
+            Phase::Waiting { until, then } if now >= until => match then {
+                After::Sync => self.begin_sync(now),
+                After::Watch => self.begin_watch(now),
+            },
+            Phase::Watching(Watching {
+                id,
+                deadline: Some(d),
+                ..
+            })
+            | Phase::Streaming(Streaming {
+                id,
+                deadline: Some(d),
+                ..
+            }) if now >= d => {
+                self.report(Failure::other(HUNG_WATCH));
+                // As if the server had closed it.
+                self.handle_stream_end(now, id);
             }
+            Phase::Listing(Listing {
+                deadline: Some(d), ..
+            }) if now >= d => self.list_failed(now, Failure::other(LIST_TIMEOUT)),
+            _ => {}
         }
     }
 
@@ -430,8 +488,10 @@ impl<K: Object> Reflector<K> {
                 selectors: self.config.selectors.clone(),
             });
             let id = self.issue(request);
+            let deadline = self.config.list_deadline.map(|d| now + d);
             if let Phase::Listing(listing) = &mut self.phase {
                 listing.id = id;
+                listing.deadline = deadline;
             }
             return;
         }
@@ -600,6 +660,12 @@ impl<K: Object> Reflector<K> {
         }
     }
 
+    fn watch_deadline(&self, now: Instant, timeout_seconds: u32) -> Option<Instant> {
+        self.config
+            .watch_deadline_grace
+            .map(|grace| now + Duration::from_secs(u64::from(timeout_seconds)) + grace)
+    }
+
     fn watch_timeout_seconds(&mut self) -> u32 {
         let min = self.config.min_watch_timeout.as_secs().max(1);
         let secs = min.saturating_add(self.rng.below(min));
@@ -614,7 +680,7 @@ impl<K: Object> Reflector<K> {
         }
     }
 
-    fn begin_list(&mut self, _now: Instant) {
+    fn begin_list(&mut self, now: Instant) {
         let rv = self.relist_rv();
         let limit = match self.config.page_size.filter(|&n| n > 0) {
             Some(n) => Some(n),
@@ -622,11 +688,18 @@ impl<K: Object> Reflector<K> {
             None if !rv.is_empty() && rv != "0" => None,
             None => Some(DEFAULT_PAGE_SIZE),
         };
-        self.start_pager(rv, limit, false, false);
+        self.start_pager(now, rv, limit, false, false);
     }
 
     /// One `pager.List` call: the first page at `rv`.
-    fn start_pager(&mut self, rv: String, limit: Option<u32>, full_list_done: bool, retry: bool) {
+    fn start_pager(
+        &mut self,
+        now: Instant,
+        rv: String,
+        limit: Option<u32>,
+        full_list_done: bool,
+        retry: bool,
+    ) {
         let request = Request::List(ListRequest {
             resource_version: if rv.is_empty() {
                 None
@@ -641,6 +714,7 @@ impl<K: Object> Reflector<K> {
         let id = self.issue(request);
         self.phase = Phase::Listing(Listing {
             id,
+            deadline: self.config.list_deadline.map(|d| now + d),
             rv,
             limit,
             items: Vec::new(),
@@ -662,11 +736,11 @@ impl<K: Object> Reflector<K> {
         if expired && listing.continuing && !listing.full_list_done {
             // pager FullListIfExpired: the continue token expired; list everything at once at
             // the original resourceVersion.
-            self.start_pager(listing.rv, None, true, listing.consistent_retry_done);
+            self.start_pager(now, listing.rv, None, true, listing.consistent_retry_done);
         } else if (expired || too_large) && !listing.consistent_retry_done {
             self.last_sync_rv_unavailable = true;
             let rv = self.relist_rv();
-            self.start_pager(rv, listing.limit, false, true);
+            self.start_pager(now, rv, listing.limit, false, true);
         } else {
             self.back_off(now, None, After::Sync);
         }
@@ -683,9 +757,11 @@ impl<K: Object> Reflector<K> {
             selectors: self.config.selectors.clone(),
         });
         let id = self.issue(request);
+        let deadline = self.watch_deadline(now, timeout);
         self.phase = Phase::Watching(Watching {
             id,
             started: now,
+            deadline,
             events: 0,
         });
     }
@@ -722,9 +798,11 @@ impl<K: Object> Reflector<K> {
             selectors: self.config.selectors.clone(),
         });
         let id = self.issue(request);
+        let deadline = self.watch_deadline(now, timeout);
         self.phase = Phase::Streaming(Streaming {
             id,
             started: now,
+            deadline,
             events: 0,
             items: BTreeMap::new(),
             rv: String::new(),
@@ -746,6 +824,7 @@ impl<K: Object> Reflector<K> {
         self.phase = Phase::Watching(Watching {
             id: s.id,
             started: s.started,
+            deadline: s.deadline,
             events: s.events,
         });
     }

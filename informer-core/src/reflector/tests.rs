@@ -160,8 +160,8 @@ fn conformance_18_relist_expired_or_too_large_retries_at_once_with_consistent_re
         assert_eq!(errors(&outs), vec![failure.clone()]);
         assert_eq!(
             r.poll_timeout(),
-            None,
-            "no backoff before the consistent retry"
+            Some(t + Duration::from_secs(90)),
+            "no backoff before the consistent retry, only the list's deadline"
         );
         let (lid2, req) = request(&outs);
         assert_eq!(list_req(&req).resource_version, None, "consistent read");
@@ -350,8 +350,13 @@ fn conformance_21_normal_end_resumes_watch_without_relist() {
     r.handle_stream_end(at(600), wid);
     let outs = drain(&mut r);
     assert!(errors(&outs).is_empty());
-    assert_eq!(r.poll_timeout(), None);
     let (wid2, req) = request(&outs);
+    let t = u64::from(watch_req(&req).timeout_seconds.unwrap());
+    assert_eq!(
+        r.poll_timeout(),
+        Some(at(600) + Duration::from_secs(t + 60)),
+        "no backoff, only the watchdog"
+    );
     assert_eq!(watch_req(&req).resource_version, "11");
     // A long quiet watch ending normally also resumes.
     r.handle_stream_end(at(600 + 300_000), wid2);
@@ -754,4 +759,61 @@ fn random_inputs_never_panic() {
             );
         }
     }
+}
+
+#[test]
+fn hung_watch_is_abandoned_after_its_timeout_plus_grace() {
+    let mut r = R::new(ReflectorConfig::default());
+    let wid = list_then_watch(&mut r, at(0), "10");
+    r.handle_watch_event(at(5), wid, WatchEvent::Added(obj("b", 11)));
+    drain(&mut r);
+    let deadline = r.poll_timeout().unwrap();
+    assert!(deadline >= at(360_000) && deadline < at(660_000));
+    r.handle_timeout(Instant::from_epoch(
+        deadline.since_epoch() - Duration::from_millis(1),
+    ));
+    assert!(drain(&mut r).is_empty());
+    r.handle_timeout(deadline);
+    let outs = drain(&mut r);
+    assert_eq!(errors(&outs), vec![Failure::other(HUNG_WATCH)]);
+    let (wid2, req) = request(&outs);
+    assert_ne!(wid2, wid);
+    assert_eq!(
+        watch_req(&req).resource_version,
+        "11",
+        "re-watch, no relist"
+    );
+    // Late events of the abandoned watch are ignored.
+    r.handle_watch_event(deadline, wid, WatchEvent::Added(obj("z", 99)));
+    assert!(drain(&mut r).is_empty());
+    // Without a grace, no watchdog.
+    let mut r = R::new(ReflectorConfig {
+        watch_deadline_grace: None,
+        ..ReflectorConfig::default()
+    });
+    list_then_watch(&mut r, at(0), "10");
+    assert_eq!(r.poll_timeout(), None);
+}
+
+#[test]
+fn unanswered_list_fails_at_its_deadline() {
+    let mut r = R::new(ReflectorConfig::default());
+    r.start(at(0));
+    let (id, _) = request(&drain(&mut r));
+    assert_eq!(r.poll_timeout(), Some(at(90_000)));
+    r.handle_list_page(at(1000), id, page(vec![obj("a", 1)], "5", Some("c")));
+    drain(&mut r);
+    assert_eq!(
+        r.poll_timeout(),
+        Some(at(91_000)),
+        "each page has its own deadline"
+    );
+    r.handle_timeout(at(91_000));
+    let outs = drain(&mut r);
+    assert_eq!(errors(&outs), vec![Failure::other(LIST_TIMEOUT)]);
+    let (_, outs) = fire(&mut r);
+    assert_eq!(
+        list_req(&request(&outs).1).resource_version.as_deref(),
+        Some("0")
+    );
 }

@@ -219,6 +219,8 @@ enum Flight {
         due: Instant,
     },
     Watch(OpenWatch),
+    /// A half-open connection: nothing ever arrives, the stream never ends.
+    Hung,
 }
 
 enum Input {
@@ -613,7 +615,7 @@ impl Sim {
 
     fn next_transport(&self) -> Option<Instant> {
         match &self.flight {
-            Flight::Idle => None,
+            Flight::Idle | Flight::Hung => None,
             Flight::List { due, .. } | Flight::Opening { due, .. } => Some(*due),
             Flight::Watch(w) => {
                 let mut t = Some(w.end_at);
@@ -822,9 +824,9 @@ impl Sim {
         let flight = core::mem::replace(&mut self.flight, Flight::Idle);
         let mut out = Vec::new();
         match flight {
-            Flight::Idle => {}
+            Flight::Idle | Flight::Hung => {}
             Flight::List { id, req, due } if due <= now => {
-                out.push(self.answer_list(id, &req));
+                out.extend(self.answer_list(id, &req));
             }
             Flight::Opening { id, req, due } if due <= now => {
                 self.open_watch(id, &req, &mut out);
@@ -904,13 +906,18 @@ impl Sim {
         out
     }
 
-    fn answer_list(&mut self, id: RequestId, req: &ListRequest) -> Input {
+    fn answer_list(&mut self, id: RequestId, req: &ListRequest) -> Option<Input> {
         if self.faulty() {
             let specific = req
                 .resource_version
                 .as_deref()
                 .is_some_and(|r| !r.is_empty() && r != "0");
-            let choice = self.rng_fault.below(5);
+            let choice = self.rng_fault.below(6);
+            if choice == 5 {
+                self.fault("hung list");
+                self.flight = Flight::Hung;
+                return None;
+            }
             let f = match choice {
                 0 => {
                     self.fault("list connection refused");
@@ -954,18 +961,22 @@ impl Sim {
                     })
                 }
             };
-            return Input::Fail(id, f);
+            return Some(Input::Fail(id, f));
         }
-        match self.server.list(req) {
+        Some(match self.server.list(req) {
             Ok(p) => Input::Page(id, p),
             Err(f) => Input::Fail(id, f),
-        }
+        })
     }
 
     fn open_watch(&mut self, id: RequestId, req: &WatchRequest, out: &mut Vec<Input>) {
         let now = self.now;
         if self.faulty() {
-            match self.rng_fault.below(5) {
+            match self.rng_fault.below(6) {
+                5 => {
+                    self.fault("hung watch");
+                    self.flight = Flight::Hung;
+                }
                 0 => {
                     self.fault("watch connection refused");
                     out.push(Input::Fail(

@@ -51,6 +51,8 @@ fn conformance_25_sim_many_seeds_converge() {
             "watch ERROR 410",
             "watch ERROR 500",
             "streaming list refused",
+            "hung watch",
+            "hung list",
         ] {
             assert!(
                 total.faults.get(kind).copied().unwrap_or(0) > 0,
