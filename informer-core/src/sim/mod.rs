@@ -500,7 +500,10 @@ impl Sim {
         self.last_sync_seen = rv;
         while let Some(out) = self.inf.poll() {
             match out {
-                Output::Request { id, request } => self.issue(id, request),
+                Output::Request { id, request } => {
+                    self.lint(&request)?;
+                    self.issue(id, request)
+                }
                 Output::WatchError(f) => {
                     self.report.watch_errors += 1;
                     self.log(|| format!("watch error: {f}"));
@@ -509,6 +512,62 @@ impl Sim {
                     handler,
                     notification,
                 } => self.notify(handler, notification)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The request rules of CONFORMANCE 18–20, checked on every request of every run.
+    fn lint(&mut self, request: &Request) -> Result<(), String> {
+        let first = self.report.lists + self.report.watches == 0;
+        let last_sync = self.inf.last_sync_resource_version();
+        match request {
+            Request::List(l) => {
+                if first && l.resource_version.as_deref() != Some("0") {
+                    return Err(format!("the first list is not at resourceVersion 0: {l:?}"));
+                }
+                if l.continue_token.is_some() && l.resource_version.is_some() {
+                    return Err(format!("a continue request with a resourceVersion: {l:?}"));
+                }
+                if l.continue_token.is_none() && !first {
+                    // Relists ask for the last synced RV, "0" before any sync, or "" (consistent).
+                    let rv = l.resource_version.as_deref().unwrap_or("");
+                    let ok =
+                        rv.is_empty() || rv == last_sync || (last_sync.is_empty() && rv == "0");
+                    if !ok {
+                        return Err(format!(
+                            "relist at {rv:?} but the last synced RV is {last_sync:?}"
+                        ));
+                    }
+                }
+                if let Some(n) = self.cfg.page_size {
+                    if l.limit.is_some_and(|l| l != n) {
+                        return Err(format!("page size {n} asked, list has {:?}", l.limit));
+                    }
+                }
+            }
+            Request::Watch(w) => {
+                if !w.allow_watch_bookmarks {
+                    return Err("a watch without bookmarks".into());
+                }
+                if !w.timeout_seconds.is_some_and(|t| (300..600).contains(&t)) {
+                    return Err(format!("watch timeout {:?}", w.timeout_seconds));
+                }
+                if w.send_initial_events {
+                    if !self.cfg.streaming_list {
+                        return Err("a streaming list that was not configured".into());
+                    }
+                    if w.resource_version_match
+                        != Some(crate::protocol::ResourceVersionMatch::NotOlderThan)
+                    {
+                        return Err("a streaming list without NotOlderThan".into());
+                    }
+                } else if w.resource_version != last_sync {
+                    return Err(format!(
+                        "a watch at {:?} but the last synced RV is {last_sync:?}",
+                        w.resource_version
+                    ));
+                }
             }
         }
         Ok(())
