@@ -416,7 +416,8 @@ impl<K: Object> Reflector<K> {
         self.outputs.pop_front()
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) is next due (the end of a backoff).
+    /// When [`handle_timeout`](Self::handle_timeout) is next due: the end of a backoff, or the
+    /// watchdog of the list call or watch in flight.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.phase {
             Phase::Waiting { until, .. } => Some(*until),
