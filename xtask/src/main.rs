@@ -23,6 +23,9 @@ fn main() -> ExitCode {
         ["test-all"] => test_all(),
         ["nostd"] => nostd(),
         ["bench", "core"] => bench_core(),
+        ["sim", "--seeds", n] => sim(n, None),
+        ["sim", "--seeds", n, "--base", base] => sim(n, Some(base)),
+        ["sim", "--replay", seed] => sim_replay(seed),
         ["cluster", rest @ ..] => cluster::main(rest),
         [] | ["help"] | ["--help"] | ["-h"] => {
             print!("{}", HELP);
@@ -46,6 +49,10 @@ usage: cargo xtask <command>
                   the no_std proof build, docs with warnings denied
   nostd           build informer-core into a #![no_std] staticlib (fails on any std use)
   bench core      core pipeline benchmark (100k objects, 1M events)
+  sim --seeds N [--base B]
+                  run N deterministic simulation seeds (model API server with faults,
+                  virtual clock), optimised build; failures print their seed
+  sim --replay S  replay one seed with a trace
   cluster up      build (cached) and start kube-apiserver + etcd on loopback
   cluster down    stop it
 ";
@@ -91,6 +98,13 @@ fn test_all() -> Result {
 
     nostd()?;
 
+    // The end-to-end tests start their own kube-apiserver + etcd; build (or find cached) the
+    // apiserver first so a cold machine shows that step on its own.
+    eprintln!("\n==> kube-apiserver + etcd (installed and built once, then cached)");
+    let t = Instant::now();
+    cluster::main(&["build"])?;
+    eprintln!("<== kube-apiserver ready in {:.1?}", t.elapsed());
+
     let mut c = cargo();
     c.args(["test", "--workspace", "--all-targets"]);
     run("cargo test --workspace --all-targets", c)?;
@@ -120,6 +134,45 @@ fn nostd() -> Result {
         "--release",
     ]);
     run("no_std proof build (nostd-check staticlib)", c)
+}
+
+/// The simulation test, optimised, over `n` seeds.
+fn sim(n: &str, base: Option<&str>) -> Result {
+    n.parse::<u64>()
+        .map_err(|_| format!("sim: --seeds takes a number, not {n:?}"))?;
+    let mut c = cargo();
+    c.args([
+        "test",
+        "--release",
+        "-p",
+        "informer-core",
+        "--lib",
+        "--",
+        "--exact",
+        "sim::tests::conformance_25_sim_many_seeds_converge",
+        "--nocapture",
+    ])
+    .env("INFORMER_SIM_SEEDS", n);
+    if let Some(b) = base {
+        c.env("INFORMER_SIM_SEED_BASE", b);
+    }
+    run(&format!("simulation over {n} seeds"), c)
+}
+
+fn sim_replay(seed: &str) -> Result {
+    let mut c = cargo();
+    c.args([
+        "test",
+        "-p",
+        "informer-core",
+        "--lib",
+        "--",
+        "--exact",
+        "sim::tests::sim_replay_seed",
+        "--nocapture",
+    ])
+    .env("INFORMER_SIM_SEED", seed);
+    run(&format!("simulation replay of seed {seed}"), c)
 }
 
 fn bench_core() -> Result {
