@@ -291,3 +291,129 @@ impl Client<SmolBackend> {
         Ok(Client::new(SmolBackend::new(&config)?, config))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    /// Reads one request head from `s` (the requests here have no body).
+    fn read_head(s: &mut std::net::TcpStream) -> String {
+        let mut buf = Vec::new();
+        let mut b = [0u8; 1];
+        while !buf.ends_with(b"\r\n\r\n") {
+            if s.read(&mut b).unwrap() == 0 {
+                break;
+            }
+            buf.push(b[0]);
+        }
+        String::from_utf8(buf).unwrap()
+    }
+
+    async fn get(b: &SmolBackend, path: &str) -> (u16, Vec<u8>) {
+        let req = http::Request::get(path).body(Bytes::new()).unwrap();
+        let resp = b.send(req).await.unwrap();
+        let status = resp.status.as_u16();
+        let mut body = resp.body;
+        let mut out = Vec::new();
+        while let Some(c) = body.next().await {
+            out.extend_from_slice(&c.unwrap());
+        }
+        (status, out)
+    }
+
+    #[test]
+    fn reuses_connections_retries_a_closed_one_and_decodes_chunked_bodies() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let mut heads = Vec::new();
+            // Connection 1: two requests with Content-Length, then the server closes it.
+            let (mut s, _) = listener.accept().unwrap();
+            heads.push(read_head(&mut s));
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+                .unwrap();
+            heads.push(read_head(&mut s));
+            s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\nnope")
+                .unwrap();
+            drop(s);
+            // Connection 2: the retried request, answered chunked in awkward pieces.
+            let (mut s, _) = listener.accept().unwrap();
+            heads.push(read_head(&mut s));
+            for piece in [
+                &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"[..],
+                b"\r\n6\r\nline-1",
+                b"\r\n7\r",
+                b"\n\nline-2\r\n0\r\n",
+                b"\r\n",
+            ] {
+                s.write_all(piece).unwrap();
+                s.flush().unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            heads
+        });
+        let backend = SmolBackend::new(&Config::new(format!("http://127.0.0.1:{port}"))).unwrap();
+        smol::block_on(async {
+            assert_eq!(get(&backend, "/a").await, (200, b"first".to_vec()));
+            assert_eq!(get(&backend, "/b?x=1").await, (404, b"nope".to_vec()));
+            // Give the server time to close connection 1, which sits in the pool.
+            smol::Timer::after(Duration::from_millis(100)).await;
+            assert_eq!(get(&backend, "/c").await, (200, b"line-1\nline-2".to_vec()));
+        });
+        let heads = server.join().unwrap();
+        assert!(
+            heads[0].starts_with("GET /a HTTP/1.1\r\nHost: 127.0.0.1:"),
+            "{heads:?}"
+        );
+        assert!(heads[1].starts_with("GET /b?x=1 HTTP/1.1\r\n"));
+        assert!(heads[2].starts_with("GET /c HTTP/1.1\r\n"));
+    }
+
+    #[test]
+    fn refused_connection_is_reported_as_such() {
+        let port = {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let backend = SmolBackend::new(&Config::new(format!("http://127.0.0.1:{port}"))).unwrap();
+        let req = http::Request::get("/").body(Bytes::new()).unwrap();
+        let r = smol::block_on(backend.send(req));
+        assert!(matches!(r, Err(Failure::ConnectionRefused(_))), "{r:?}");
+    }
+
+    #[test]
+    fn broken_responses_fail_cleanly() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            read_head(&mut s);
+            s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab")
+                .unwrap();
+            drop(s);
+            let (mut s, _) = listener.accept().unwrap();
+            read_head(&mut s);
+            s.write_all(b"SSH-2.0-OpenSSH\r\n\r\n").unwrap();
+        });
+        let backend = SmolBackend::new(&Config::new(format!("http://127.0.0.1:{port}"))).unwrap();
+        smol::block_on(async {
+            let req = http::Request::get("/").body(Bytes::new()).unwrap();
+            let resp = backend.send(req).await.unwrap();
+            let chunks: Vec<_> = resp.body.collect().await;
+            assert!(
+                matches!(chunks.last(), Some(Err(Failure::Other(s))) if s.message.contains("closed before the body ended")),
+                "{chunks:?}"
+            );
+            let req = http::Request::get("/").body(Bytes::new()).unwrap();
+            let r = backend.send(req).await;
+            assert!(
+                matches!(&r, Err(Failure::Other(s)) if s.message.contains("invalid HTTP response head")),
+                "{r:?}"
+            );
+        });
+        server.join().unwrap();
+    }
+}

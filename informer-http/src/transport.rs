@@ -346,7 +346,7 @@ impl<K, B> fmt::Debug for Api<K, B> {
 
 impl<K, B> Api<K, B> {
     /// Sets the bound on one watch event's line (default
-    /// [`DEFAULT_MAX_LINE`](crate::decode::DEFAULT_MAX_LINE)).
+    /// [`DEFAULT_MAX_LINE`]).
     pub fn with_max_line(mut self, max_line: usize) -> Self {
         self.max_line = max_line;
         self

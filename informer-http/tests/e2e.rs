@@ -14,7 +14,7 @@ use informer_core::protocol::{
     Failure, ListRequest, ResourceVersionMatch, Selectors, WatchEvent, WatchRequest,
 };
 use informer_http::config::{Auth, ClientIdentity};
-use informer_http::transport::{Backend, Client, Transport};
+use informer_http::transport::{Backend, Client, ClientError, Transport};
 use informer_http::{Config, ReqwestBackend, Resource, Secret, SmolBackend};
 use serde_json::json;
 use testcluster::{StartOptions, TestCluster};
@@ -312,8 +312,8 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
     }
     let kinds: Vec<&str> = seen.iter().map(|(k, _)| *k).collect();
     assert_eq!(kinds, ["ADDED", "MODIFIED", "DELETED"], "[{name}]");
-    assert_eq!(seen[0].1.fields["data"]["v"], "1");
-    assert_eq!(seen[1].1.fields["data"]["v"], "2");
+    assert_eq!(seen[0].1.fields.to_map()["data"]["v"], "1");
+    assert_eq!(seen[1].1.fields.to_map()["data"]["v"], "2");
     assert!(
         bookmarks >= 1,
         "[{name}] no bookmark before the 5 s timeout"
@@ -331,7 +331,11 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
     for w in ["w0", "w1", "w2"] {
         assert!(names.contains(&w), "{names:?}");
     }
-    assert!(page.items[0].fields["spec"]["size"].as_i64().is_some());
+    assert!(
+        page.items[0].fields.to_map()["spec"]["size"]
+            .as_i64()
+            .is_some()
+    );
     let mut ws = wd
         .watch(&WatchRequest {
             resource_version: page.resource_version.clone(),
@@ -353,7 +357,7 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
         match ws.next().await.expect("widget event") {
             WatchEvent::Added(o) if o.name() == format!("from-{name}") => {
                 assert_eq!(o.kind.as_deref(), Some("Widget"));
-                assert_eq!(o.fields["spec"]["size"], 42);
+                assert_eq!(o.fields.to_map()["spec"]["size"], 42);
                 break;
             }
             WatchEvent::Error(f) => panic!("{f:?}"),
@@ -510,7 +514,52 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
         .unwrap_err();
     assert!(matches!(f, Failure::ConnectionRefused(_)), "[{name}] {f:?}");
 
-    // 7. A resourceVersion from the future (the server waits ~3 s for it, then answers 504
+    // 7. TLS: verified by default (the system roots do not know the test CA); tls-server-name
+    // (connect to 127.0.0.1, verify a DNS name of the serving certificate); an explicit
+    // insecure-skip-tls-verify.
+    let mut no_ca = admin_config(tc);
+    no_ca.root_ca_pem = None;
+    match B::try_make(no_ca) {
+        Err(e) => assert!(matches!(e, ClientError::Tls(_)), "{e:?}"),
+        Ok(c) => {
+            let f = c
+                .api::<DynamicObject>(Resource::NAMESPACES, None)
+                .list(&ListRequest::default())
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&f, Failure::Other(s) if s.message.contains("certificate")),
+                "[{name}] {f:?}"
+            );
+        }
+    }
+    let mut named = admin_config(tc);
+    named.tls_server_name = Some("kubernetes.default.svc".into());
+    B::make(named.clone())
+        .api::<DynamicObject>(Resource::NAMESPACES, None)
+        .list(&ListRequest::default())
+        .await
+        .expect("tls-server-name kubernetes.default.svc");
+    named.tls_server_name = Some("elsewhere.example".into());
+    let f = B::make(named)
+        .api::<DynamicObject>(Resource::NAMESPACES, None)
+        .list(&ListRequest::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&f, Failure::Other(s) if s.message.contains("certificate")),
+        "[{name}] {f:?}"
+    );
+    let mut insecure = admin_config(tc);
+    insecure.root_ca_pem = None;
+    insecure.insecure_skip_tls_verify = true;
+    B::make(insecure)
+        .api::<DynamicObject>(Resource::NAMESPACES, None)
+        .list(&ListRequest::default())
+        .await
+        .expect("insecure-skip-tls-verify");
+
+    // 8. A resourceVersion from the future (the server waits ~3 s for it, then answers 504
     // Timeout with cause ResourceVersionTooLarge).
     let f = cms
         .list(&ListRequest {
@@ -529,18 +578,21 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
 
 /// A client of the backend under test for another configuration.
 trait MakeClient: Backend + Sized {
-    fn make(config: Config) -> Client<Self>;
+    fn try_make(config: Config) -> Result<Client<Self>, ClientError>;
+    fn make(config: Config) -> Client<Self> {
+        Self::try_make(config).unwrap()
+    }
 }
 
 impl MakeClient for ReqwestBackend {
-    fn make(config: Config) -> Client<Self> {
-        Client::reqwest(config).unwrap()
+    fn try_make(config: Config) -> Result<Client<Self>, ClientError> {
+        Client::reqwest(config)
     }
 }
 
 impl MakeClient for SmolBackend {
-    fn make(config: Config) -> Client<Self> {
-        Client::smol(config).unwrap()
+    fn try_make(config: Config) -> Result<Client<Self>, ClientError> {
+        Client::smol(config)
     }
 }
 
