@@ -238,6 +238,8 @@ struct SimHandler {
     /// Upper bound of the time one notification takes.
     slowness: Duration,
     removed: bool,
+    /// The handler has reported synced at some point.
+    synced: bool,
 }
 
 /// Runs seed `seed` with its default parameters.
@@ -326,6 +328,7 @@ struct Sim {
     removal_at: Option<Instant>,
     quiet_since: Option<Instant>,
     last_sync_seen: u64,
+    informer_synced: bool,
     report: Report,
     trace: Vec<String>,
 }
@@ -384,6 +387,7 @@ impl Sim {
                 busy_until: None,
                 slowness,
                 removed: false,
+                synced: false,
             });
         }
         let busy_span = 1 + u64::from(cfg.mutations) * 1500;
@@ -417,6 +421,7 @@ impl Sim {
             rng_fault,
             quiet_since: None,
             last_sync_seen: 0,
+            informer_synced: false,
             report: Report::default(),
             trace: Vec::new(),
         }
@@ -498,6 +503,15 @@ impl Sim {
             ));
         }
         self.last_sync_seen = rv;
+        if self.informer_synced && !self.inf.has_synced() {
+            return Err("has_synced went back to false".into());
+        }
+        self.informer_synced = self.inf.has_synced();
+        for h in &mut self.handlers {
+            if !h.removed && self.inf.handler_has_synced(h.id) {
+                h.synced = true;
+            }
+        }
         while let Some(out) = self.inf.poll() {
             match out {
                 Output::Request { id, request } => {
@@ -614,8 +628,16 @@ impl Sim {
             Ok(())
         };
         match &n {
-            Notification::Add { obj, .. } => {
+            Notification::Add {
+                obj,
+                in_initial_list,
+            } => {
                 let key = Key::of(&**obj);
+                if *in_initial_list && h.synced {
+                    return Err(format!(
+                        "handler {id:?} got an initial-list Add of {key} after it had synced"
+                    ));
+                }
                 if h.view.contains_key(&key) {
                     return Err(format!("handler {id:?} got Add for {key} it already has"));
                 }
@@ -805,6 +827,7 @@ impl Sim {
                 busy_until: None,
                 slowness,
                 removed: false,
+                synced: false,
             });
             return;
         }
