@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use crate::resource::Resource;
+use crate::transport::{Api, Backend, Client};
 
 /// A k8s-openapi resource type as an informer object: `Api<K8s<ConfigMap>, _>`.
 ///
@@ -59,6 +60,17 @@ impl<T: k8s_openapi::Resource + 'static> K8s<T> {
             T::URL_PATH_SEGMENT,
             TypeId::of::<T::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
         )
+    }
+}
+
+impl<B: Backend> Client<B> {
+    /// An [`Api`] for the k8s-openapi type `T` in `namespace` (`None`: all namespaces), e.g.
+    /// `client.k8s_api::<ConfigMap>(Some("default"))`.
+    pub fn k8s_api<T>(&self, namespace: Option<&str>) -> Api<K8s<T>, B>
+    where
+        T: k8s_openapi::Resource + 'static,
+    {
+        self.api(K8s::<T>::resource(), namespace)
     }
 }
 

@@ -1,6 +1,7 @@
 //! kubeconfig files, merged the way kubectl merges `$KUBECONFIG`.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
@@ -87,26 +88,43 @@ fn resolve(dir: &Path, p: &mut Option<String>) {
 }
 
 impl Kubeconfig {
-    /// The files kubectl would read: the entries of `$KUBECONFIG` (`:`-separated) that exist,
-    /// else `~/.kube/config`.
+    /// The files kubectl would read: the entries of `$KUBECONFIG` (`:`-separated), else
+    /// `~/.kube/config`.
     pub fn default_paths() -> Vec<PathBuf> {
-        match std::env::var_os("KUBECONFIG") {
-            Some(v) if !v.is_empty() => std::env::split_paths(&v)
+        Kubeconfig::paths_from(
+            std::env::var_os("KUBECONFIG").as_deref(),
+            std::env::var_os("HOME").as_deref().map(Path::new),
+        )
+    }
+
+    /// The files kubectl would read given the value of `$KUBECONFIG` and the home directory:
+    /// the non-empty entries of `kubeconfig_env` when it is set and not empty, else
+    /// `HOME/.kube/config`.
+    pub fn paths_from(kubeconfig_env: Option<&OsStr>, home: Option<&Path>) -> Vec<PathBuf> {
+        match kubeconfig_env {
+            Some(v) if !v.is_empty() => std::env::split_paths(v)
                 .filter(|p| !p.as_os_str().is_empty())
                 .collect(),
-            _ => std::env::var_os("HOME")
-                .map(|h| vec![PathBuf::from(h).join(".kube").join("config")])
+            _ => home
+                .map(|h| vec![h.join(".kube").join("config")])
                 .unwrap_or_default(),
         }
     }
 
-    /// Reads the files kubectl would read (see [`Kubeconfig::default_paths`]). Missing files are
-    /// skipped like kubectl does; none at all is [`ConfigError::NoKubeconfig`].
+    /// Reads the files kubectl would read (see [`Kubeconfig::default_paths`]).
     pub fn read_default() -> Result<Kubeconfig, ConfigError> {
-        let paths = Kubeconfig::default_paths();
+        Kubeconfig::read_existing(&Kubeconfig::default_paths())
+    }
+
+    /// Reads and merges those of `paths` that exist, in order: missing files are skipped like
+    /// kubectl skips missing `$KUBECONFIG` entries; none at all is
+    /// [`ConfigError::NoKubeconfig`].
+    pub fn read_existing(paths: &[PathBuf]) -> Result<Kubeconfig, ConfigError> {
         let existing: Vec<PathBuf> = paths.iter().filter(|p| p.exists()).cloned().collect();
         if existing.is_empty() {
-            return Err(ConfigError::NoKubeconfig { tried: paths });
+            return Err(ConfigError::NoKubeconfig {
+                tried: paths.to_vec(),
+            });
         }
         Kubeconfig::read_files(&existing)
     }

@@ -135,7 +135,19 @@ fn several_files_merge_first_one_wins() {
         "c/config",
         "clusters:\n- name: cb\n  cluster:\n    server: https://c:1\ncontexts:\n- name: ctx-c\n  context:\n    cluster: cb\n",
     );
-    let k = Kubeconfig::read_files(&[a, b, c]).unwrap();
+    // Through a $KUBECONFIG value with an empty entry and a missing file.
+    let env = std::env::join_paths([
+        a.as_path(),
+        Path::new(""),
+        &dir.path().join("missing"),
+        b.as_path(),
+        c.as_path(),
+    ])
+    .unwrap();
+    let paths = Kubeconfig::paths_from(Some(&env), Some(Path::new("/home/x")));
+    assert_eq!(paths.len(), 4, "{paths:?}");
+    let k = Kubeconfig::read_existing(&paths).unwrap();
+    assert_eq!(k.files(), [a.clone(), b.clone(), c.clone()]);
     assert_eq!(k.current_context(), Some("ctx-b"));
     assert_eq!(k.contexts().collect::<Vec<_>>(), ["ctx-b", "ctx-c"]);
     let cfg = k.config(None).unwrap();
@@ -299,6 +311,25 @@ fn broken_files_name_the_file_and_the_field() {
         matches!(&e, ConfigError::Unsupported { field, .. } if field == "users[u].user.exec"),
         "{e:?}"
     );
+}
+
+#[test]
+fn default_paths() {
+    assert_eq!(
+        Kubeconfig::paths_from(None, Some(Path::new("/home/u"))),
+        [PathBuf::from("/home/u/.kube/config")]
+    );
+    assert_eq!(
+        Kubeconfig::paths_from(Some(std::ffi::OsStr::new("")), Some(Path::new("/h"))),
+        [PathBuf::from("/h/.kube/config")]
+    );
+    assert!(Kubeconfig::paths_from(None, None).is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    let missing = [dir.path().join("nope")];
+    assert!(matches!(
+        Kubeconfig::read_existing(&missing),
+        Err(ConfigError::NoKubeconfig { tried }) if tried == missing
+    ));
 }
 
 #[test]
