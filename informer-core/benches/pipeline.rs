@@ -79,7 +79,9 @@ const OBJECTS: usize = 100_000;
 const EVENTS: usize = 1_000_000;
 const CHUNK: usize = 20_000;
 const NAMESPACES: usize = 10;
-const APPS: [&str; 8] = ["web", "api", "db", "cache", "queue", "auth", "search", "batch"];
+const APPS: [&str; 8] = [
+    "web", "api", "db", "cache", "queue", "auth", "search", "batch",
+];
 
 /// A small deterministic generator (SplitMix64).
 struct Rng(u64);
@@ -103,7 +105,10 @@ fn config_map(id: usize, rv: u64, rng: &mut Rng) -> Arc<DynamicObject> {
         let filler: String = (0..200)
             .map(|_| (b'a' + rng.below(26) as u8) as char)
             .collect();
-        data.push_str(&format!(r#"{}"key-{k}.conf":"{filler}""#, if k > 0 { "," } else { "" }));
+        data.push_str(&format!(
+            r#"{}"key-{k}.conf":"{filler}""#,
+            if k > 0 { "," } else { "" }
+        ));
     }
     let json = format!(
         r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"cm-{id:07}","namespace":"ns-{ns}","uid":"{uid:032x}","resourceVersion":"{rv}","creationTimestamp":"2026-11-22T03:00:00Z","labels":{{"app":"{app}","tier":"{tier}","team":"team-{team}"}}}},"data":{{{data}}}}}"#,
@@ -316,9 +321,7 @@ fn run<K: Object + 'static>(
         steady as f64 / OBJECTS as f64,
         steady as f64 / objects_bytes as f64
     );
-    println!(
-        "  events: {EVENTS} ({n_mod} modify, {n_add} add, {n_del} delete) through 4 handlers"
-    );
+    println!("  events: {EVENTS} ({n_mod} modify, {n_add} add, {n_del} delete) through 4 handlers");
     println!(
         "  throughput: {:.0} events/s, {:.0} ns/event wall (objects built outside the timing: {:.0} ns each)",
         ev_per_s,
@@ -362,8 +365,8 @@ fn main() {
     let only_tiny = std::env::var("INFORMER_BENCH").as_deref() == Ok("tiny");
     if !only_tiny {
         run(
-        "1) ConfigMaps of about 1 KB (the issue's workload)",
-        config_map,
+            "1) ConfigMaps of about 1 KB (the issue's workload)",
+            config_map,
             index_fn(|o: &DynamicObject| o.label("app").map(Into::into).into_iter().collect()),
         );
     }

@@ -325,8 +325,9 @@ fn dedup_trailing_deletes<K>(deltas: &mut Deltas<K>) {
     {
         return;
     }
-    let newer = deltas.pop().expect("n >= 2");
-    if deltas[n - 2].object.is_tombstone() {
-        deltas[n - 2] = newer;
+    if let Some(newer) = deltas.pop() {
+        if deltas[n - 2].object.is_tombstone() {
+            deltas[n - 2] = newer;
+        }
     }
 }

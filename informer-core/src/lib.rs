@@ -39,7 +39,7 @@ pub use indexer::{IndexError, Indexer};
 pub use informer::{InformerConfig, SharedIndexInformer};
 pub use object::{DynamicObject, Key, KeyRef, Object, ObjectMeta, ObjectOrTombstone, Tombstone};
 pub use pipeline::Pipeline;
-pub use raw::RawFields;
 pub use processor::{HandlerId, Notification, Processor};
+pub use raw::RawFields;
 pub use reflector::{Reflector, ReflectorConfig};
 pub use time::Instant;

@@ -311,11 +311,15 @@ impl<'de> Deserialize<'de> for ObjectMeta {
                 let mut other = RawFieldsBuilder::default();
                 while let Some(MapKey(key)) = map.next_key()? {
                     match &*key {
-                        "name" => meta.name = map.next_value::<Option<String>>()?.unwrap_or_default(),
+                        "name" => {
+                            meta.name = map.next_value::<Option<String>>()?.unwrap_or_default()
+                        }
                         "namespace" => meta.namespace = map.next_value()?,
                         "uid" => meta.uid = map.next_value()?,
                         "resourceVersion" => meta.resource_version = map.next_value()?,
-                        "labels" => meta.labels = map.next_value::<Option<_>>()?.unwrap_or_default(),
+                        "labels" => {
+                            meta.labels = map.next_value::<Option<_>>()?.unwrap_or_default()
+                        }
                         "annotations" => {
                             meta.annotations = map.next_value::<Option<_>>()?.unwrap_or_default()
                         }
@@ -440,7 +444,10 @@ impl DynamicObject {
     }
 
     /// Top-level field `name` (`spec`, `data`, …) decoded as `T`; `None` when absent.
-    pub fn field<T: de::DeserializeOwned>(&self, name: &str) -> Option<Result<T, serde_json::Error>> {
+    pub fn field<T: de::DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Option<Result<T, serde_json::Error>> {
         self.fields.field(name)
     }
 }
@@ -525,7 +532,8 @@ mod tests {
     #[test]
     fn dynamic_object_tolerates_nulls_and_missing_metadata() {
         let obj: DynamicObject =
-            serde_json::from_str(r#"{"metadata":{"name":null,"labels":null},"spec":null}"#).unwrap();
+            serde_json::from_str(r#"{"metadata":{"name":null,"labels":null},"spec":null}"#)
+                .unwrap();
         assert_eq!(obj.name(), "");
         assert!(obj.metadata.labels.is_empty());
         let obj: DynamicObject = serde_json::from_str(r#"{"kind":"X"}"#).unwrap();

@@ -141,7 +141,7 @@ impl<K> Queue<K> {
             merge(p, n);
             let now_initial = p.has_initial_add();
             if was_initial && !now_initial {
-                self.initial_pending -= 1;
+                self.initial_pending = self.initial_pending.saturating_sub(1);
             } else if !was_initial && now_initial {
                 self.initial_pending += 1;
             }
@@ -206,7 +206,7 @@ impl<K> Queue<K> {
             match p.upsert {
                 Some(Upsert::Add { obj, initial }) => {
                     if initial {
-                        self.initial_pending -= 1;
+                        self.initial_pending = self.initial_pending.saturating_sub(1);
                     }
                     return Some((
                         Notification::Add {

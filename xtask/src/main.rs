@@ -93,7 +93,14 @@ fn test_all() -> Result {
     run("cargo fmt --check", c)?;
 
     let mut c = cargo();
-    c.args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
+    c.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
     run("cargo clippy --all-targets -D warnings", c)?;
 
     nostd()?;
