@@ -25,6 +25,7 @@ impl ReqwestBackend {
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(30))
             .tcp_nodelay(true)
+            .tcp_keepalive(Duration::from_secs(30))
             .http1_only();
         let scheme = if addr.tls { "https" } else { "http" };
         let mut base = format!("{scheme}://{}{}", addr.authority, addr.path_prefix);

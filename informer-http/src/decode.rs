@@ -301,7 +301,111 @@ fn object_error(event_type: Option<&str>, raw: &str, err: serde_json::Error) -> 
 /// `ERROR` events become [`WatchEvent::Error`] with the server's `Status` classified (410 →
 /// [`Failure::Expired`], …). A `BOOKMARK` carrying `k8s.io/initial-events-end: "true"` sets
 /// `initial_events_end`.
+///
+/// One pass over the line when it is well-formed and `type` precedes `object` (as
+/// kube-apiserver writes it); otherwise a second, slower pass works out what is wrong and names
+/// the object.
 pub fn decode_event<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, DecodeError> {
+    match serde_json::from_slice::<FastEvent<K>>(line) {
+        Ok(FastEvent(ev)) => Ok(ev),
+        Err(_) => decode_event_slow(line),
+    }
+}
+
+/// The event types, as sent.
+#[derive(Deserialize, Clone, Copy)]
+enum EventType {
+    #[serde(rename = "ADDED")]
+    Added,
+    #[serde(rename = "MODIFIED")]
+    Modified,
+    #[serde(rename = "DELETED")]
+    Deleted,
+    #[serde(rename = "BOOKMARK")]
+    Bookmark,
+    #[serde(rename = "ERROR")]
+    Error,
+}
+
+/// Single-pass event decoding: `type` first, then `object` straight into its final type. Any
+/// irregularity is an error here and sends the line to [`decode_event_slow`].
+struct FastEvent<K>(WatchEvent<K>);
+
+impl<'de, K: DeserializeOwned> Deserialize<'de> for FastEvent<K> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<K>(PhantomData<fn() -> K>);
+        impl<'de, K: DeserializeOwned> serde::de::Visitor<'de> for V<K> {
+            type Value = FastEvent<K>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a watch event")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                use serde::de::Error as _;
+                let mut ty: Option<EventType> = None;
+                let mut ev: Option<WatchEvent<K>> = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match (&*key, ty) {
+                        ("type", _) => ty = Some(map.next_value()?),
+                        ("object", None) => return Err(A::Error::custom("object before type")),
+                        ("object", Some(t)) => {
+                            ev = Some(match t {
+                                EventType::Added => WatchEvent::Added(Arc::new(map.next_value()?)),
+                                EventType::Modified => {
+                                    WatchEvent::Modified(Arc::new(map.next_value()?))
+                                }
+                                EventType::Deleted => {
+                                    WatchEvent::Deleted(Arc::new(map.next_value()?))
+                                }
+                                EventType::Bookmark => {
+                                    let ident: Ident = map.next_value()?;
+                                    bookmark(ident).map_err(|_| A::Error::custom("bad bookmark"))?
+                                }
+                                EventType::Error => {
+                                    let status: StatusObject = map.next_value()?;
+                                    WatchEvent::Error(status.to_failure(0, None))
+                                }
+                            })
+                        }
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                ev.map(FastEvent)
+                    .ok_or_else(|| A::Error::custom("no object"))
+            }
+        }
+        d.deserialize_map(V(PhantomData))
+    }
+}
+
+fn bookmark<K>(ident: Ident) -> Result<WatchEvent<K>, DecodeError> {
+    let Some(resource_version) = ident.metadata.resource_version else {
+        return Err(DecodeError::Object {
+            event_type: Some("BOOKMARK".into()),
+            kind: ident.kind,
+            namespace: None,
+            name: None,
+            message: "bookmark without metadata.resourceVersion".into(),
+        });
+    };
+    let initial_events_end = ident
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(INITIAL_EVENTS_END_ANNOTATION))
+        .is_some_and(|v| v == "true");
+    Ok(WatchEvent::Bookmark {
+        resource_version,
+        initial_events_end,
+    })
+}
+
+/// Two passes: the event with its object as raw JSON, then the object; names what fails.
+fn decode_event_slow<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, DecodeError> {
     let ev: RawEvent<'_> = serde_json::from_slice(line).map_err(|e| DecodeError::Malformed {
         message: e.to_string(),
     })?;
@@ -318,25 +422,7 @@ pub fn decode_event<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, D
                 name: None,
                 message: e.to_string(),
             })?;
-            let Some(resource_version) = ident.metadata.resource_version else {
-                return Err(DecodeError::Object {
-                    event_type: Some("BOOKMARK".into()),
-                    kind: ident.kind,
-                    namespace: None,
-                    name: None,
-                    message: "bookmark without metadata.resourceVersion".into(),
-                });
-            };
-            let initial_events_end = ident
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(INITIAL_EVENTS_END_ANNOTATION))
-                .is_some_and(|v| v == "true");
-            return Ok(WatchEvent::Bookmark {
-                resource_version,
-                initial_events_end,
-            });
+            return bookmark(ident);
         }
         "ERROR" => {
             let status: StatusObject =
@@ -442,11 +528,44 @@ struct RawList<'a> {
     items: Option<Vec<&'a RawValue>>,
 }
 
+#[derive(Deserialize)]
+struct TypedList<K> {
+    #[serde(default)]
+    metadata: ListMeta,
+    #[serde(default = "none")]
+    items: Option<Vec<K>>,
+}
+
+fn none<T>() -> Option<T> {
+    None
+}
+
 /// Decodes a list answer (`{"kind":"…List","metadata":{…},"items":[…]}`) into a page.
 ///
-/// Items are decoded one by one from the borrowed body; the first item that does not decode
-/// fails the page with [`DecodeError::Object`] naming it.
+/// One pass when every item decodes; otherwise a second pass decodes the items one by one
+/// from the borrowed body and fails the page with [`DecodeError::Object`] naming the first item
+/// that does not decode.
 pub fn decode_list<K: DeserializeOwned>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
+    match serde_json::from_slice::<TypedList<K>>(body) {
+        Ok(list) => Ok(ListPage {
+            items: list
+                .items
+                .unwrap_or_default()
+                .into_iter()
+                .map(Arc::new)
+                .collect(),
+            resource_version: list.metadata.resource_version.unwrap_or_default(),
+            continue_token: list.metadata.continue_token.filter(|c| !c.is_empty()),
+            remaining_item_count: list
+                .metadata
+                .remaining_item_count
+                .and_then(|n| u64::try_from(n).ok()),
+        }),
+        Err(_) => decode_list_slow(body),
+    }
+}
+
+fn decode_list_slow<K: DeserializeOwned>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
     let list: RawList<'_> = serde_json::from_slice(body).map_err(|e| DecodeError::Malformed {
         message: e.to_string(),
     })?;

@@ -223,6 +223,30 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
     assert_eq!(items.len(), PER_NAMESPACE);
     assert!(items.iter().all(|o| o.namespace() == Some("e2e-1")));
 
+    // Typed objects: k8s-openapi's ConfigMap through the K8s newtype.
+    #[cfg(feature = "k8s-openapi")]
+    {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let typed = c.k8s_api::<ConfigMap>(Some("e2e-2"));
+        let page = typed
+            .list(&ListRequest {
+                limit: Some(PAGE),
+                selectors: Selectors {
+                    label: Some("seed=e2e".into()),
+                    field: None,
+                },
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(page.items.len(), PAGE as usize);
+        assert!(
+            page.items
+                .iter()
+                .all(|cm| cm.data.as_ref().is_some_and(|d| d.contains_key("i")))
+        );
+    }
+
     // 2. Label selector honoured.
     let (items, _, _) = list_all(&cms, Some("seed=e2e,bucket=3")).await;
     assert_eq!(

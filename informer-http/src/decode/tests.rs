@@ -240,6 +240,8 @@ fn lists_decode_with_paging_metadata() {
     assert!(page.items.is_empty());
     assert_eq!(page.continue_token, None);
 
+    let slow = decode_list_slow::<DynamicObject>(body).unwrap();
+    assert_eq!(slow.items, page_items(body));
     let err = decode_list::<Strict>(body).unwrap_err();
     assert!(
         matches!(&err, DecodeError::Object { kind: Some(k), name: Some(n), event_type: None, .. } if k == "ConfigMap" && n == "b"),
@@ -261,12 +263,29 @@ fn arb_line() -> impl Strategy<Value = String> {
         )),
         Just(r#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"gone"}}"#.to_string()),
         "[ -~]{0,40}", // printable junk: malformed or blank
+        (0u32..1000).prop_map(|rv| format!(
+            r#"{{"object":{{"metadata":{{"name":"late","resourceVersion":"{rv}"}}}},"type":"MODIFIED"}}"#
+        )),
+        Just(r#"{"type":"BOOKMARK","object":{"metadata":{}}}"#.to_string()),
+        Just(r#"{"type":"ADDED","object":{"metadata":{"name":["x"]}}}"#.to_string()),
+        Just(r#"{"type":"NOPE","object":{}}"#.to_string()),
         (300usize..900).prop_map(|n| format!(r#"{{"type":"ADDED","object":{{"metadata":{{"name":"{}"}}}}}}"#, "y".repeat(n))),
     ]
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The single-pass decoder and the two-pass one agree on every line.
+    #[test]
+    fn fast_and_slow_paths_agree(line in arb_line()) {
+        let fast = decode_event::<DynamicObject>(line.as_bytes());
+        let slow = decode_event_slow::<DynamicObject>(line.as_bytes());
+        prop_assert_eq!(show(&fast), show(&slow));
+        let strict_fast = decode_event::<Strict>(line.as_bytes()).map(|_| ());
+        let strict_slow = decode_event_slow::<Strict>(line.as_bytes()).map(|_| ());
+        prop_assert_eq!(strict_fast, strict_slow);
+    }
 
     /// Whatever the chunk boundaries, the same results come out, in the same order, as when the
     /// stream arrives in one piece; and as many results as non-blank lines.
@@ -300,4 +319,21 @@ proptest! {
             }
         }
     }
+}
+
+fn page_items(body: &[u8]) -> Vec<std::sync::Arc<DynamicObject>> {
+    decode_list::<DynamicObject>(body).unwrap().items
+}
+
+#[test]
+fn object_before_type_and_bad_bookmarks() {
+    let late = br#"{"object":{"metadata":{"name":"x","resourceVersion":"9"}},"type":"DELETED"}"#;
+    assert!(
+        matches!(decode_event::<DynamicObject>(late), Ok(WatchEvent::Deleted(o)) if o.name() == "x")
+    );
+    let bad = br#"{"type":"BOOKMARK","object":{"kind":"Pod","metadata":{}}}"#;
+    assert!(matches!(
+        decode_event::<DynamicObject>(bad),
+        Err(DecodeError::Object { event_type: Some(t), kind: Some(k), .. }) if t == "BOOKMARK" && k == "Pod"
+    ));
 }
