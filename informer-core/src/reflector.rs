@@ -733,6 +733,7 @@ impl<K: Object> Reflector<K> {
         };
         let expired = matches!(failure, Failure::Expired(_));
         let too_large = matches!(failure, Failure::TooLargeResourceVersion(_));
+        let retry_after = retry_after(&failure);
         self.report(failure);
         if expired && listing.continuing && !listing.full_list_done {
             // pager FullListIfExpired: the continue token expired; list everything at once at
@@ -743,7 +744,7 @@ impl<K: Object> Reflector<K> {
             let rv = self.relist_rv();
             self.start_pager(now, rv, listing.limit, false, true);
         } else {
-            self.back_off(now, None, After::Sync);
+            self.back_off(now, retry_after, After::Sync);
         }
     }
 

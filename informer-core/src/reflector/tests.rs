@@ -817,3 +817,20 @@ fn unanswered_list_fails_at_its_deadline() {
         Some("0")
     );
 }
+
+#[test]
+fn conformance_22_list_429_honours_retry_after() {
+    let mut r = R::new(ReflectorConfig::default());
+    r.start(at(0));
+    let (id, _) = request(&drain(&mut r));
+    let mut st = status(429, "TooManyRequests");
+    st.retry_after = Some(Duration::from_secs(20));
+    r.handle_failure(at(0), id, Failure::TooManyRequests(st));
+    drain(&mut r);
+    assert!(r.poll_timeout().unwrap() >= at(20_000));
+    let (_, outs) = fire(&mut r);
+    assert_eq!(
+        list_req(&request(&outs).1).resource_version.as_deref(),
+        Some("0")
+    );
+}
