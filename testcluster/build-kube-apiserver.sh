@@ -46,7 +46,7 @@ install_missing() {
     local missing=()
     local p
     for p in "$@"; do
-        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) != *"install ok installed"* ]]; then
             missing+=("$p")
         fi
     done
@@ -84,7 +84,7 @@ debian_archive_uri() {
 
 # Makes `apt-get source kubernetes` possible: adds a deb-src entry for bookworm main if needed.
 ensure_deb_src() {
-    if apt-cache showsrc kubernetes 2>/dev/null | grep -q '^Version: .*1\.20\.2'; then
+    if apt-cache showsrc kubernetes 2>/dev/null | grep '^Version: .*1\.20\.2' >/dev/null; then
         return 0
     fi
     local uri
@@ -103,7 +103,7 @@ ensure_deb_src() {
     } | as_root tee /etc/apt/sources.list.d/informer-rs-bookworm-src.sources >/dev/null
     APT_UPDATED=0
     apt_update_once
-    if ! apt-cache showsrc kubernetes 2>/dev/null | grep -q '^Version: .*1\.20\.2'; then
+    if ! apt-cache showsrc kubernetes 2>/dev/null | grep '^Version: .*1\.20\.2' >/dev/null; then
         log "apt-cache showsrc kubernetes finds no 1.20.2 source even after adding deb-src"
         exit 1
     fi

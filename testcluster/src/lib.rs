@@ -15,6 +15,21 @@
 //! the owning process dies without dropping it (for example when a test binary is killed).
 //!
 //! Nothing here needs `kubectl`: [`TestCluster::request`] makes plain HTTPS calls with `curl`.
+//!
+//! ```no_run
+//! let mut cluster = testcluster::TestCluster::start()?;
+//! // Use cluster.server, cluster.token and cluster.ca_pem with any HTTP client, or:
+//! let (status, body) = cluster.request("GET", "/api/v1/namespaces/default/configmaps", None)?;
+//! assert_eq!(status, 200, "{body}");
+//! let rev = cluster.compact()?; // lists at older resourceVersions now answer 410
+//! cluster.stop_apiserver()?; // etcd keeps the data
+//! cluster.start_apiserver()?; // same port, same data
+//! # let _ = rev;
+//! # Ok::<(), testcluster::Error>(())
+//! ```
+//!
+//! Requirements: Debian bookworm (or a Debian with bookworm's `kubernetes` source package
+//! reachable), root or password-less `sudo` for the first `apt-get install`, `bash`, `flock`.
 
 use std::fmt;
 use std::fs;
@@ -294,6 +309,10 @@ pub struct StartOptions {
     /// Run etcd and kube-apiserver in their own process group, so that a Ctrl-C in the
     /// terminal that started them does not stop them (for clusters meant to be detached).
     pub new_process_group: bool,
+    /// Extra kube-apiserver flags, appended after the default ones (a later flag wins), e.g.
+    /// `--etcd-compaction-interval=0` or `--default-watch-cache-size=0`. Kept across
+    /// [`TestCluster::stop_apiserver`]/[`TestCluster::start_apiserver`] and detach/attach.
+    pub apiserver_args: Vec<String>,
 }
 
 impl StartOptions {
@@ -311,6 +330,12 @@ impl StartOptions {
     /// Starts the processes in their own process group (see the field).
     pub fn new_process_group(mut self, yes: bool) -> Self {
         self.new_process_group = yes;
+        self
+    }
+
+    /// Appends an extra kube-apiserver flag (see the field).
+    pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
+        self.apiserver_args.push(arg.into());
         self
     }
 }
@@ -356,6 +381,7 @@ pub struct TestCluster {
     watchdog: Option<Child>,
     detached: bool,
     new_process_group: bool,
+    extra_apiserver_args: Vec<String>,
 }
 
 static DIR_COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -507,6 +533,7 @@ impl TestCluster {
             watchdog: None,
             detached: false,
             new_process_group: options.new_process_group,
+            extra_apiserver_args: options.apiserver_args,
         };
         // From here on, Drop cleans up whatever was started.
         cluster.prepare_files()?;
@@ -643,6 +670,9 @@ impl TestCluster {
             "--service-cluster-ip-range=10.96.0.0/12".into(),
             "--disable-admission-plugins=ServiceAccount".into(),
         ]
+        .into_iter()
+        .chain(self.extra_apiserver_args.iter().cloned())
+        .collect()
     }
 
     fn spawn_apiserver(&mut self) -> Result<(), Error> {
@@ -749,6 +779,10 @@ impl TestCluster {
             pid(&self.apiserver),
             self.new_process_group,
         );
+        let text = self
+            .extra_apiserver_args
+            .iter()
+            .fold(text, |t, a| t + "apiserver_arg=" + a + "\n");
         let tmp = self.dir.join("state.tmp");
         fs::write(&tmp, text).map_err(io_err("writing state.tmp"))?;
         fs::rename(&tmp, self.dir.join("state")).map_err(io_err("renaming state"))
@@ -771,6 +805,16 @@ impl TestCluster {
     /// Path of the CA bundle file ([`TestCluster::ca_pem`] on disk).
     pub fn ca_file(&self) -> PathBuf {
         self.ca_file_path()
+    }
+
+    /// Path of kube-apiserver's log (stdout and stderr, appended across restarts).
+    pub fn apiserver_log(&self) -> PathBuf {
+        self.dir.join("kube-apiserver.log")
+    }
+
+    /// Path of etcd's log.
+    pub fn etcd_log(&self) -> PathBuf {
+        self.dir.join("etcd.log")
     }
 
     /// The programs this cluster runs.
@@ -968,6 +1012,11 @@ impl TestCluster {
             watchdog: None,
             detached: false,
             new_process_group: get("new_process_group")? == "true",
+            extra_apiserver_args: text
+                .lines()
+                .filter_map(|l| l.strip_prefix("apiserver_arg="))
+                .map(str::to_string)
+                .collect(),
             dir,
         };
         if cluster.etcd.is_none() && cluster.apiserver.is_none() {
@@ -1101,6 +1150,13 @@ fn base64(data: &[u8]) -> String {
 #[cfg(test)]
 mod unit {
     use super::*;
+
+    #[test]
+    fn cluster_can_be_shared_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<TestCluster>();
+        send_sync::<Error>();
+    }
 
     #[test]
     fn base64_matches_rfc4648_vectors() {
