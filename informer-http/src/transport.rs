@@ -14,7 +14,7 @@ use informer_core::protocol::{Failure, ListPage, ListRequest, Status, WatchEvent
 use serde::de::DeserializeOwned;
 
 use crate::config::{Config, ConfigError};
-use crate::decode::{DEFAULT_MAX_LINE, WatchDecoder, decode_list};
+use crate::decode::{DEFAULT_MAX_LINE, DecodeError, WatchDecoder, decode_list};
 use crate::request::{list_url, watch_url};
 use crate::resource::Resource;
 use crate::status::failure_from_response;
@@ -289,6 +289,7 @@ impl<B: Backend> Client<B> {
             resource,
             namespace: namespace.filter(|n| !n.is_empty()).map(str::to_string),
             max_line: DEFAULT_MAX_LINE,
+            decode_errors: None,
             _k: PhantomData,
         }
     }
@@ -319,6 +320,7 @@ pub struct Api<K, B> {
     resource: Resource,
     namespace: Option<String>,
     max_line: usize,
+    decode_errors: Option<DecodeErrorSink>,
     _k: PhantomData<fn() -> K>,
 }
 
@@ -329,6 +331,7 @@ impl<K, B> Clone for Api<K, B> {
             resource: self.resource.clone(),
             namespace: self.namespace.clone(),
             max_line: self.max_line,
+            decode_errors: self.decode_errors.clone(),
             _k: PhantomData,
         }
     }
@@ -340,6 +343,7 @@ impl<K, B> fmt::Debug for Api<K, B> {
             .field("resource", &self.resource)
             .field("namespace", &self.namespace)
             .field("max_line", &self.max_line)
+            .field("decode_errors", &self.decode_errors.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -349,6 +353,14 @@ impl<K, B> Api<K, B> {
     /// [`DEFAULT_MAX_LINE`]).
     pub fn with_max_line(mut self, max_line: usize) -> Self {
         self.max_line = max_line;
+        self
+    }
+
+    /// Where [`Transport::watch`] reports what it could not decode (it skips those lines and
+    /// goes on). Without a sink they are skipped unreported; [`Api::watch_results`] yields them
+    /// in the stream instead.
+    pub fn on_decode_error(mut self, sink: impl Fn(&DecodeError) + Send + Sync + 'static) -> Self {
+        self.decode_errors = Some(Arc::new(sink));
         self
     }
 
@@ -384,11 +396,12 @@ where
         decode_list(&body).map_err(|e| e.to_failure())
     }
 
-    /// Opens a watch stream.
-    pub async fn watch_stream(
+    /// Opens a watch whose stream yields every line's result: events, and the
+    /// [`DecodeError`]s of lines that could not be decoded (the stream goes on after them).
+    pub async fn watch_results(
         &self,
         request: &WatchRequest,
-    ) -> Result<BoxStream<'static, WatchEvent<K>>, Failure> {
+    ) -> Result<BoxStream<'static, Result<WatchEvent<K>, DecodeError>>, Failure> {
         let url = watch_url(&self.resource, self.namespace.as_deref(), request);
         let resp = self.client.send(http::Method::GET, &url, None).await?;
         if !resp.status.is_success() {
@@ -404,24 +417,51 @@ where
                 f => f,
             });
         }
-        Ok(watch_events(resp.body, WatchDecoder::new(self.max_line)))
+        Ok(watch_results(resp.body, WatchDecoder::new(self.max_line)))
+    }
+
+    /// Opens a watch stream of events: lines that cannot be decoded are reported to the
+    /// [`Api::on_decode_error`] sink and skipped, so one bad object does not end the watch.
+    pub async fn watch_stream(
+        &self,
+        request: &WatchRequest,
+    ) -> Result<BoxStream<'static, WatchEvent<K>>, Failure> {
+        let results = self.watch_results(request).await?;
+        let sink = self.decode_errors.clone();
+        Ok(Box::pin(results.filter_map(move |r| {
+            let out = match r {
+                Ok(ev) => Some(ev),
+                Err(e) => {
+                    if let Some(sink) = &sink {
+                        sink(&e);
+                    }
+                    None
+                }
+            };
+            std::future::ready(out)
+        })))
     }
 }
 
-/// Turns a body stream into the events its lines decode to.
-pub fn watch_events<K: DeserializeOwned + Send + 'static>(
+/// The `reason` of a [`Failure::Other`] for a connection that closed or reset while a body was
+/// being read (client-go's "probable EOF"): a watch stream just ends on it.
+pub const REASON_CONNECTION_CLOSED: &str = "ConnectionClosed";
+
+/// Turns a body stream into the results its lines decode to: events, and [`DecodeError`]s for
+/// lines that could not be decoded (the stream goes on after them).
+///
+/// A transport error while reading ends the stream: silently when the connection was closed or
+/// reset (as client-go treats a probable EOF: the reflector watches again from where it was),
+/// else after a [`WatchEvent::Error`] carrying it.
+pub fn watch_results<K: DeserializeOwned + Send + 'static>(
     body: BoxStream<'static, Result<Bytes, Failure>>,
     decoder: WatchDecoder<K>,
-) -> BoxStream<'static, WatchEvent<K>> {
+) -> BoxStream<'static, Result<WatchEvent<K>, DecodeError>> {
     struct State<K> {
         body: BoxStream<'static, Result<Bytes, Failure>>,
         decoder: WatchDecoder<K>,
         done: bool,
     }
-    let to_event = |r: Result<WatchEvent<K>, crate::decode::DecodeError>| match r {
-        Ok(ev) => ev,
-        Err(e) => WatchEvent::Error(e.to_failure()),
-    };
     let state = State {
         body,
         decoder,
@@ -430,7 +470,7 @@ pub fn watch_events<K: DeserializeOwned + Send + 'static>(
     Box::pin(stream::unfold(state, move |mut st| async move {
         loop {
             if let Some(r) = st.decoder.next_event() {
-                return Some((to_event(r), st));
+                return Some((r, st));
             }
             if st.done {
                 return None;
@@ -439,12 +479,16 @@ pub fn watch_events<K: DeserializeOwned + Send + 'static>(
                 Some(Ok(chunk)) => st.decoder.feed(&chunk),
                 Some(Err(f)) => {
                     st.done = true;
-                    return Some((WatchEvent::Error(f), st));
+                    let closed =
+                        matches!(&f, Failure::Other(s) if s.reason == REASON_CONNECTION_CLOSED);
+                    if !closed {
+                        return Some((Ok(WatchEvent::Error(f)), st));
+                    }
                 }
                 None => {
                     st.done = true;
                     if let Some(r) = st.decoder.finish() {
-                        return Some((to_event(r), st));
+                        return Some((r, st));
                     }
                     return None;
                 }
@@ -452,6 +496,10 @@ pub fn watch_events<K: DeserializeOwned + Send + 'static>(
         }
     }))
 }
+
+/// Receives each [`DecodeError`] of a watch (an object that does not decode, an over-long or
+/// malformed line); the watch goes on with the next line.
+pub type DecodeErrorSink = Arc<dyn Fn(&DecodeError) + Send + Sync>;
 
 impl<K, B> Transport<K> for Api<K, B>
 where
@@ -472,14 +520,24 @@ where
 
 /// A transport error (connecting, TLS, reading) as a failure: [`Failure::ConnectionRefused`]
 /// when an `io::Error` of kind `ConnectionRefused` is in its source chain, else
-/// [`Failure::Other`] with code 0. For custom [`Backend`]s.
+/// [`Failure::Other`] with code 0 — with reason [`REASON_CONNECTION_CLOSED`] when the
+/// connection was reset, aborted or closed early. For custom [`Backend`]s.
 pub fn transport_failure(what: &str, err: &(dyn std::error::Error + 'static)) -> Failure {
     let mut msg = format!("{what}: {err}");
     let mut src = err.source();
     let mut refused = false;
+    let mut closed = false;
+    let mut note = |io: &std::io::Error| {
+        use std::io::ErrorKind::*;
+        refused |= io.kind() == ConnectionRefused;
+        closed |= matches!(
+            io.kind(),
+            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+        );
+    };
     while let Some(e) = src {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
+            note(io);
         }
         let s = e.to_string();
         if !msg.contains(&s) {
@@ -489,13 +547,22 @@ pub fn transport_failure(what: &str, err: &(dyn std::error::Error + 'static)) ->
         src = e.source();
     }
     if let Some(io) = err.downcast_ref::<std::io::Error>() {
-        refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
+        note(io);
+    }
+    #[cfg(feature = "smol")]
+    if let Some(h1) = err.downcast_ref::<crate::h1::H1Error>() {
+        closed |= *h1 == crate::h1::H1Error::UnexpectedEof;
     }
     if refused {
         Failure::ConnectionRefused(msg)
     } else {
         Failure::Other(Status {
             message: msg,
+            reason: if closed {
+                REASON_CONNECTION_CLOSED.to_string()
+            } else {
+                String::new()
+            },
             ..Status::default()
         })
     }

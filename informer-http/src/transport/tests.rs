@@ -10,7 +10,7 @@ struct Canned {
     headers: Vec<(&'static str, String)>,
     chunks: Vec<Vec<u8>>,
     /// End the body with a transport error after the chunks.
-    fail_after: bool,
+    fail_after: Option<Failure>,
 }
 
 #[derive(Default)]
@@ -36,8 +36,8 @@ impl Backend for Scripted {
             }
             let mut items: Vec<Result<Bytes, Failure>> =
                 c.chunks.into_iter().map(|b| Ok(Bytes::from(b))).collect();
-            if c.fail_after {
-                items.push(Err(Failure::other("connection reset")));
+            if let Some(f) = c.fail_after {
+                items.push(Err(f));
             }
             Ok(HttpResponse {
                 status: http::StatusCode::from_u16(c.status).unwrap(),
@@ -65,7 +65,7 @@ fn ok(chunks: Vec<&str>) -> Result<Canned, Failure> {
         status: 200,
         headers: vec![],
         chunks: chunks.into_iter().map(|c| c.as_bytes().to_vec()).collect(),
-        fail_after: false,
+        fail_after: None,
     })
 }
 
@@ -113,13 +113,13 @@ fn list_errors_map_to_failures() {
             status: 410,
             headers: vec![],
             chunks: vec![br#"{"kind":"Status","metadata":{"continue":"fresh"},"status":"Failure","message":"The provided continue parameter is too old","reason":"Expired","code":410}"#.to_vec()],
-            fail_after: false,
+            fail_after: None,
         }),
         Ok(Canned {
             status: 429,
             headers: vec![("retry-after", "5".into())],
             chunks: vec![b"{\"kind\":\"Status\",\"reason\":\"TooManyRequests\",\"code\":429,\"message\":\"slow\"}".to_vec()],
-            fail_after: false,
+            fail_after: None,
         }),
         Err(Failure::ConnectionRefused("connect: refused".into())),
         ok(vec!["{not json"]),
@@ -159,19 +159,25 @@ fn watch_streams_events_and_survives_bad_lines() {
         allow_watch_bookmarks: true,
         ..Default::default()
     };
+    let reported = Arc::new(Mutex::new(Vec::new()));
+    let sink = reported.clone();
+    let api = api.on_decode_error(move |e| sink.lock().unwrap().push(e.clone()));
     let evs = run(async { drain(api.watch(&req).await.unwrap()).await });
-    assert_eq!(evs.len(), 4, "{evs:?}");
+    assert_eq!(evs.len(), 3, "{evs:?}");
     assert!(matches!(&evs[0], WatchEvent::Added(o) if o.name() == "a"));
-    assert!(
-        matches!(&evs[1], WatchEvent::Error(Failure::Other(s)) if s.reason == "ObjectDecodeError" && s.code == 0)
-    );
-    assert!(matches!(&evs[2], WatchEvent::Modified(o) if o.resource_version() == Some("2")));
+    assert!(matches!(&evs[1], WatchEvent::Modified(o) if o.resource_version() == Some("2")));
     assert!(matches!(
-        &evs[3],
+        &evs[2],
         WatchEvent::Bookmark {
             initial_events_end: true,
             ..
         }
+    ));
+    let reported = reported.lock().unwrap();
+    assert_eq!(reported.len(), 1);
+    assert!(matches!(
+        &reported[0],
+        DecodeError::Object { event_type: Some(t), .. } if t == "ADDED"
     ));
     assert_eq!(
         c.backend().seen.lock().unwrap()[0].uri(),
@@ -186,20 +192,31 @@ fn watch_failures() {
             status: 401,
             headers: vec![],
             chunks: vec![br#"{"kind":"Status","status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#.to_vec()],
-            fail_after: false,
+            fail_after: None,
         }),
         Ok(Canned {
             status: 422,
             headers: vec![],
             chunks: vec![br#"{"kind":"Status","status":"Failure","message":"sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled","reason":"Invalid","code":422}"#.to_vec()],
-            fail_after: false,
+            fail_after: None,
         }),
         Ok(Canned {
             status: 200,
             headers: vec![],
-            chunks: vec![br#"{"type":"ADDED","object":{"metadata":{"name":"a"}}}"#.to_vec(), b"\n{\"type\":".to_vec()],
-            fail_after: true,
+            chunks: vec![br#"{"type":"ADDED","object":{"metadata":{"name":"a"}}}"#.to_vec(), b"\n".to_vec()],
+            fail_after: Some(Failure::other("broken")),
         }),
+        Ok(Canned {
+            status: 200,
+            headers: vec![],
+            chunks: vec![br#"{"type":"ADDED","object":{"metadata":{"name":"a"}}}"#.to_vec(), b"\n".to_vec()],
+            fail_after: Some(Failure::Other(Status {
+                reason: REASON_CONNECTION_CLOSED.into(),
+                message: "reset".into(),
+                ..Status::default()
+            })),
+        }),
+        ok(vec!["not json\n", r#"{"type":"ADDED","object":{"metadata":{"name":"a"}}}"#]),
     ]);
     let api = c.api::<DynamicObject>(Resource::PODS, None);
     let f = run(api.watch_stream(&WatchRequest::default()))
@@ -214,8 +231,24 @@ fn watch_failures() {
     assert!(matches!(f, Failure::StreamingListUnsupported(_)), "{f:?}");
     let evs = run(async { drain(api.watch_stream(&WatchRequest::default()).await.unwrap()).await });
     assert_eq!(evs.len(), 2, "{evs:?}");
+    assert!(matches!(&evs[1], WatchEvent::Error(Failure::Other(s)) if s.message == "broken"));
+    // A reset connection just ends the stream (client-go's "probable EOF").
+    let evs = run(async { drain(api.watch_stream(&WatchRequest::default()).await.unwrap()).await });
+    assert_eq!(evs.len(), 1, "{evs:?}");
+    // watch_results shows the undecodable line that the event stream skips.
+    let results = run(async {
+        api.watch_results(&WatchRequest::default())
+            .await
+            .unwrap()
+            .collect::<Vec<_>>()
+            .await
+    });
     assert!(
-        matches!(&evs[1], WatchEvent::Error(Failure::Other(s)) if s.message == "connection reset")
+        matches!(
+            &results[..],
+            [Err(DecodeError::Malformed { .. }), Ok(WatchEvent::Added(_))]
+        ),
+        "{results:?}"
     );
 }
 
