@@ -198,6 +198,11 @@ fn detach_attach_and_drop_clean_up() {
     assert_eq!(c.server, server);
     assert!(c.apiserver_running());
     assert_eq!(ok(&c, "GET", "/readyz", None), "ok");
+    // Restarting works on an attached cluster too (its apiserver is known only by pid).
+    c.stop_apiserver().expect("stop_apiserver (attached)");
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+    c.start_apiserver().expect("start_apiserver (attached)");
+    assert_eq!(ok(&c, "GET", "/readyz", None), "ok");
     drop(c);
     assert!(!detached_dir.exists(), "dir not removed");
     assert!(
