@@ -15,7 +15,7 @@ use informer_core::protocol::{
 };
 use informer_http::config::{Auth, ClientIdentity};
 use informer_http::transport::{Backend, Client, ClientError, Transport};
-use informer_http::{Config, ReqwestBackend, Resource, Secret, SmolBackend};
+use informer_http::{Config, DecodeError, ReqwestBackend, Resource, Secret, SmolBackend};
 use serde_json::json;
 use testcluster::{StartOptions, TestCluster};
 
@@ -347,6 +347,63 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
         "the server ended the watch at its timeout"
     );
 
+    // An object that does not decode into the requested type is reported and skipped; the
+    // watch goes on.
+    let reported = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = reported.clone();
+    let picky = c
+        .api::<Picky>(Resource::CONFIGMAPS, Some(&ns))
+        .on_decode_error(move |e| sink.lock().unwrap().push(e.clone()));
+    // (The resourceVersion comes from a DynamicObject list: a list fails as a whole when an
+    // item does not decode.)
+    let start = wapi
+        .list(&ListRequest {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .resource_version;
+    let mut stream = picky
+        .watch(&WatchRequest {
+            resource_version: start,
+            timeout_seconds: Some(10),
+            selectors: Selectors {
+                label: Some("picky=yes".into()),
+                field: None,
+            },
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    for (n, data) in [
+        ("good-1", json!({"v": "1"})),
+        ("bad", json!({"x": "1"})),
+        ("good-2", json!({"v": "2"})),
+    ] {
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": n, "labels": {"picky": "yes"}}, "data": data});
+        c.request(http::Method::POST, &base, Some(body.to_string().into()))
+            .await
+            .unwrap();
+    }
+    let mut names = Vec::new();
+    while names.len() < 2 {
+        match stream.next().await.expect("event") {
+            WatchEvent::Added(o) => names.push(o.metadata.name.clone()),
+            other => panic!("[{name}] {other:?}"),
+        }
+    }
+    drop(stream);
+    assert_eq!(names, ["good-1", "good-2"]);
+    let reported = reported.lock().unwrap().clone();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert!(
+        matches!(&reported[0], DecodeError::Object { kind: Some(k), namespace: Some(n), name: Some(o), .. }
+            if k == "ConfigMap" && *n == ns && o == "bad"),
+        "[{name}] {reported:?}"
+    );
+
     // 4. Custom resources as DynamicObject: list and watch.
     let wd = c.api::<DynamicObject>(widgets(), Some("e2e-0"));
     let page = wd.list(&ListRequest::default()).await.unwrap();
@@ -598,6 +655,35 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
         matches!(f, Failure::TooLargeResourceVersion(_)),
         "[{name}] {f:?}"
     );
+}
+
+/// A typed object that only fits ConfigMaps whose data has a `v`.
+#[derive(Debug, serde::Deserialize)]
+struct Picky {
+    metadata: informer_core::ObjectMeta,
+    #[allow(dead_code)]
+    data: PickyData,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct PickyData {
+    #[allow(dead_code)]
+    v: String,
+}
+
+impl Object for Picky {
+    fn name(&self) -> &str {
+        &self.metadata.name
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.metadata.namespace.as_deref()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+    fn uid(&self) -> Option<&str> {
+        self.metadata.uid.as_deref()
+    }
 }
 
 /// A client of the backend under test for another configuration.
