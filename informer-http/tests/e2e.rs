@@ -526,6 +526,7 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
     let expired = match secrets
         .watch(&WatchRequest {
             resource_version: old.clone(),
+            timeout_seconds: Some(10),
             ..Default::default()
         })
         .await
