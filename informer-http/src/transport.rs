@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::stream::{self, Stream, StreamExt};
-use informer_core::object::Object;
+use informer_core::object::{DynamicObject, Object};
 use informer_core::protocol::{Failure, ListPage, ListRequest, Status, WatchEvent, WatchRequest};
 use serde::de::DeserializeOwned;
 
@@ -393,7 +393,33 @@ where
             return Err(error_failure(resp).await);
         }
         let body = resp.collect(MAX_LIST_BODY).await?;
-        decode_list(&body).map_err(|e| e.to_failure())
+        let mut page = decode_list::<K>(&body).map_err(|e| e.to_failure())?;
+        self.fill_type_meta(&mut page.items);
+        Ok(page)
+    }
+
+    /// kube-apiserver leaves `apiVersion` and `kind` out of list items (they are on the list);
+    /// watch events carry them. So that cached [`DynamicObject`]s look the same whichever way
+    /// they arrived, list items of that type get them from the resource.
+    fn fill_type_meta(&self, items: &mut [Arc<K>]) {
+        use std::any::Any;
+        if std::any::TypeId::of::<K>() != std::any::TypeId::of::<DynamicObject>() {
+            return;
+        }
+        let api_version = self.resource.api_version();
+        for item in items {
+            let Some(obj) = Arc::get_mut(item) else {
+                continue;
+            };
+            if let Some(d) = (obj as &mut dyn Any).downcast_mut::<DynamicObject>() {
+                if d.api_version.is_none() {
+                    d.api_version = Some(api_version.clone());
+                }
+                if d.kind.is_none() {
+                    d.kind = Some(self.resource.kind.to_string());
+                }
+            }
+        }
     }
 
     /// Opens a watch whose stream yields every line's result: events, and the

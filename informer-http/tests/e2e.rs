@@ -217,6 +217,7 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
     for o in &items {
         assert!(rv(o.resource_version().unwrap()) <= rv(&list_rv));
         assert_eq!(o.label("seed"), Some("e2e"));
+        assert_eq!(o.kind.as_deref(), Some("ConfigMap"));
     }
     let one_ns = c.api::<DynamicObject>(Resource::CONFIGMAPS, Some("e2e-1"));
     let (items, _, _) = list_all(&one_ns, Some("seed=e2e")).await;
@@ -409,6 +410,12 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
     let page = wd.list(&ListRequest::default()).await.unwrap();
     let mut names: Vec<&str> = page.items.iter().map(|o| o.name()).collect();
     names.sort();
+    assert!(
+        page.items
+            .iter()
+            .all(|o| o.kind.as_deref() == Some("Widget")
+                && o.api_version.as_deref() == Some("e2e.informer.rs/v1"))
+    );
     for w in ["w0", "w1", "w2"] {
         assert!(names.contains(&w), "{names:?}");
     }

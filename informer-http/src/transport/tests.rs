@@ -98,6 +98,9 @@ fn list_sends_the_request_and_decodes_the_page() {
     };
     let page = run(Transport::list(&api, &req)).unwrap();
     assert_eq!(page.items.len(), 1);
+    // List items come without apiVersion/kind; DynamicObjects get them from the resource.
+    assert_eq!(page.items[0].kind.as_deref(), Some("ConfigMap"));
+    assert_eq!(page.items[0].api_version.as_deref(), Some("v1"));
     assert_eq!(page.continue_token.as_deref(), Some("c2"));
     let seen = c.backend().seen.lock().unwrap();
     assert_eq!(seen[0].uri(), "/api/v1/namespaces/n/configmaps?limit=1");
