@@ -277,3 +277,37 @@ fn server_addresses() {
     assert!(ServerAddr::parse("ftp://x").is_err());
     assert!(ServerAddr::parse("not a url").is_err());
 }
+
+/// The streaming-list path (Kubernetes 1.27+, not in the v1.20 test cluster) against a scripted
+/// server: the request asks for initial events, they arrive as ADDED, and the bookmark with
+/// `k8s.io/initial-events-end` ends them.
+#[test]
+fn streaming_list_against_a_scripted_server() {
+    let c = client(vec![ok(vec![
+        "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p1\",\"namespace\":\"n\",\"resourceVersion\":\"5\"}}}\n",
+        "{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p2\",\"namespace\":\"n\",\"resourceVersion\":\"7\"}}}\n{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"resourceVersion\":\"9\",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}\n",
+        "{\"type\":\"MODIFIED\",\"object\":{\"kind\":\"Pod\",\"metadata\":{\"name\":\"p1\",\"namespace\":\"n\",\"resourceVersion\":\"10\"}}}\n",
+    ])]);
+    let api = c.api::<DynamicObject>(Resource::PODS, Some("n"));
+    let req = WatchRequest {
+        resource_version_match: Some(informer_core::protocol::ResourceVersionMatch::NotOlderThan),
+        allow_watch_bookmarks: true,
+        send_initial_events: true,
+        timeout_seconds: Some(60),
+        ..Default::default()
+    };
+    let evs = run(async { drain(api.watch(&req).await.unwrap()).await });
+    assert_eq!(
+        c.backend().seen.lock().unwrap()[0].uri(),
+        "/api/v1/namespaces/n/pods?watch=true&resourceVersion=&resourceVersionMatch=NotOlderThan\
+         &allowWatchBookmarks=true&sendInitialEvents=true&timeoutSeconds=60"
+    );
+    assert_eq!(evs.len(), 4, "{evs:?}");
+    assert!(matches!(&evs[0], WatchEvent::Added(o) if o.name() == "p1"));
+    assert!(matches!(&evs[1], WatchEvent::Added(o) if o.name() == "p2"));
+    assert!(matches!(
+        &evs[2],
+        WatchEvent::Bookmark { resource_version, initial_events_end: true } if resource_version == "9"
+    ));
+    assert!(matches!(&evs[3], WatchEvent::Modified(o) if o.resource_version() == Some("10")));
+}
