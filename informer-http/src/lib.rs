@@ -32,4 +32,4 @@ pub use decode::{DecodeError, WatchDecoder};
 #[cfg(feature = "k8s-openapi")]
 pub use k8s::K8s;
 pub use resource::Resource;
-pub use transport::{Api, Backend, ClientError, Transport};
+pub use transport::{Api, Backend, Client, ClientError, Transport};
