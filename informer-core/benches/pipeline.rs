@@ -75,9 +75,18 @@ fn thread_cpu() -> Option<Duration> {
     Some(Duration::from_nanos(ns))
 }
 
-const OBJECTS: usize = 100_000;
-const EVENTS: usize = 1_000_000;
+const FULL_OBJECTS: usize = 100_000;
+const FULL_EVENTS: usize = 1_000_000;
 const CHUNK: usize = 20_000;
+
+/// `INFORMER_BENCH_SCALE=N` divides the workload by N (for profiling under valgrind).
+fn scale() -> usize {
+    std::env::var("INFORMER_BENCH_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1usize)
+        .max(1)
+}
 const NAMESPACES: usize = 10;
 const APPS: [&str; 8] = [
     "web", "api", "db", "cache", "queue", "auth", "search", "batch",
@@ -199,6 +208,20 @@ fn tiny(id: usize, rv: u64, _rng: &mut Rng) -> Arc<Tiny> {
     })
 }
 
+/// The timed part: every event through the driver loop. Not inlined, so profilers can isolate
+/// it (`valgrind --tool=callgrind --toggle-collect='*feed*'`).
+#[inline(never)]
+fn feed<K: Object + 'static>(p: &mut Pipeline<K>, chunk: Vec<Event<K>>, counts: &mut [Counts]) {
+    for ev in chunk {
+        match ev {
+            Event::Added(o) => p.added(o),
+            Event::Modified(o) => p.modified(o),
+            Event::Deleted(o) => p.deleted(o),
+        }
+        drain(p, counts);
+    }
+}
+
 fn mib(b: u64) -> f64 {
     b as f64 / (1024.0 * 1024.0)
 }
@@ -209,13 +232,14 @@ fn run<K: Object + 'static>(
     index: impl for<'a> Fn(&'a K) -> IndexValues<'a> + Send + Sync + 'static,
 ) {
     let mut rng = Rng(0x5EED);
+    let (objects, events) = (FULL_OBJECTS / scale(), FULL_EVENTS / scale());
     let base = heap();
 
     // Decoded size of the objects alone.
-    let list: Vec<Arc<K>> = (0..OBJECTS).map(|i| make(i, 1, &mut rng)).collect();
+    let list: Vec<Arc<K>> = (0..objects).map(|i| make(i, 1, &mut rng)).collect();
     let list_vec_bytes = (list.capacity() * std::mem::size_of::<Arc<K>>()) as u64;
     let objects_bytes = heap() - base - list_vec_bytes;
-    let per_object = objects_bytes as f64 / OBJECTS as f64;
+    let per_object = objects_bytes as f64 / objects as f64;
 
     let mut p: Pipeline<K> = Pipeline::new(Duration::ZERO);
     p.add_index("app", index).unwrap();
@@ -234,11 +258,11 @@ fn run<K: Object + 'static>(
     let replace_peak = peak() - base;
     let steady = heap() - base;
     assert!(p.has_synced());
-    assert_eq!(p.indexer().len(), OBJECTS);
+    assert_eq!(p.indexer().len(), objects);
 
     // Events.
-    let mut live: Vec<usize> = (0..OBJECTS).collect();
-    let mut next_id = OBJECTS;
+    let mut live: Vec<usize> = (0..objects).collect();
+    let mut next_id = objects;
     let mut rv = 2u64;
     let mut total = Duration::ZERO;
     let mut total_cpu = Duration::ZERO;
@@ -247,8 +271,8 @@ fn run<K: Object + 'static>(
     let mut events_peak = 0u64;
     let (mut n_mod, mut n_add, mut n_del) = (0usize, 0usize, 0usize);
     let mut done = 0;
-    while done < EVENTS {
-        let n = CHUNK.min(EVENTS - done);
+    while done < events {
+        let n = CHUNK.min(events - done);
         let t = Instant::now();
         let before_chunk = heap();
         let mut chunk = Vec::with_capacity(n);
@@ -279,14 +303,7 @@ fn run<K: Object + 'static>(
         let allocs = ALLOCS.load(Relaxed);
         let t = Instant::now();
         let c0 = thread_cpu();
-        for ev in chunk {
-            match ev {
-                Event::Added(o) => p.added(o),
-                Event::Modified(o) => p.modified(o),
-                Event::Deleted(o) => p.deleted(o),
-            }
-            drain(&mut p, &mut counts);
-        }
+        feed(&mut p, chunk, &mut counts);
         total += t.elapsed();
         if let (Some(a), Some(b)) = (c0, thread_cpu()) {
             total_cpu += b - a;
@@ -301,43 +318,43 @@ fn run<K: Object + 'static>(
     let cached = p.indexer().len();
 
     for (i, c) in counts.iter().enumerate() {
-        assert_eq!(c.adds as usize, OBJECTS + n_add, "handler {i} adds");
+        assert_eq!(c.adds as usize, objects + n_add, "handler {i} adds");
         assert_eq!(c.updates as usize, n_mod, "handler {i} updates");
         assert_eq!(c.deletes as usize, n_del, "handler {i} deletes");
     }
 
-    let ev_per_s = EVENTS as f64 / total.as_secs_f64();
+    let ev_per_s = events as f64 / total.as_secs_f64();
     println!("{title}");
-    println!("  objects: {OBJECTS}, decoded {per_object:.0} B each on the heap");
+    println!("  objects: {objects}, decoded {per_object:.0} B each on the heap");
     println!(
         "  initial replace: {:.1} ms ({:.0} ns/object), peak heap {:.1} MiB",
         replace_time.as_secs_f64() * 1e3,
-        replace_time.as_nanos() as f64 / OBJECTS as f64,
+        replace_time.as_nanos() as f64 / objects as f64,
         mib(replace_peak)
     );
     println!(
         "  steady cache: {:.1} MiB = {:.0} B per cached object = {:.3}x the object's decoded size",
         mib(steady),
-        steady as f64 / OBJECTS as f64,
+        steady as f64 / objects as f64,
         steady as f64 / objects_bytes as f64
     );
-    println!("  events: {EVENTS} ({n_mod} modify, {n_add} add, {n_del} delete) through 4 handlers");
+    println!("  events: {events} ({n_mod} modify, {n_add} add, {n_del} delete) through 4 handlers");
     println!(
         "  throughput: {:.0} events/s, {:.0} ns/event wall (objects built outside the timing: {:.0} ns each)",
         ev_per_s,
-        total.as_nanos() as f64 / EVENTS as f64,
-        build.as_nanos() as f64 / EVENTS as f64
+        total.as_nanos() as f64 / events as f64,
+        build.as_nanos() as f64 / events as f64
     );
     if total_cpu > Duration::ZERO {
         println!(
             "  on-CPU:     {:.0} events/s, {:.0} ns/event of this thread's CPU time",
-            EVENTS as f64 / total_cpu.as_secs_f64(),
-            total_cpu.as_nanos() as f64 / EVENTS as f64
+            events as f64 / total_cpu.as_secs_f64(),
+            total_cpu.as_nanos() as f64 / events as f64
         );
     }
     println!(
         "  allocations inside the informer: {:.3} per event ({event_allocs} total; adds allocate their key)",
-        event_allocs as f64 / EVENTS as f64
+        event_allocs as f64 / events as f64
     );
     println!(
         "  peak heap: {:.1} MiB = {:.3}x the steady cache (initial replace {:.3}x, events {:.3}x)",

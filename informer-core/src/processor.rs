@@ -113,6 +113,9 @@ impl<K> Pending<K> {
 /// The bound: the number of entries never exceeds the number of distinct keys that are in the
 /// cache or in the handler's view (what it was told exists and has not yet been told is gone).
 struct Queue<K> {
+    /// The oldest entry, kept outside the map: a handler that keeps up only ever uses this
+    /// slot, so the common case costs no hashing. Everything in `entries` is newer.
+    head: Option<(Key, Pending<K>)>,
     entries: HashMap<Key, Pending<K>>,
     /// Keys in delivery order; an element is live only when its `seq` matches its entry's.
     order: VecDeque<(Key, u64)>,
@@ -124,6 +127,7 @@ struct Queue<K> {
 impl<K> Queue<K> {
     fn new() -> Self {
         Queue {
+            head: None,
             entries: HashMap::new(),
             order: VecDeque::new(),
             next_seq: 0,
@@ -132,20 +136,41 @@ impl<K> Queue<K> {
     }
 
     fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() + usize::from(self.head.is_some())
     }
 
     fn push(&mut self, key: &Key, n: Notification<K>) {
+        if let Some((head_key, p)) = &mut self.head {
+            if head_key == key {
+                let was_initial = p.has_initial_add();
+                merge(p, n);
+                let now_initial = p.has_initial_add();
+                if p.delete.is_none() && p.upsert.is_none() {
+                    self.head = None;
+                }
+                self.adjust_initial(was_initial, now_initial);
+                return;
+            }
+        } else if self.entries.is_empty() {
+            let mut p = Pending {
+                seq: 0,
+                delete: None,
+                upsert: None,
+            };
+            merge(&mut p, n);
+            if p.has_initial_add() {
+                self.initial_pending += 1;
+            }
+            self.head = Some((key.clone(), p));
+            return;
+        }
         if let Some(p) = self.entries.get_mut(key) {
             let was_initial = p.has_initial_add();
             merge(p, n);
             let now_initial = p.has_initial_add();
-            if was_initial && !now_initial {
-                self.initial_pending = self.initial_pending.saturating_sub(1);
-            } else if !was_initial && now_initial {
-                self.initial_pending += 1;
-            }
-            if p.delete.is_none() && p.upsert.is_none() {
+            let empty = p.delete.is_none() && p.upsert.is_none();
+            self.adjust_initial(was_initial, now_initial);
+            if empty {
                 self.entries.remove(key);
                 self.compact_if_sparse();
             }
@@ -166,8 +191,27 @@ impl<K> Queue<K> {
         self.order.push_back((key.clone(), seq));
     }
 
+    fn adjust_initial(&mut self, was_initial: bool, now_initial: bool) {
+        if was_initial && !now_initial {
+            self.initial_pending = self.initial_pending.saturating_sub(1);
+        } else if !was_initial && now_initial {
+            self.initial_pending += 1;
+        }
+    }
+
     /// Removes and returns the next notification and whether it is an initial-list add.
     fn pop(&mut self) -> Option<(Notification<K>, bool)> {
+        if let Some((key, mut p)) = self.head.take() {
+            if let Some(d) = p.delete.take() {
+                if p.upsert.is_some() {
+                    self.head = Some((key, p));
+                }
+                return Some((Notification::Delete(d), false));
+            }
+            if let Some(out) = self.take_upsert(p) {
+                return Some(out);
+            }
+        }
         let n = self.pop_inner();
         if self.entries.is_empty() {
             // Give back capacity grown by a burst (initial list, late-handler replay), so the
@@ -203,26 +247,30 @@ impl<K> Queue<K> {
             let Some((_, p)) = self.entries.remove_entry(&key) else {
                 continue;
             };
-            match p.upsert {
-                Some(Upsert::Add { obj, initial }) => {
-                    if initial {
-                        self.initial_pending = self.initial_pending.saturating_sub(1);
-                    }
-                    return Some((
-                        Notification::Add {
-                            obj,
-                            in_initial_list: initial,
-                        },
-                        initial,
-                    ));
-                }
-                Some(Upsert::Update { old, new }) => {
-                    return Some((Notification::Update { old, new }, false));
-                }
-                None => continue,
+            if let Some(out) = self.take_upsert(p) {
+                return Some(out);
             }
         }
         None
+    }
+
+    /// The add or update of an entry whose delete (if any) was delivered.
+    fn take_upsert(&mut self, p: Pending<K>) -> Option<(Notification<K>, bool)> {
+        match p.upsert? {
+            Upsert::Add { obj, initial } => {
+                if initial {
+                    self.initial_pending = self.initial_pending.saturating_sub(1);
+                }
+                Some((
+                    Notification::Add {
+                        obj,
+                        in_initial_list: initial,
+                    },
+                    initial,
+                ))
+            }
+            Upsert::Update { old, new } => Some((Notification::Update { old, new }, false)),
+        }
     }
 
     /// Keeps `order` within a constant factor of `entries` after cancellations.
