@@ -53,7 +53,11 @@ pub const NAMESPACE_INDEX: &str = "namespace";
 
 /// The namespace index function: the object's namespace, none for cluster-scoped objects.
 pub fn namespace_index_values<K: Object>(obj: &K) -> IndexValues<'_> {
-    obj.namespace().map(Cow::Borrowed).into_iter().collect()
+    let mut values = IndexValues::new();
+    if let Some(ns) = obj.namespace() {
+        values.push(Cow::Borrowed(ns));
+    }
+    values
 }
 
 /// An Indexer error.
@@ -87,6 +91,9 @@ impl core::error::Error for IndexError {}
 type Buckets = HashMap<Box<str>, HashSet<Key>>;
 
 struct Index<K> {
+    /// The built-in namespace index: an object's key contains its namespace, so an update
+    /// (same key) can never move it between buckets.
+    is_namespace: bool,
     name: Box<str>,
     func: Box<dyn IndexFunc<K>>,
     buckets: Buckets,
@@ -168,6 +175,7 @@ impl<K: Object + 'static> Indexer<K> {
             indices: Vec::new(),
         };
         idx.indices.push(Index {
+            is_namespace: true,
             name: NAMESPACE_INDEX.into(),
             func: Box::new(namespace_index_values::<K>),
             buckets: HashMap::new(),
@@ -187,6 +195,7 @@ impl<K: Object + 'static> Indexer<K> {
             return Err(IndexError::IndexExists { name: name.into() });
         }
         let mut index = Index {
+            is_namespace: false,
             name: name.into(),
             func: Box::new(func),
             buckets: HashMap::new(),
@@ -225,8 +234,10 @@ impl<K: Object + 'static> Indexer<K> {
             Some(slot) => {
                 let old = core::mem::replace(slot, obj);
                 let new = &*slot;
-                for index in &mut self.indices {
-                    index.update(&key, Some(&old), Some(new));
+                if !Arc::ptr_eq(&old, new) {
+                    for index in self.indices.iter_mut().filter(|i| !i.is_namespace) {
+                        index.update(&key, Some(&old), Some(new));
+                    }
                 }
                 Some(old)
             }

@@ -106,9 +106,22 @@ impl Key {
     }
 }
 
+/// Keys up to this length hash as one contiguous write; `KeyRef` assembles the same bytes in a
+/// stack buffer of this size. Longer keys (not valid Kubernetes names) hash part by part, on
+/// both sides alike, decided by the joined length.
+const INLINE_KEY_HASH: usize = 320;
+
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_ref_parts().hash(state)
+        let bytes = self.0.as_bytes();
+        if bytes.len() <= INLINE_KEY_HASH {
+            state.write(bytes);
+            state.write_u8(0xff);
+        } else {
+            let parts = self.as_ref_parts();
+            parts.namespace.unwrap_or("").hash(state);
+            parts.name.hash(state);
+        }
     }
 }
 
@@ -155,6 +168,19 @@ impl<'a> KeyRef<'a> {
     pub fn to_key(self) -> Key {
         match self.namespace {
             None => Key(Arc::from(self.name)),
+            Some(ns) if self.joined_len() <= INLINE_KEY_HASH => {
+                // Join on the stack so the `Arc` is the only allocation.
+                let len = self.joined_len();
+                let mut buf = [0u8; INLINE_KEY_HASH];
+                buf[..ns.len()].copy_from_slice(ns.as_bytes());
+                buf[ns.len()] = b'/';
+                buf[ns.len() + 1..len].copy_from_slice(self.name.as_bytes());
+                match core::str::from_utf8(&buf[..len]) {
+                    Ok(joined) => Key(Arc::from(joined)),
+                    // Unreachable: the buffer holds two `str`s and an ASCII byte.
+                    Err(_) => Key(Arc::from(alloc::format!("{ns}/{}", self.name).as_str())),
+                }
+            }
             Some(ns) => {
                 let mut s = String::with_capacity(ns.len() + 1 + self.name.len());
                 s.push_str(ns);
@@ -166,12 +192,37 @@ impl<'a> KeyRef<'a> {
     }
 }
 
+impl KeyRef<'_> {
+    /// Length of the joined key.
+    fn joined_len(&self) -> usize {
+        match self.namespace {
+            Some(ns) => ns.len() + 1 + self.name.len(),
+            None => self.name.len(),
+        }
+    }
+}
+
 impl Hash for KeyRef<'_> {
+    /// Hashes exactly as the [`Key`] it stands for: the joined bytes in one write.
     fn hash<H: Hasher>(&self, state: &mut H) {
-        // Key::hash delegates here, so both always agree.
-        // `str::hash` is prefix-free (it terminates the bytes), so "a"+"bc" != "ab"+"c".
-        self.namespace.unwrap_or("").hash(state);
-        self.name.hash(state);
+        let len = self.joined_len();
+        if len > INLINE_KEY_HASH {
+            // `str::hash` is prefix-free (it terminates the bytes), so "a"+"bc" != "ab"+"c".
+            self.namespace.unwrap_or("").hash(state);
+            self.name.hash(state);
+            return;
+        }
+        match self.namespace {
+            None => state.write(self.name.as_bytes()),
+            Some(ns) => {
+                let mut buf = [0u8; INLINE_KEY_HASH];
+                buf[..ns.len()].copy_from_slice(ns.as_bytes());
+                buf[ns.len()] = b'/';
+                buf[ns.len() + 1..len].copy_from_slice(self.name.as_bytes());
+                state.write(&buf[..len]);
+            }
+        }
+        state.write_u8(0xff);
     }
 }
 
@@ -494,6 +545,15 @@ mod tests {
             let k = r.to_key();
             assert_eq!(s.hash_one(&k), s.hash_one(r));
             assert!(hashbrown::Equivalent::equivalent(&r, &k));
+        }
+        let long_ns = "n".repeat(200);
+        let long_name = "x".repeat(300);
+        for (ns, name) in [
+            (Some(long_ns.as_str()), long_name.as_str()),
+            (None, long_name.as_str()),
+        ] {
+            let r = KeyRef::new(ns, name);
+            assert_eq!(s.hash_one(&r.to_key()), s.hash_one(r));
         }
         // "a/bc" and "ab/c" must not collide structurally.
         assert!(!hashbrown::Equivalent::equivalent(

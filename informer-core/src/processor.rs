@@ -139,6 +139,10 @@ impl<K> Queue<K> {
         self.entries.len() + usize::from(self.head.is_some())
     }
 
+    fn is_empty(&self) -> bool {
+        self.head.is_none() && self.entries.is_empty()
+    }
+
     fn push(&mut self, key: &Key, n: Notification<K>) {
         if let Some((head_key, p)) = &mut self.head {
             if head_key == key {
@@ -528,10 +532,10 @@ impl<K> Processor<K> {
     /// in turn. The handler is then busy until [`handler_done`](Self::handler_done).
     pub fn poll_notification(&mut self) -> Option<(HandlerId, Notification<K>)> {
         let n = self.listeners.len();
-        for i in 0..n {
-            let idx = (self.cursor + i) % n;
+        let start = self.cursor.min(n);
+        for idx in (start..n).chain(0..start) {
             let l = &mut self.listeners[idx];
-            if l.in_flight.is_some() {
+            if l.in_flight.is_some() || l.queue.is_empty() {
                 continue;
             }
             if let Some((notification, initial)) = l.queue.pop() {
@@ -584,7 +588,7 @@ impl<K> Processor<K> {
     pub fn has_ready(&self) -> bool {
         self.listeners
             .iter()
-            .any(|l| l.in_flight.is_none() && l.queue.len() > 0)
+            .any(|l| l.in_flight.is_none() && !l.queue.is_empty())
     }
 
     /// The earliest time a handler becomes due for a resync, if any handler resyncs.
