@@ -553,7 +553,7 @@ mod tests {
             (None, long_name.as_str()),
         ] {
             let r = KeyRef::new(ns, name);
-            assert_eq!(s.hash_one(&r.to_key()), s.hash_one(r));
+            assert_eq!(s.hash_one(r.to_key()), s.hash_one(r));
         }
         // "a/bc" and "ab/c" must not collide structurally.
         assert!(!hashbrown::Equivalent::equivalent(
