@@ -6,7 +6,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 
-use hashbrown::{HashMap, HashSet};
+use crate::hash::{HashMap, HashSet};
 use smallvec::SmallVec;
 
 use crate::indexer::Indexer;
@@ -101,7 +101,7 @@ pub struct DeltaFifo<K> {
 impl<K> Default for DeltaFifo<K> {
     fn default() -> Self {
         DeltaFifo {
-            items: HashMap::new(),
+            items: HashMap::default(),
             queue: VecDeque::new(),
             populated: false,
             initial_population_count: 0,
@@ -166,7 +166,8 @@ impl<K: Object> DeltaFifo<K> {
     /// replaces do not queue a second tombstone for the same key. The first call marks the FIFO
     /// populated and records how many keys must be popped before [`has_synced`](Self::has_synced).
     pub fn replace(&mut self, list: Vec<Arc<K>>, known: &dyn KnownObjects<K>) {
-        let mut listed: HashSet<KeyRef<'_>> = HashSet::with_capacity(list.len());
+        let mut listed: HashSet<KeyRef<'_>> =
+            HashSet::with_capacity_and_hasher(list.len(), Default::default());
         for obj in &list {
             listed.insert(obj.key_ref());
         }

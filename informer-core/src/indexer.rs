@@ -7,7 +7,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 
-use hashbrown::{HashMap, HashSet};
+use crate::hash::{HashMap, HashSet};
 use smallvec::SmallVec;
 
 use crate::object::{Key, KeyRef, Object};
@@ -106,7 +106,7 @@ impl<K> Index<K> {
                 set.insert(key.clone());
             }
             None => {
-                let mut set = HashSet::with_capacity(1);
+                let mut set = HashSet::with_capacity_and_hasher(1, Default::default());
                 set.insert(key.clone());
                 self.buckets.insert(Box::from(value), set);
             }
@@ -171,14 +171,14 @@ impl<K: Object + 'static> Indexer<K> {
     /// An empty indexer with the namespace index.
     pub fn new() -> Self {
         let mut idx = Indexer {
-            items: HashMap::new(),
+            items: HashMap::default(),
             indices: Vec::new(),
         };
         idx.indices.push(Index {
             is_namespace: true,
             name: NAMESPACE_INDEX.into(),
             func: Box::new(namespace_index_values::<K>),
-            buckets: HashMap::new(),
+            buckets: HashMap::default(),
         });
         idx
     }
@@ -198,7 +198,7 @@ impl<K: Object + 'static> Indexer<K> {
             is_namespace: false,
             name: name.into(),
             func: Box::new(func),
-            buckets: HashMap::new(),
+            buckets: HashMap::default(),
         };
         for (key, obj) in &self.items {
             index.update(key, None, Some(obj));
@@ -368,7 +368,7 @@ impl<K: Object + 'static> Indexer<K> {
     pub fn index(&self, name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
         let index = &self.indices[self.index_pos(name)?];
         let values = index.func.index_values(obj);
-        let mut seen: HashSet<&Key> = HashSet::new();
+        let mut seen: HashSet<&Key> = HashSet::default();
         let mut out = Vec::new();
         for v in &values {
             for key in index.buckets.get(&**v).into_iter().flatten() {

@@ -21,6 +21,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod fifo;
+mod hash;
 pub mod indexer;
 pub mod informer;
 pub mod object;

@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
 
-use hashbrown::HashMap;
+use crate::hash::HashMap;
 
 use crate::fifo::IDLE_CAPACITY;
 use crate::object::{Key, ObjectOrTombstone};
@@ -128,7 +128,7 @@ impl<K> Queue<K> {
     fn new() -> Self {
         Queue {
             head: None,
-            entries: HashMap::new(),
+            entries: HashMap::default(),
             order: VecDeque::new(),
             next_seq: 0,
             initial_pending: 0,
