@@ -112,13 +112,14 @@ fn test_all() -> Result {
     cluster::main(&["build"])?;
     eprintln!("<== kube-apiserver ready in {:.1?}", t.elapsed());
 
+    let mut totals = Totals::default();
     let mut c = cargo();
     c.args(["test", "--workspace", "--all-targets"]);
-    run("cargo test --workspace --all-targets", c)?;
+    run_counting("cargo test --workspace --all-targets", c, &mut totals)?;
 
     let mut c = cargo();
     c.args(["test", "--workspace", "--doc"]);
-    run("cargo test --doc", c)?;
+    run_counting("cargo test --doc", c, &mut totals)?;
 
     let mut c = cargo();
     c.args(["doc", "--workspace", "--no-deps"])
@@ -126,7 +127,67 @@ fn test_all() -> Result {
     run("cargo doc (warnings denied)", c)?;
 
     eprintln!("\ntest-all: every step passed in {:.1?}", start.elapsed());
+    println!("{} passed, {} failed", totals.passed, totals.failed);
     Ok(())
+}
+
+/// Test counts summed over every `test result:` line cargo printed.
+#[derive(Default)]
+struct Totals {
+    passed: u64,
+    failed: u64,
+}
+
+impl Totals {
+    /// Adds the counts of a libtest summary line (`test result: ok. 3 passed; 0 failed; ...`).
+    fn add_line(&mut self, line: &str) {
+        let Some(rest) = line.trim().strip_prefix("test result: ") else {
+            return;
+        };
+        for part in rest.split([';', '.']) {
+            let mut words = part.split_whitespace();
+            if let (Some(n), Some(what)) = (words.next(), words.next()) {
+                match (n.parse::<u64>(), what) {
+                    (Ok(n), "passed") => self.passed += n,
+                    (Ok(n), "failed") => self.failed += n,
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Like [`run`], passing stdout through while summing the test counts in it.
+fn run_counting(step: &str, mut cmd: Command, totals: &mut Totals) -> Result {
+    use std::io::{BufRead, BufReader, Write};
+    eprintln!("\n==> {step}");
+    let start = Instant::now();
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{step}: cannot start: {e}"))?;
+    if let Some(out) = child.stdout.take() {
+        let stdout = std::io::stdout();
+        for line in BufReader::new(out)
+            .lines()
+            .map_while(std::result::Result::ok)
+        {
+            totals.add_line(&line);
+            let _ = writeln!(stdout.lock(), "{line}");
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("{step}: cannot wait: {e}"))?;
+    eprintln!("<== {step}: {:?} in {:.1?}", status, start.elapsed());
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{step} failed ({status}); {} passed, {} failed so far",
+            totals.passed, totals.failed
+        ))
+    }
 }
 
 /// Builds `nostd-check`, a `#![no_std]` staticlib with its own panic handler and allocator
@@ -186,4 +247,20 @@ fn bench_core() -> Result {
     let mut c = cargo();
     c.args(["bench", "-p", "informer-core", "--bench", "pipeline"]);
     run("core pipeline benchmark", c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Totals;
+
+    #[test]
+    fn sums_libtest_summaries() {
+        let mut t = Totals::default();
+        t.add_line("test result: ok. 40 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 6.10s");
+        t.add_line(
+            "test result: FAILED. 3 passed; 2 failed; 1 ignored; 0 measured; 0 filtered out",
+        );
+        t.add_line("running 2 tests");
+        assert_eq!((t.passed, t.failed), (43, 2));
+    }
 }
