@@ -97,6 +97,12 @@ pub const HUNG_WATCH: &str = "watch still open after its timeout: connection pre
 /// The message of the error reported for a watch that closed too soon (as in client-go).
 pub const VERY_SHORT_WATCH: &str = "very short watch: unexpected watch close - watch lasted less than a second and no items received";
 
+/// The message of the error reported when a streaming list's watch ends without the
+/// initial-events-end bookmark: the server ignores `sendInitialEvents`, and the reflector lists
+/// from then on.
+pub const STREAMING_LIST_IGNORED: &str =
+    "streaming list: the watch ended without the initial-events-end bookmark; falling back to list";
+
 /// Exponential backoff parameters (client-go `wait.NewExponentialBackoffManager`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackoffConfig {
@@ -336,6 +342,10 @@ pub struct Reflector<K> {
     last_sync_rv: String,
     last_sync_rv_unavailable: bool,
     paginated_result: bool,
+    /// Set once a streaming list ended without its initial-events-end bookmark: the server
+    /// ignores `sendInitialEvents` (Kubernetes before 1.27 does, silently), so every later sync
+    /// lists instead.
+    streaming_unsupported: bool,
     outputs: VecDeque<Output<K>>,
 }
 
@@ -368,6 +378,7 @@ impl<K: Object> Reflector<K> {
             next_id: 0,
             last_sync_rv: String::new(),
             last_sync_rv_unavailable: false,
+            streaming_unsupported: false,
             paginated_result: false,
             outputs: VecDeque::new(),
         }
@@ -606,11 +617,14 @@ impl<K: Object> Reflector<K> {
                 if very_short(s.started, s.events) {
                     // Not retriable for a streaming list: fall back to a list.
                     self.report(Failure::other(VERY_SHORT_WATCH));
-                    self.begin_list(now);
                 } else {
-                    // client-go: no initial-events-end bookmark yet, try again from scratch.
-                    self.begin_stream(now);
+                    // The stream ended without the initial-events-end bookmark. client-go
+                    // streams again, which loops forever against a server that ignores
+                    // `sendInitialEvents` (before 1.27): list instead, from now on.
+                    self.report(Failure::other(STREAMING_LIST_IGNORED));
+                    self.streaming_unsupported = true;
                 }
+                self.begin_list(now);
             }
             Phase::Listing(l) if l.id == id => {
                 self.handle_failure(now, id, Failure::other("list response ended early"));
@@ -674,7 +688,7 @@ impl<K: Object> Reflector<K> {
     }
 
     fn begin_sync(&mut self, now: Instant) {
-        if self.config.streaming_list {
+        if self.config.streaming_list && !self.streaming_unsupported {
             self.begin_stream(now);
         } else {
             self.begin_list(now);

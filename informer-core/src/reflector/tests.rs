@@ -45,6 +45,13 @@ fn request(outs: &[Output<DynamicObject>]) -> (RequestId, Request) {
     reqs.into_iter().next().unwrap()
 }
 
+fn request_opt(outs: &[Output<DynamicObject>]) -> Option<Request> {
+    outs.iter().find_map(|o| match o {
+        Output::Request { request, .. } => Some(request.clone()),
+        _ => None,
+    })
+}
+
 fn list_req(req: &Request) -> &ListRequest {
     match req {
         Request::List(l) => l,
@@ -615,6 +622,44 @@ fn streaming_list_falls_back_to_paged_list_when_refused() {
     let outs = drain(&mut r);
     assert_eq!(stores(&outs).len(), 1);
     assert_eq!(watch_req(&request(&outs).1).resource_version, "5");
+}
+
+/// A v1.20 server ignores `sendInitialEvents`: the watch streams ADDED events and ends at its
+/// timeout without the initial-events-end bookmark. The reflector must not stream forever: it
+/// lists, and keeps listing on later syncs.
+#[test]
+fn streaming_list_ignored_by_the_server_falls_back_to_list_for_good() {
+    let mut r = streaming();
+    r.start(at(0));
+    let (id, req) = request(&drain(&mut r));
+    assert!(watch_req(&req).send_initial_events);
+    r.handle_watch_event(at(1), id, WatchEvent::Added(obj("a", 1)));
+    r.handle_stream_end(at(400), id);
+    let outs = drain(&mut r);
+    assert!(
+        stores(&outs).is_empty(),
+        "nothing half-built may be applied"
+    );
+    assert_eq!(errors(&outs), vec![Failure::other(STREAMING_LIST_IGNORED)]);
+    let (id, req) = request(&outs);
+    assert_eq!(list_req(&req).resource_version.as_deref(), Some("0"));
+    r.handle_list_page(at(401), id, page(vec![obj("a", 1)], "5", None));
+    let outs = drain(&mut r);
+    assert_eq!(stores(&outs).len(), 1);
+    let (id, req) = request(&outs);
+    assert!(!watch_req(&req).send_initial_events);
+    // A 410 on the watch forces a relist: still a list, not a stream.
+    r.handle_failure(at(402), id, Failure::Expired(status(410, "Expired")));
+    let mut outs = drain(&mut r);
+    let mut t = 402;
+    // Skip any backoff wait.
+    while request_opt(&outs).is_none() {
+        t += 31;
+        r.handle_timeout(at(t));
+        outs = drain(&mut r);
+    }
+    let (_, req) = request(&outs);
+    assert!(matches!(req, Request::List(_)), "{req:?}");
 }
 
 #[test]
