@@ -7,7 +7,9 @@
 //! cargo xtask cluster up|down   a local kube-apiserver + etcd (see cluster.rs)
 //! ```
 
+mod bench_e2e;
 mod cluster;
+mod demo;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -23,6 +25,8 @@ fn main() -> ExitCode {
         ["test-all"] => test_all(),
         ["nostd"] => nostd(),
         ["bench", "core"] => bench_core(),
+        ["bench", "e2e", rest @ ..] => bench_e2e::main(rest),
+        ["demo", rest @ ..] => demo::main(rest),
         ["sim", "--seeds", n] => sim(n, None),
         ["sim", "--seeds", n, "--base", base] => sim(n, Some(base)),
         ["sim", "--replay", seed] => sim_replay(seed),
@@ -49,6 +53,8 @@ usage: cargo xtask <command>
                   the no_std proof build, docs with warnings denied
   nostd           build informer-core into a #![no_std] staticlib (fails on any std use)
   bench core      core pipeline benchmark (100k objects, 1M events)
+  bench e2e       end-to-end benchmark against a local kube-apiserver (tokio and smol)
+  demo            start a local cluster, run an informer, change objects, show what it saw
   sim --seeds N [--base B]
                   run N deterministic simulation seeds (model API server with faults,
                   virtual clock), optimised build; failures print their seed
