@@ -1,6 +1,106 @@
-//! The informer-rs runtime adapter for tokio.
+//! # informer-tokio
 //!
-//! Not built yet: this crate only re-exports [`informer_core`] so that code written against
-//! the core compiles unchanged once the tokio driver lands. Nothing here runs a tokio task today.
+//! The Kubernetes informer on tokio, with the reqwest transport: [`informer_runtime`]'s API
+//! with the runtime and transport filled in. `informer-smol` has the same names; a program
+//! moves between them by changing its `use` line.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use informer_tokio::{Config, DynamicObject, HandlerFns, Informer, Resource, client};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = client(Config::infer()?)?;
+//! let informer = Informer::<DynamicObject>::builder(&client, Resource::CONFIGMAPS)
+//!     .namespace("default")
+//!     .build()?;
+//! informer.add_handler(HandlerFns::new().on_add(|cm: std::sync::Arc<DynamicObject>, _| {
+//!     println!("configmap {}", cm.metadata.name)
+//! }))?;
+//! informer.start()?;
+//! informer.wait_for_sync(Some(Duration::from_secs(30))).await?;
+//! println!("{} configmaps cached", informer.store().len());
+//! informer.shutdown().await;
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
 
 pub use informer_core as core;
+pub use informer_http as http;
+pub use informer_runtime::{
+    BackoffConfig, CacheSync, Config, DynamicObject, Error, EventHandler, Failure, HandlerFns,
+    HandlerId, IndexError, IndexFunc, IndexValues, InformerOptions, Key, Metrics, NAMESPACE_INDEX,
+    Notification, Object, ObjectOrTombstone, ReflectorConfig, Resource, Store, Tombstone, index_fn,
+};
+
+/// The transport backend this crate uses (reqwest).
+pub type Backend = informer_http::ReqwestBackend;
+/// An API client on this crate's backend.
+pub type Client = informer_http::Client<Backend>;
+/// An informer on tokio.
+pub type Informer<K> = informer_runtime::Informer<K, Tokio>;
+/// An informer builder on tokio.
+pub type InformerBuilder<K> = informer_runtime::InformerBuilder<K, Tokio>;
+/// A handler registration on tokio.
+pub type HandlerRegistration<K> = informer_runtime::HandlerRegistration<K, Tokio>;
+/// An event stream on tokio.
+pub type EventStream<K> = informer_runtime::EventStream<K, Tokio>;
+/// A shared informer factory on tokio.
+pub type SharedInformerFactory = informer_runtime::SharedInformerFactory<Tokio, Backend>;
+
+/// A client for `config` on the reqwest backend.
+pub fn client(config: Config) -> Result<Client, informer_http::ClientError> {
+    informer_http::Client::reqwest(config)
+}
+
+/// Waits until every one of `items` has synced, at most `timeout` in all.
+pub async fn wait_for_cache_sync(
+    items: &[&dyn CacheSync],
+    timeout: Option<Duration>,
+) -> Result<(), Error> {
+    informer_runtime::wait_for_cache_sync(&Tokio::default(), items, timeout).await
+}
+
+/// The tokio [`Runtime`](informer_runtime::Runtime): spawns on the runtime that was current
+/// when it was made ([`Tokio::default`]), or else on the one current at spawn time.
+#[derive(Clone, Debug, Default)]
+pub struct Tokio {
+    handle: Option<tokio::runtime::Handle>,
+}
+
+impl Tokio {
+    /// Spawns on `handle`.
+    pub fn with_handle(handle: tokio::runtime::Handle) -> Self {
+        Tokio {
+            handle: Some(handle),
+        }
+    }
+
+    /// Spawns on the runtime current on this thread, if any (else on the one current at spawn
+    /// time).
+    pub fn current() -> Self {
+        Tokio {
+            handle: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+}
+
+impl informer_runtime::Runtime for Tokio {
+    fn spawn(
+        &self,
+        future: informer_runtime::BoxFuture<'static, ()>,
+    ) -> Result<(), informer_runtime::SpawnError> {
+        let handle = match &self.handle {
+            Some(h) => h.clone(),
+            None => tokio::runtime::Handle::try_current()
+                .map_err(|e| informer_runtime::SpawnError(e.to_string()))?,
+        };
+        drop(handle.spawn(future));
+        Ok(())
+    }
+
+    fn sleep(&self, duration: Duration) -> informer_runtime::BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
+    }
+}

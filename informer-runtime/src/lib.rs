@@ -1,0 +1,57 @@
+//! # informer-runtime
+//!
+//! The informer users touch, written once over a small [`Runtime`] trait (spawn, sleep, now):
+//! `informer-tokio` and `informer-smol` fill in the runtime and the HTTP transport and
+//! re-export this API, so code moves between them by changing its `use` line.
+//!
+//! - [`InformerBuilder`] → [`Informer`]: one resource (typed or
+//!   [`DynamicObject`]), namespace, selectors, resync, indexers,
+//!   transform, watch-error hook. [`SharedInformerFactory`] hands out one informer per
+//!   resource + namespace + selectors.
+//! - Handlers: [`EventHandler`] or [`HandlerFns`] closures, each on its own thread, pulling
+//!   its next notification only when done with the previous; or an [`EventStream`].
+//! - Readers: [`Store`], cloneable, from any task or thread.
+//! - [`Informer::wait_for_sync`], [`wait_for_cache_sync`], [`Informer::shutdown`],
+//!   [`Informer::metrics`]; `tracing` events for list, watch, relist, backoff, handler panics.
+//!
+//! # How it runs
+//!
+//! One driver task per informer owns the sans-IO core
+//! ([`SharedIndexInformer`](informer_core::SharedIndexInformer)) and obeys its loop: after every
+//! input it drains `poll()` until `None`, then waits for the next input or `poll_timeout()`
+//! (one timer). The list or watch in flight is a task of its own whose results come back
+//! through a bounded channel tagged with their request id; a superseded request's task is
+//! aborted and its late results are ignored by the core.
+//!
+//! The core sits behind a `RwLock`. The driver takes the write lock for one short step at a time
+//! (at most 64 inputs, each followed by draining the outputs; handing a notification to a
+//! handler is a non-blocking channel send); readers take the read lock only to copy `Arc`s out.
+//! A full relist is applied in one step, so no reader ever sees half of it.
+#![forbid(unsafe_code)]
+
+mod error;
+mod factory;
+mod handler;
+mod informer;
+mod metrics;
+mod runtime;
+mod store;
+
+pub use error::Error;
+pub use factory::{InformerOptions, SharedInformerFactory};
+pub use handler::{EventHandler, HandlerFns};
+pub use informer::{
+    CacheSync, EventStream, HandlerRegistration, Informer, InformerBuilder, WatchErrorHook,
+    wait_for_cache_sync,
+};
+pub use metrics::Metrics;
+pub use runtime::{BoxFuture, Runtime, SpawnError};
+pub use store::Store;
+
+pub use informer_core::indexer::{IndexFunc, IndexValues, NAMESPACE_INDEX, index_fn};
+pub use informer_core::protocol::Failure;
+pub use informer_core::reflector::{BackoffConfig, ReflectorConfig};
+pub use informer_core::{
+    DynamicObject, HandlerId, IndexError, Key, Notification, Object, ObjectOrTombstone, Tombstone,
+};
+pub use informer_http::{Config, Resource};

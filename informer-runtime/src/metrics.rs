@@ -1,0 +1,55 @@
+//! Counters a user can read.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The live counters of one informer.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) events_applied: AtomicU64,
+    pub(crate) lists: AtomicU64,
+    pub(crate) relists: AtomicU64,
+    pub(crate) watches: AtomicU64,
+    pub(crate) watch_restarts: AtomicU64,
+    pub(crate) watch_errors: AtomicU64,
+    pub(crate) backoffs: AtomicU64,
+    pub(crate) handler_panics: AtomicU64,
+}
+
+/// A snapshot of an informer's counters ([`Informer::metrics`](crate::Informer::metrics)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// Objects fed to the cache: every item of a list page plus every ADDED, MODIFIED and
+    /// DELETED watch event.
+    pub events_applied: u64,
+    /// Full lists started (the first one included).
+    pub lists: u64,
+    /// Full lists started after the first (after a 410, a failed watch, …).
+    pub relists: u64,
+    /// Watches opened.
+    pub watches: u64,
+    /// Watches opened after the first (a watch timing out normally is resumed this way too).
+    pub watch_restarts: u64,
+    /// List or watch failures reported to the watch-error hook.
+    pub watch_errors: u64,
+    /// Backoffs entered after a failure.
+    pub backoffs: u64,
+    /// Handler panics caught.
+    pub handler_panics: u64,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> Metrics {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Metrics {
+            events_applied: g(&self.events_applied),
+            lists: g(&self.lists),
+            relists: g(&self.relists),
+            watches: g(&self.watches),
+            watch_restarts: g(&self.watch_restarts),
+            watch_errors: g(&self.watch_errors),
+            backoffs: g(&self.backoffs),
+            handler_panics: g(&self.handler_panics),
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! Cache readers.
+
+use std::fmt;
+use std::sync::Arc;
+
+use informer_core::{IndexError, Key, Object};
+
+use crate::informer::StateLock;
+
+/// A read handle on an informer's cache (client-go `Indexer`/`Lister`): cheap to clone, usable
+/// from any task or thread.
+///
+/// Each call answers from one consistent state of the cache (a full relist is applied as one
+/// step, so no answer ever mixes two lists). It takes a read lock only for as long as copying
+/// out `Arc`s takes; the driver holds the write lock only for one short step at a time.
+pub struct Store<K> {
+    pub(crate) state: Arc<StateLock<K>>,
+}
+
+impl<K> Clone for Store<K> {
+    fn clone(&self) -> Self {
+        Store {
+            state: self.state.clone(),
+        }
+    }
+}
+
+impl<K> fmt::Debug for Store<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+impl<K: Object + 'static> Store<K> {
+    fn read<T>(&self, f: impl FnOnce(&informer_core::SharedIndexInformer<K>) -> T) -> T {
+        f(&self.state.read().core)
+    }
+
+    /// The object stored under `key` (`namespace/name`, or `name` when cluster-scoped).
+    pub fn get(&self, key: &str) -> Option<Arc<K>> {
+        self.read(|c| c.indexer().get_by_key(key).cloned())
+    }
+
+    /// The object `name` in `namespace` (`None`: cluster-scoped).
+    pub fn get_by_name(&self, namespace: Option<&str>, name: &str) -> Option<Arc<K>> {
+        self.get(Key::new(namespace, name).as_str())
+    }
+
+    /// Every cached object, in no particular order.
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.read(|c| c.indexer().list().cloned().collect())
+    }
+
+    /// Every cached key.
+    pub fn keys(&self) -> Vec<Key> {
+        self.read(|c| c.indexer().list_keys().cloned().collect())
+    }
+
+    /// The number of cached objects.
+    pub fn len(&self) -> usize {
+        self.read(|c| c.indexer().len())
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The objects whose `index` values include `value` (client-go `ByIndex`). The namespace
+    /// index ([`NAMESPACE_INDEX`](informer_core::indexer::NAMESPACE_INDEX)) is always there.
+    pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<K>>, IndexError> {
+        self.read(|c| {
+            c.indexer()
+                .by_index(index, value)
+                .map(|it| it.cloned().collect())
+        })
+    }
+
+    /// The keys of the objects whose `index` values include `value` (client-go `IndexKeys`).
+    pub fn index_keys(&self, index: &str, value: &str) -> Result<Vec<Key>, IndexError> {
+        self.read(|c| {
+            c.indexer()
+                .index_keys(index, value)
+                .map(|it| it.cloned().collect())
+        })
+    }
+
+    /// The values of `index` that have at least one object (client-go
+    /// `ListIndexFuncValues`).
+    pub fn list_index_values(&self, index: &str) -> Result<Vec<String>, IndexError> {
+        self.read(|c| {
+            c.indexer()
+                .list_index_values(index)
+                .map(|it| it.map(str::to_string).collect())
+        })
+    }
+
+    /// The objects sharing at least one `index` value with `obj` (client-go `Index`).
+    pub fn index(&self, index: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
+        self.read(|c| c.indexer().index(index, obj))
+    }
+
+    /// Whether the informer has synced (its first list is applied and handed to handlers).
+    pub fn has_synced(&self) -> bool {
+        self.read(|c| c.has_synced())
+    }
+
+    /// The resourceVersion of the last list or event applied (empty before the first list).
+    pub fn last_sync_resource_version(&self) -> String {
+        self.read(|c| c.last_sync_resource_version().to_string())
+    }
+}
