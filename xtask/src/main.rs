@@ -252,7 +252,16 @@ fn sim_replay(seed: &str) -> Result {
 fn bench_core() -> Result {
     let mut c = cargo();
     c.args(["bench", "-p", "informer-core", "--bench", "pipeline"]);
-    run("core pipeline benchmark", c)
+    run("core pipeline benchmark (system allocator)", c)?;
+    let mut c = cargo();
+    c.args([
+        "bench",
+        "-p",
+        "informer-core",
+        "--bench",
+        "pipeline_mimalloc",
+    ]);
+    run("core pipeline benchmark (mimalloc)", c)
 }
 
 #[cfg(test)]

@@ -1,0 +1,400 @@
+// Shared body of the `pipeline` (system allocator) and `pipeline_mimalloc` benchmarks, included
+// by both; each chooses the global allocator.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use informer_core::indexer::{IndexValues, index_fn};
+use informer_core::{DynamicObject, Notification, Object, Pipeline};
+
+/// Counts heap bytes and allocations on top of an inner allocator.
+pub struct Counting<A>(pub A);
+
+static CURRENT: AtomicU64 = AtomicU64::new(0);
+static PEAK: AtomicU64 = AtomicU64::new(0);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: delegates to the inner allocator; only adds counters.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { self.0.alloc(layout) };
+        if !p.is_null() {
+            let now = CURRENT.fetch_add(layout.size() as u64, Relaxed) + layout.size() as u64;
+            PEAK.fetch_max(now, Relaxed);
+            ALLOCS.fetch_add(1, Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { self.0.dealloc(ptr, layout) };
+        CURRENT.fetch_sub(layout.size() as u64, Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            let now = CURRENT.fetch_add(new_size as u64, Relaxed) + new_size as u64;
+            CURRENT.fetch_sub(layout.size() as u64, Relaxed);
+            PEAK.fetch_max(now, Relaxed);
+            ALLOCS.fetch_add(1, Relaxed);
+        }
+        p
+    }
+}
+
+fn heap() -> u64 {
+    CURRENT.load(Relaxed)
+}
+fn reset_peak() {
+    PEAK.store(heap(), Relaxed);
+}
+fn peak() -> u64 {
+    PEAK.load(Relaxed)
+}
+
+/// CPU time of this thread in ns (Linux `schedstat`), far less sensitive than wall time to
+/// other processes on the machine; `None` where unavailable.
+fn thread_cpu() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
+const FULL_OBJECTS: usize = 100_000;
+const FULL_EVENTS: usize = 1_000_000;
+const CHUNK: usize = 20_000;
+
+/// `INFORMER_BENCH_SCALE=N` divides the workload by N (for profiling under valgrind). Without
+/// `--bench` (that is, under `cargo test --all-targets`, in a debug build) the run is a smoke
+/// test at 1/100 scale: every assertion still holds, the figures mean nothing.
+fn scale() -> usize {
+    let asked = std::env::var("INFORMER_BENCH_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1usize)
+        .max(1);
+    if std::env::args().any(|a| a == "--bench") {
+        asked
+    } else {
+        asked.max(100)
+    }
+}
+const NAMESPACES: usize = 10;
+const APPS: [&str; 8] = [
+    "web", "api", "db", "cache", "queue", "auth", "search", "batch",
+];
+
+/// A small deterministic generator (SplitMix64).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// A ConfigMap of about 1 KB of JSON (3 labels, 4 data entries), decoded as a transport would.
+fn config_map(id: usize, rv: u64, rng: &mut Rng) -> Arc<DynamicObject> {
+    let mut data = String::new();
+    for k in 0..4 {
+        let filler: String = (0..200)
+            .map(|_| (b'a' + rng.below(26) as u8) as char)
+            .collect();
+        data.push_str(&format!(
+            r#"{}"key-{k}.conf":"{filler}""#,
+            if k > 0 { "," } else { "" }
+        ));
+    }
+    let json = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"cm-{id:07}","namespace":"ns-{ns}","uid":"{uid:032x}","resourceVersion":"{rv}","creationTimestamp":"2026-11-22T03:00:00Z","labels":{{"app":"{app}","tier":"{tier}","team":"team-{team}"}}}},"data":{{{data}}}}}"#,
+        ns = id % NAMESPACES,
+        uid = (id as u128) * 0x9E37_79B9_7F4A_7C15,
+        app = APPS[id % APPS.len()],
+        tier = ["frontend", "backend", "data"][id % 3],
+        team = id % 17,
+    );
+    Arc::new(serde_json::from_str(&json).expect("valid ConfigMap JSON"))
+}
+
+#[derive(Default)]
+struct Counts {
+    adds: u64,
+    updates: u64,
+    deletes: u64,
+}
+
+/// The driver loop after one input: pop and handle until the FIFO is empty, deliver every
+/// notification to its counting handler.
+fn drain<K: Object + 'static>(p: &mut Pipeline<K>, counts: &mut [Counts]) {
+    loop {
+        let popped = p.process_one();
+        while let Some((id, n)) = p.poll_notification() {
+            let c = &mut counts[id.0 as usize];
+            match n {
+                Notification::Add { obj, .. } => {
+                    black_box(&obj);
+                    c.adds += 1
+                }
+                Notification::Update { new, .. } => {
+                    black_box(&new);
+                    c.updates += 1
+                }
+                Notification::Delete(d) => {
+                    black_box(&d);
+                    c.deletes += 1
+                }
+            }
+            p.handler_done(id);
+        }
+        if !popped {
+            break;
+        }
+    }
+}
+
+enum Event<K> {
+    Added(Arc<K>),
+    Modified(Arc<K>),
+    Deleted(Arc<K>),
+}
+
+/// The smallest object the informer can work with: name, namespace, resourceVersion and one
+/// label, in one allocation. Running the same events with it isolates the informer's own cost
+/// from the cost of creating and freeing 1 KB objects.
+struct Tiny {
+    name: String,
+    namespace: String,
+    rv: u64,
+    rv_text: String,
+    app: &'static str,
+}
+
+impl Object for Tiny {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn namespace(&self) -> Option<&str> {
+        Some(&self.namespace)
+    }
+    fn resource_version(&self) -> Option<&str> {
+        Some(&self.rv_text)
+    }
+    fn uid(&self) -> Option<&str> {
+        None
+    }
+}
+
+fn tiny(id: usize, rv: u64, _rng: &mut Rng) -> Arc<Tiny> {
+    Arc::new(Tiny {
+        name: format!("cm-{id:07}"),
+        namespace: format!("ns-{}", id % NAMESPACES),
+        rv,
+        rv_text: rv.to_string(),
+        app: APPS[id % APPS.len()],
+    })
+}
+
+/// The timed part: every event through the driver loop. Not inlined, so profilers can isolate
+/// it (`valgrind --tool=callgrind --toggle-collect='*feed*'`).
+#[inline(never)]
+fn feed<K: Object + 'static>(
+    p: &mut Pipeline<K>,
+    chunk: &mut Vec<Event<K>>,
+    counts: &mut [Counts],
+) {
+    // Draining keeps the chunk's buffer for the harness to free outside the timing.
+    for ev in chunk.drain(..) {
+        match ev {
+            Event::Added(o) => p.added(o),
+            Event::Modified(o) => p.modified(o),
+            Event::Deleted(o) => p.deleted(o),
+        }
+        drain(p, counts);
+    }
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+fn run<K: Object + 'static>(
+    title: &str,
+    make: fn(usize, u64, &mut Rng) -> Arc<K>,
+    index: impl for<'a> Fn(&'a K) -> IndexValues<'a> + Send + Sync + 'static,
+) {
+    let mut rng = Rng(0x5EED);
+    let (objects, events) = (FULL_OBJECTS / scale(), FULL_EVENTS / scale());
+    let base = heap();
+
+    // Decoded size of the objects alone.
+    let list: Vec<Arc<K>> = (0..objects).map(|i| make(i, 1, &mut rng)).collect();
+    let list_vec_bytes = (list.capacity() * std::mem::size_of::<Arc<K>>()) as u64;
+    let objects_bytes = heap() - base - list_vec_bytes;
+    let per_object = objects_bytes as f64 / objects as f64;
+
+    let mut p: Pipeline<K> = Pipeline::new(Duration::ZERO);
+    p.add_index("app", index).unwrap();
+    let mut counts: Vec<Counts> = (0..4).map(|_| Counts::default()).collect();
+    for _ in 0..4 {
+        p.add_handler(Duration::ZERO, informer_core::Instant::ZERO);
+    }
+    p.start(informer_core::Instant::ZERO);
+
+    // Initial replace.
+    reset_peak();
+    let t = Instant::now();
+    p.replace(list);
+    drain(&mut p, &mut counts);
+    let replace_time = t.elapsed();
+    let replace_peak = peak() - base;
+    let steady = heap() - base;
+    assert!(p.has_synced());
+    assert_eq!(p.indexer().len(), objects);
+
+    // Events.
+    let mut live: Vec<usize> = (0..objects).collect();
+    let mut next_id = objects;
+    let mut rv = 2u64;
+    let mut total = Duration::ZERO;
+    let mut total_cpu = Duration::ZERO;
+    let mut build = Duration::ZERO;
+    let mut event_allocs = 0u64;
+    let mut events_peak = 0u64;
+    let (mut n_mod, mut n_add, mut n_del) = (0usize, 0usize, 0usize);
+    let mut done = 0;
+    while done < events {
+        let n = CHUNK.min(events - done);
+        let t = Instant::now();
+        let before_chunk = heap();
+        let mut chunk = Vec::with_capacity(n);
+        for _ in 0..n {
+            rv += 1;
+            let roll = rng.below(10);
+            let ev = if roll < 6 {
+                n_mod += 1;
+                let id = live[rng.below(live.len())];
+                Event::Modified(make(id, rv, &mut rng))
+            } else if roll < 8 || live.is_empty() {
+                n_add += 1;
+                let id = next_id;
+                next_id += 1;
+                live.push(id);
+                Event::Added(make(id, rv, &mut rng))
+            } else {
+                n_del += 1;
+                let id = live.swap_remove(rng.below(live.len()));
+                Event::Deleted(make(id, rv, &mut rng))
+            };
+            chunk.push(ev);
+        }
+        build += t.elapsed();
+        let chunk_bytes = heap() - before_chunk;
+
+        reset_peak();
+        let allocs = ALLOCS.load(Relaxed);
+        let t = Instant::now();
+        let c0 = thread_cpu();
+        feed(&mut p, &mut chunk, &mut counts);
+        total += t.elapsed();
+        if let (Some(a), Some(b)) = (c0, thread_cpu()) {
+            total_cpu += b - a;
+        }
+        event_allocs += ALLOCS.load(Relaxed) - allocs;
+        // The chunk's objects are either in the cache now or freed; the harness's own share at
+        // the start of the chunk is `chunk_bytes`.
+        events_peak = events_peak.max(peak().saturating_sub(base + chunk_bytes));
+        done += n;
+    }
+    let end = heap() - base;
+    let cached = p.indexer().len();
+
+    for (i, c) in counts.iter().enumerate() {
+        assert_eq!(c.adds as usize, objects + n_add, "handler {i} adds");
+        assert_eq!(c.updates as usize, n_mod, "handler {i} updates");
+        assert_eq!(c.deletes as usize, n_del, "handler {i} deletes");
+    }
+
+    let ev_per_s = events as f64 / total.as_secs_f64();
+    println!("{title}");
+    println!("  objects: {objects}, decoded {per_object:.0} B each on the heap");
+    println!(
+        "  initial replace: {:.1} ms ({:.0} ns/object), peak heap {:.1} MiB",
+        replace_time.as_secs_f64() * 1e3,
+        replace_time.as_nanos() as f64 / objects as f64,
+        mib(replace_peak)
+    );
+    println!(
+        "  steady cache: {:.1} MiB = {:.0} B per cached object = {:.3}x the object's decoded size",
+        mib(steady),
+        steady as f64 / objects as f64,
+        steady as f64 / objects_bytes as f64
+    );
+    println!("  events: {events} ({n_mod} modify, {n_add} add, {n_del} delete) through 4 handlers");
+    println!(
+        "  throughput: {:.0} events/s, {:.0} ns/event wall (objects built outside the timing: {:.0} ns each)",
+        ev_per_s,
+        total.as_nanos() as f64 / events as f64,
+        build.as_nanos() as f64 / events as f64
+    );
+    if total_cpu > Duration::ZERO {
+        println!(
+            "  on-CPU:     {:.0} events/s, {:.0} ns/event of this thread's CPU time",
+            events as f64 / total_cpu.as_secs_f64(),
+            total_cpu.as_nanos() as f64 / events as f64
+        );
+    }
+    println!(
+        "  allocations inside the informer: {:.3} per event ({event_allocs} total; adds allocate their key)",
+        event_allocs as f64 / events as f64
+    );
+    println!(
+        "  peak heap: {:.1} MiB = {:.3}x the steady cache (initial replace {:.3}x, events {:.3}x)",
+        mib(replace_peak.max(events_peak)),
+        replace_peak.max(events_peak) as f64 / steady as f64,
+        replace_peak as f64 / steady as f64,
+        events_peak as f64 / steady as f64,
+    );
+    println!(
+        "  end: {cached} cached, heap {:.1} MiB ({:.0} B per cached object)",
+        mib(end),
+        end as f64 / cached as f64
+    );
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; there are no options.
+    let sample = config_map(0, 1, &mut Rng(1));
+    if scale() > 1 {
+        println!("(scaled down by {}: not a measurement)", scale());
+    }
+    println!(
+        "informer-core pipeline benchmark, one thread, {ALLOCATOR} allocator; ConfigMap JSON is {} B",
+        serde_json::to_vec(&*sample).unwrap().len()
+    );
+    drop(sample);
+    // INFORMER_BENCH=tiny runs only the second workload (for profiling).
+    let only_tiny = std::env::var("INFORMER_BENCH").as_deref() == Ok("tiny");
+    if !only_tiny {
+        run(
+            "1) ConfigMaps of about 1 KB (the issue's workload)",
+            config_map,
+            index_fn(|o: &DynamicObject| o.label("app").map(Into::into).into_iter().collect()),
+        );
+    }
+    run(
+        "2) the same events with minimal objects (the informer's own cost)",
+        tiny,
+        index_fn(|o: &Tiny| {
+            let _ = o.rv;
+            std::iter::once(o.app.into()).collect()
+        }),
+    );
+}
