@@ -1,0 +1,1097 @@
+//! End-to-end: the informer against a real kube-apiserver v1.20.2 (+ etcd) from `testcluster`,
+//! the same scenarios on tokio (reqwest transport) and on smol (smol transport).
+//!
+//! One cluster for the whole binary, seeded once with 2,100 ConfigMaps. Scenarios run one at a
+//! time (one restarts kube-apiserver), each in namespaces of its own, and wait on conditions
+//! with deadlines.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::future::{Either, join, select};
+use informer_core::protocol::{ListPage, ListRequest, WatchEvent, WatchRequest};
+use informer_http::transport::{BoxFuture as HttpFuture, BoxStream};
+use informer_http::{Backend, Client, Transport};
+use informer_runtime::{
+    BackoffConfig, DynamicObject, Error, Failure, HandlerFns, IndexError, Informer,
+    InformerBuilder, InformerOptions, NAMESPACE_INDEX, Notification, Object, ObjectOrTombstone,
+    Resource, Runtime, SharedInformerFactory, index_fn,
+};
+use serde_json::json;
+use testcluster::{StartOptions, TestCluster};
+
+const SEED_NAMESPACES: usize = 3;
+const SEED_PER_NAMESPACE: usize = 700;
+const DEADLINE: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------------------------
+// The cluster, and the two runtimes.
+
+struct Shared {
+    cluster: Mutex<TestCluster>,
+    config: informer_http::Config,
+}
+
+fn shared() -> &'static Shared {
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let t0 = Instant::now();
+        let cluster = TestCluster::start_with(
+            // Secrets bypass the watch cache: a watch of them from a compacted
+            // resourceVersion reaches etcd and gets 410.
+            StartOptions::new().apiserver_arg("--watch-cache-sizes=secrets#0"),
+        )
+        .expect("start test cluster");
+        let config = informer_http::Config::from_kubeconfig_file(&cluster.kubeconfig, None)
+            .expect("testcluster kubeconfig");
+        eprintln!("cluster up in {:?}", t0.elapsed());
+        let c = informer_smol::client(config.clone()).unwrap();
+        smol::block_on(seed(&c));
+        eprintln!("seeded in {:?}", t0.elapsed());
+        Shared {
+            cluster: Mutex::new(cluster),
+            config,
+        }
+    })
+}
+
+/// Scenarios run one at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+trait Env: 'static {
+    type R: Runtime + Default;
+    type B: Backend;
+    const NAME: &'static str;
+    fn client(config: informer_http::Config) -> Client<Self::B>;
+    fn block_on<F: Future>(f: F) -> F::Output;
+}
+
+struct TokioEnv;
+impl Env for TokioEnv {
+    type R = informer_tokio::Tokio;
+    type B = informer_tokio::Backend;
+    const NAME: &'static str = "tokio";
+    fn client(config: informer_http::Config) -> Client<Self::B> {
+        informer_tokio::client(config).unwrap()
+    }
+    fn block_on<F: Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+}
+
+struct SmolEnv;
+impl Env for SmolEnv {
+    type R = informer_smol::Smol;
+    type B = informer_smol::Backend;
+    const NAME: &'static str = "smol";
+    fn client(config: informer_http::Config) -> Client<Self::B> {
+        informer_smol::client(config).unwrap()
+    }
+    fn block_on<F: Future>(f: F) -> F::Output {
+        smol::block_on(f)
+    }
+}
+
+fn run<E: Env, F: Future<Output = ()>>(scenario: impl FnOnce(Client<E::B>) -> F) {
+    let _serial = serial();
+    let sh = shared();
+    let t0 = Instant::now();
+    E::block_on(async {
+        let c = E::client(sh.config.clone());
+        scenario(c).await
+    });
+    eprintln!("[{}] scenario took {:?}", E::NAME, t0.elapsed());
+}
+
+macro_rules! scenarios {
+    ($($name:ident),* $(,)?) => {
+        mod on_tokio {
+            $(#[test] fn $name() { super::run::<super::TokioEnv, _>(super::$name::<super::TokioEnv>) })*
+        }
+        mod on_smol {
+            $(#[test] fn $name() { super::run::<super::SmolEnv, _>(super::$name::<super::SmolEnv>) })*
+        }
+    };
+}
+
+scenarios!(
+    initial_sync_of_2100_configmaps_through_the_factory,
+    create_update_delete_arrive_in_order_per_object,
+    handler_added_after_sync_gets_the_replay_nothing_lost_or_doubled,
+    resync_only_reaches_handlers_that_asked_at_their_period,
+    index_queries_right_after_changes,
+    relist_after_compaction_delivers_tombstones,
+    converges_after_apiserver_restart,
+    panicking_handler_does_not_stop_the_others_and_shutdown_stops_delivery,
+);
+
+// ---------------------------------------------------------------------------------------------
+// API helpers.
+
+async fn seed<B: Backend>(c: &Client<B>) {
+    for i in 0..SEED_NAMESPACES {
+        ensure_namespace(c, &format!("seed-{i}")).await;
+    }
+    let posts = futures_util::stream::iter(0..SEED_NAMESPACES * SEED_PER_NAMESPACE)
+        .map(|i| {
+            let c = c.clone();
+            async move {
+                let ns = format!("seed-{}", i % SEED_NAMESPACES);
+                let body = json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("cm-{i:05}"), "labels": {"seed": "yes"}},
+                    "data": {"i": i.to_string()}
+                });
+                c.request(
+                    http::Method::POST,
+                    &format!("/api/v1/namespaces/{ns}/configmaps"),
+                    Some(body.to_string().into()),
+                )
+                .await
+            }
+        })
+        .buffer_unordered(16);
+    let results: Vec<_> = posts.collect().await;
+    for r in results {
+        match r {
+            Ok(_) => {}
+            Err(f) if f.status().is_some_and(|s| s.code == 409) => {}
+            Err(f) => panic!("seeding: {f}"),
+        }
+    }
+}
+
+async fn ensure_namespace<B: Backend>(c: &Client<B>, ns: &str) {
+    let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+    match c
+        .request(
+            http::Method::POST,
+            "/api/v1/namespaces",
+            Some(body.to_string().into()),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(f) if f.status().is_some_and(|s| s.code == 409) => {}
+        Err(f) => panic!("namespace {ns}: {f}"),
+    }
+}
+
+fn path(kind: &str, ns: &str, name: Option<&str>) -> String {
+    match name {
+        Some(n) => format!("/api/v1/namespaces/{ns}/{kind}/{n}"),
+        None => format!("/api/v1/namespaces/{ns}/{kind}"),
+    }
+}
+
+/// Creates (or replaces) ConfigMap `name` with `labels`.
+async fn put_cm<B: Backend>(c: &Client<B>, ns: &str, name: &str, labels: &[(&str, &str)]) {
+    let labels: BTreeMap<_, _> = labels.iter().copied().collect();
+    let body = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "data": {"x": "y"}
+    })
+    .to_string();
+    let created = c
+        .request(
+            http::Method::POST,
+            &path("configmaps", ns, None),
+            Some(body.clone().into()),
+        )
+        .await;
+    match created {
+        Ok(_) => {}
+        Err(f) if f.status().is_some_and(|s| s.code == 409) => {
+            c.request(
+                http::Method::PUT,
+                &path("configmaps", ns, Some(name)),
+                Some(body.into()),
+            )
+            .await
+            .unwrap_or_else(|f| panic!("update {ns}/{name}: {f}"));
+        }
+        Err(f) => panic!("create {ns}/{name}: {f}"),
+    }
+}
+
+async fn delete<B: Backend>(c: &Client<B>, kind: &str, ns: &str, name: &str) {
+    c.request(http::Method::DELETE, &path(kind, ns, Some(name)), None)
+        .await
+        .unwrap_or_else(|f| panic!("delete {kind} {ns}/{name}: {f}"));
+}
+
+/// name → resourceVersion of what the server holds.
+async fn server_state<B: Backend>(
+    c: &Client<B>,
+    res: Resource,
+    ns: &str,
+) -> BTreeMap<String, String> {
+    let page = c
+        .api::<DynamicObject>(res, Some(ns))
+        .list_page(&ListRequest::default())
+        .await
+        .expect("list");
+    page.items
+        .iter()
+        .map(|o| {
+            (
+                o.name().to_string(),
+                o.resource_version().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn store_state(store: &informer_runtime::Store<DynamicObject>) -> BTreeMap<String, String> {
+    store
+        .list()
+        .iter()
+        .map(|o| {
+            (
+                o.name().to_string(),
+                o.resource_version().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+async fn sleep<E: Env>(d: Duration) {
+    E::R::default().sleep(d).await
+}
+
+/// Polls `cond` every 20 ms until it holds; panics with `what` after `limit`.
+async fn eventually<E: Env>(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < limit, "[{}] timed out: {what}", E::NAME);
+        sleep::<E>(Duration::from_millis(20)).await;
+    }
+}
+
+fn rv(o: &DynamicObject) -> u64 {
+    o.resource_version().unwrap_or("0").parse().unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// What handlers saw.
+
+#[derive(Clone, Debug, PartialEq)]
+enum Seen {
+    Add {
+        name: String,
+        rv: u64,
+        initial: bool,
+    },
+    Update {
+        name: String,
+        old: u64,
+        new: u64,
+        v: Option<String>,
+    },
+    Delete {
+        name: String,
+        rv: u64,
+        tombstone: bool,
+    },
+}
+
+impl Seen {
+    fn name(&self) -> &str {
+        match self {
+            Seen::Add { name, .. } | Seen::Update { name, .. } | Seen::Delete { name, .. } => name,
+        }
+    }
+    fn of(n: &Notification<DynamicObject>) -> Seen {
+        match n {
+            Notification::Add {
+                obj,
+                in_initial_list,
+            } => Seen::Add {
+                name: obj.name().into(),
+                rv: rv(obj),
+                initial: *in_initial_list,
+            },
+            Notification::Update { old, new } => Seen::Update {
+                name: new.name().into(),
+                old: rv(old),
+                new: rv(new),
+                v: new.label("v").map(Into::into),
+            },
+            Notification::Delete(d) => Seen::Delete {
+                name: d.object().name().into(),
+                rv: rv(d.object()),
+                tombstone: d.is_tombstone(),
+            },
+        }
+    }
+}
+
+type Log = Arc<Mutex<Vec<Seen>>>;
+
+fn recorder() -> (HandlerFns<DynamicObject>, Log) {
+    let log: Log = Arc::default();
+    let (a, u, d) = (log.clone(), log.clone(), log.clone());
+    let h = HandlerFns::new()
+        .on_add(move |obj, initial| {
+            a.lock().unwrap().push(Seen::of(&Notification::Add {
+                obj,
+                in_initial_list: initial,
+            }))
+        })
+        .on_update(move |old, new| {
+            u.lock()
+                .unwrap()
+                .push(Seen::of(&Notification::Update { old, new }))
+        })
+        .on_delete(move |gone: ObjectOrTombstone<DynamicObject>| {
+            d.lock()
+                .unwrap()
+                .push(Seen::of(&Notification::Delete(gone)))
+        });
+    (h, log)
+}
+
+fn snapshot(log: &Log) -> Vec<Seen> {
+    log.lock().unwrap().clone()
+}
+
+/// Folds a handler's notifications into its view (name → rv), failing on anything a correct
+/// informer never sends: an add for an object in view, an update or delete of one not in view,
+/// an update going back in resourceVersion.
+fn fold(events: &[Seen]) -> BTreeMap<String, u64> {
+    let mut view = BTreeMap::new();
+    for e in events {
+        match e {
+            Seen::Add { name, rv, .. } => {
+                assert!(
+                    view.insert(name.clone(), *rv).is_none(),
+                    "doubled add: {e:?}"
+                );
+            }
+            Seen::Update { name, old, new, .. } => {
+                let seen = view
+                    .get_mut(name)
+                    .unwrap_or_else(|| panic!("update of unseen: {e:?}"));
+                assert_eq!(
+                    *seen, *old,
+                    "update's old is not what the handler saw: {e:?}"
+                );
+                assert!(new >= old, "update went back: {e:?}");
+                *seen = *new;
+            }
+            Seen::Delete { name, .. } => {
+                assert!(view.remove(name).is_some(), "delete of unseen: {e:?}");
+            }
+        }
+    }
+    view
+}
+
+fn rv_map(m: &BTreeMap<String, String>) -> BTreeMap<String, u64> {
+    m.iter()
+        .map(|(k, v)| (k.clone(), v.parse().unwrap_or(0)))
+        .collect()
+}
+
+fn builder<E: Env>(
+    c: &Client<E::B>,
+    res: Resource,
+    ns: &str,
+) -> InformerBuilder<DynamicObject, E::R> {
+    Informer::<DynamicObject, E::R>::builder(c, res)
+        .namespace(ns)
+        .backoff(fast_backoff())
+}
+
+fn fast_backoff() -> BackoffConfig {
+    BackoffConfig {
+        initial: Duration::from_millis(100),
+        cap: Duration::from_secs(1),
+        ..BackoffConfig::default()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios.
+
+/// 2,100 ConfigMaps in three namespaces, through a SharedInformerFactory: two callers asking for
+/// the same informer share one (one list); the handler gets every object as an initial add; the
+/// namespace index answers per namespace.
+async fn initial_sync_of_2100_configmaps_through_the_factory<E: Env>(c: Client<E::B>) {
+    let factory = SharedInformerFactory::<E::R, E::B>::new(c);
+    let opts = InformerOptions::new().label_selector("seed=yes");
+    let a = factory
+        .informer_with::<DynamicObject>(Resource::CONFIGMAPS, opts.clone(), |b| b)
+        .unwrap();
+    let b = factory
+        .informer_with::<DynamicObject>(Resource::CONFIGMAPS, opts, |b| b)
+        .unwrap();
+    let (h, log) = recorder();
+    let reg = a.add_handler(h).unwrap();
+    let stream = b.event_stream().unwrap();
+    let t0 = Instant::now();
+    factory.start().unwrap();
+    factory
+        .wait_for_cache_sync(Some(DEADLINE))
+        .await
+        .expect("cache sync");
+    eprintln!("[{}] 2100 objects synced in {:?}", E::NAME, t0.elapsed());
+    let total = SEED_NAMESPACES * SEED_PER_NAMESPACE;
+    assert_eq!(a.store().len(), total);
+    assert_eq!(b.store().len(), total, "same informer behind both");
+    assert_eq!(a.metrics().lists, 1, "one list for both callers");
+    assert!(a.metrics().events_applied >= total as u64);
+    for i in 0..SEED_NAMESPACES {
+        let ns = format!("seed-{i}");
+        assert_eq!(
+            a.store().by_index(NAMESPACE_INDEX, &ns).unwrap().len(),
+            SEED_PER_NAMESPACE
+        );
+    }
+    assert!(a.store().get("seed-0/cm-00000").is_some());
+    // The handler: every object once, as an initial add.
+    reg.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    let seen = snapshot(&log);
+    assert_eq!(seen.len(), total);
+    assert!(
+        seen.iter()
+            .all(|s| matches!(s, Seen::Add { initial: true, .. }))
+    );
+    assert_eq!(fold(&seen).len(), total);
+    // The stream, pulled by its consumer.
+    let adds: Vec<_> = stream.take(total).collect().await;
+    assert!(adds.iter().all(|n| matches!(
+        n,
+        Notification::Add {
+            in_initial_list: true,
+            ..
+        }
+    )));
+    // An unknown index is an error, not an empty answer.
+    assert!(matches!(
+        a.store().by_index("nope", "x"),
+        Err(IndexError::UnknownIndex { .. })
+    ));
+    factory.shutdown().await;
+    assert!(a.is_stopped());
+    assert!(matches!(a.start(), Err(Error::Stopped)));
+}
+
+/// Per object: Add, then Updates with rising resourceVersions and labels, then a Delete of the
+/// last state — for a handler thread and for an event stream.
+async fn create_update_delete_arrive_in_order_per_object<E: Env>(c: Client<E::B>) {
+    let ns = format!("order-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    let inf = builder::<E>(&c, Resource::CONFIGMAPS, &ns).build().unwrap();
+    let (h, log) = recorder();
+    inf.add_handler(h).unwrap();
+    let mut stream = inf.event_stream().unwrap();
+    inf.start().unwrap();
+    inf.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    const N: usize = 10;
+    let writer = async {
+        let writes = futures_util::stream::iter(0..N)
+            .map(|i| {
+                let c = c.clone();
+                let ns = ns.clone();
+                async move {
+                    let name = format!("o-{i}");
+                    for v in ["0", "1", "2"] {
+                        put_cm(&c, &ns, &name, &[("v", v)]).await;
+                    }
+                    delete(&c, "configmaps", &ns, &name).await;
+                }
+            })
+            .buffer_unordered(4);
+        writes.collect::<Vec<()>>().await;
+    };
+    let consumer = async {
+        let mut seen = Vec::new();
+        let mut deletes = 0;
+        while deletes < N {
+            match select(stream.next(), Box::pin(sleep::<E>(DEADLINE))).await {
+                Either::Left((Some(n), _)) => {
+                    let s = Seen::of(&n);
+                    deletes += matches!(s, Seen::Delete { .. }) as usize;
+                    seen.push(s);
+                }
+                _ => panic!("stream: timed out or ended"),
+            }
+        }
+        seen
+    };
+    let ((), from_stream) = join(writer, consumer).await;
+    eventually::<E>("all deletes seen by the handler", DEADLINE, || {
+        snapshot(&log)
+            .iter()
+            .filter(|s| matches!(s, Seen::Delete { .. }))
+            .count()
+            == N
+    })
+    .await;
+    for events in [snapshot(&log), from_stream] {
+        for i in 0..N {
+            let name = format!("o-{i}");
+            let mine: Vec<_> = events.iter().filter(|s| s.name() == name).collect();
+            assert!(
+                matches!(mine.first(), Some(Seen::Add { initial: false, .. })),
+                "{mine:?}"
+            );
+            assert!(
+                matches!(
+                    mine.last(),
+                    Some(Seen::Delete {
+                        tombstone: false,
+                        ..
+                    })
+                ),
+                "{mine:?}"
+            );
+            let mut last_v = String::new();
+            for s in &mine[1..mine.len() - 1] {
+                let Seen::Update {
+                    v: Some(v),
+                    old,
+                    new,
+                    ..
+                } = s
+                else {
+                    panic!("not an update between add and delete: {mine:?}");
+                };
+                assert!(new > old && *v >= last_v, "{mine:?}");
+                last_v = v.clone();
+            }
+            if let (Some(Seen::Delete { rv: d, .. }), Some(Seen::Add { rv: a, .. })) =
+                (mine.last(), mine.first())
+            {
+                assert!(d >= a);
+            }
+        }
+        assert!(fold(&events).is_empty());
+    }
+    assert!(inf.store().is_empty());
+    inf.shutdown().await;
+}
+
+/// A handler added after sync, while objects are being created and deleted: it first gets the
+/// cache as initial adds, then live events; its view ends equal to the server's, with nothing
+/// doubled or missing.
+async fn handler_added_after_sync_gets_the_replay_nothing_lost_or_doubled<E: Env>(c: Client<E::B>) {
+    let ns = format!("late-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    for i in 0..40 {
+        put_cm(&c, &ns, &format!("l-{i:03}"), &[]).await;
+    }
+    let inf = builder::<E>(&c, Resource::CONFIGMAPS, &ns).build().unwrap();
+    inf.start().unwrap();
+    inf.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    let (h, log) = recorder();
+    let added = Arc::new(Mutex::new(None));
+    let writer = async {
+        for i in 40..100 {
+            put_cm(&c, &ns, &format!("l-{i:03}"), &[]).await;
+            if i % 3 == 0 {
+                delete(&c, "configmaps", &ns, &format!("l-{:03}", i - 40)).await;
+            }
+        }
+    };
+    let joiner = async {
+        sleep::<E>(Duration::from_millis(150)).await;
+        *added.lock().unwrap() = Some(inf.add_handler(h).unwrap());
+    };
+    join(writer, joiner).await;
+    let reg = added.lock().unwrap().take().unwrap();
+    reg.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    let server = rv_map(&server_state(&c, Resource::CONFIGMAPS, &ns).await);
+    eventually::<E>("handler view == server", DEADLINE, || {
+        fold(&snapshot(&log)) == server
+    })
+    .await;
+    let seen = snapshot(&log);
+    let initial = seen
+        .iter()
+        .filter(|s| matches!(s, Seen::Add { initial: true, .. }))
+        .count();
+    assert!(initial > 0, "the replay came as initial adds");
+    assert!(
+        seen.iter()
+            .skip_while(|s| matches!(s, Seen::Add { initial: true, .. }))
+            .all(|s| !matches!(s, Seen::Add { initial: true, .. })),
+        "the replay comes first"
+    );
+    assert_eq!(rv_map(&store_state(&inf.store())), server);
+    inf.shutdown().await;
+}
+
+/// Check period 1 s; one handler asks for 1 s, one for 2 s, one for none: resyncs (updates with
+/// an unchanged resourceVersion) reach the first every second, the second every two, the third
+/// never.
+async fn resync_only_reaches_handlers_that_asked_at_their_period<E: Env>(c: Client<E::B>) {
+    let ns = format!("resync-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    for i in 0..3 {
+        put_cm(&c, &ns, &format!("r-{i}"), &[]).await;
+    }
+    let inf = builder::<E>(&c, Resource::CONFIGMAPS, &ns)
+        .resync(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let stamps = |log: Log| {
+        let t: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let t2 = t.clone();
+        let h =
+            HandlerFns::new().on_update(move |old: Arc<DynamicObject>, new: Arc<DynamicObject>| {
+                if old.resource_version() == new.resource_version() {
+                    t2.lock().unwrap().push(Instant::now());
+                    log.lock()
+                        .unwrap()
+                        .push(Seen::of(&Notification::Update { old, new }));
+                }
+            });
+        (h, t)
+    };
+    let (h1, t1) = stamps(Arc::default());
+    let (h2, t2) = stamps(Arc::default());
+    let (h0, t0) = stamps(Arc::default());
+    inf.add_handler_with_resync(h1, Duration::from_secs(1))
+        .unwrap();
+    inf.add_handler_with_resync(h2, Duration::from_secs(2))
+        .unwrap();
+    inf.add_handler_with_resync(h0, Duration::ZERO).unwrap();
+    let start = Instant::now();
+    inf.start().unwrap();
+    inf.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    // Four rounds for the 1 s handler.
+    eventually::<E>("4 resync rounds at 1 s", Duration::from_secs(20), || {
+        t1.lock().unwrap().len() >= 12
+    })
+    .await;
+    let elapsed = start.elapsed();
+    let n1 = t1.lock().unwrap().len();
+    let n2 = t2.lock().unwrap().len();
+    assert!(
+        t0.lock().unwrap().is_empty(),
+        "a handler with resync 0 got resyncs"
+    );
+    let first = t1.lock().unwrap()[0] - start;
+    assert!(
+        first >= Duration::from_millis(900),
+        "first resync after {first:?}"
+    );
+    assert!(
+        n2 >= 3 && n2 <= n1 / 2 + 3,
+        "2 s handler: {n2} resyncs vs {n1} for the 1 s one in {elapsed:?}"
+    );
+    if let Some(f2) = t2.lock().unwrap().first() {
+        assert!(
+            *f2 - start >= Duration::from_millis(1900),
+            "2 s handler resynced early"
+        );
+    }
+    inf.shutdown().await;
+}
+
+/// A handler that, on every notification, asks the store's indices about the object: the cache
+/// is already up to date when the handler hears of a change. Then direct queries after each
+/// change.
+async fn index_queries_right_after_changes<E: Env>(c: Client<E::B>) {
+    let ns = format!("index-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    let inf = builder::<E>(&c, Resource::CONFIGMAPS, &ns)
+        .index(
+            "app",
+            index_fn(|o: &DynamicObject| o.label("app").map(Into::into).into_iter().collect()),
+        )
+        .build()
+        .unwrap();
+    let store = inf.store();
+    let bad: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (s1, s2, b1, b2, b3) = (
+        store.clone(),
+        store.clone(),
+        bad.clone(),
+        bad.clone(),
+        bad.clone(),
+    );
+    let s3 = store.clone();
+    let check = |s: &informer_runtime::Store<DynamicObject>, o: &DynamicObject| -> bool {
+        let app = o.label("app").unwrap_or("");
+        s.by_index("app", app)
+            .unwrap()
+            .iter()
+            .any(|x| x.name() == o.name() && x.resource_version() >= o.resource_version())
+    };
+    let reg = inf
+        .add_handler(
+            HandlerFns::new()
+                .on_add(move |o: Arc<DynamicObject>, _| {
+                    if !check(&s1, &o) {
+                        b1.lock().unwrap().push(format!("add {}", o.name()));
+                    }
+                })
+                .on_update(move |_, o: Arc<DynamicObject>| {
+                    if !check(&s2, &o) {
+                        b2.lock().unwrap().push(format!("update {}", o.name()));
+                    }
+                })
+                .on_delete(move |d: ObjectOrTombstone<DynamicObject>| {
+                    if s3
+                        .get_by_name(d.object().namespace(), d.object().name())
+                        .is_some()
+                    {
+                        b3.lock()
+                            .unwrap()
+                            .push(format!("delete {}", d.object().name()));
+                    }
+                }),
+        )
+        .unwrap();
+    inf.start().unwrap();
+    inf.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    put_cm(&c, &ns, "a", &[("app", "x")]).await;
+    put_cm(&c, &ns, "b", &[("app", "y")]).await;
+    eventually::<E>("a and b cached", DEADLINE, || store.len() == 2).await;
+    let names = |v: Vec<Arc<DynamicObject>>| {
+        v.iter()
+            .map(|o| o.name().to_string())
+            .collect::<BTreeSet<_>>()
+    };
+    assert_eq!(
+        names(store.by_index("app", "x").unwrap()),
+        ["a".to_string()].into()
+    );
+    assert_eq!(
+        store
+            .list_index_values("app")
+            .unwrap()
+            .into_iter()
+            .collect::<BTreeSet<_>>(),
+        ["x".to_string(), "y".to_string()].into()
+    );
+    // Move a from x to y: the x bucket disappears.
+    put_cm(&c, &ns, "a", &[("app", "y")]).await;
+    eventually::<E>("a moved", DEADLINE, || {
+        store
+            .get(&format!("{ns}/a"))
+            .is_some_and(|o| o.label("app") == Some("y"))
+    })
+    .await;
+    assert!(store.by_index("app", "x").unwrap().is_empty());
+    assert_eq!(
+        store.list_index_values("app").unwrap(),
+        vec!["y".to_string()]
+    );
+    assert_eq!(store.index_keys("app", "y").unwrap().len(), 2);
+    delete(&c, "configmaps", &ns, "b").await;
+    eventually::<E>("b gone", DEADLINE, || {
+        store.get(&format!("{ns}/b")).is_none()
+    })
+    .await;
+    assert_eq!(
+        names(store.by_index("app", "y").unwrap()),
+        ["a".to_string()].into()
+    );
+    assert!(matches!(
+        store.by_index("nope", "y"),
+        Err(IndexError::UnknownIndex { .. })
+    ));
+    // Adding an index later indexes what is cached.
+    inf.add_index(
+        "name",
+        index_fn(|o: &DynamicObject| [o.name().into()].into_iter().collect()),
+    )
+    .unwrap();
+    assert_eq!(store.by_index("name", "a").unwrap().len(), 1);
+    assert!(matches!(
+        inf.add_index("app", index_fn(|_: &DynamicObject| Default::default())),
+        Err(Error::Index(IndexError::IndexExists { .. }))
+    ));
+    eventually::<E>("handler done", DEADLINE, || reg.pending() == 0).await;
+    sleep::<E>(Duration::from_millis(100)).await;
+    assert!(
+        bad.lock().unwrap().is_empty(),
+        "stale reads: {:?}",
+        bad.lock().unwrap()
+    );
+    inf.shutdown().await;
+}
+
+/// A transport that can be paused: closing the gate ends the open watch and holds back new
+/// requests until it opens again.
+struct Gated<T> {
+    inner: T,
+    gate: Arc<Gate>,
+}
+
+#[derive(Default)]
+struct Gate {
+    closed: AtomicBool,
+    changed: event_listener::Event,
+}
+
+impl Gate {
+    fn set(&self, closed: bool) {
+        self.closed.store(closed, Ordering::SeqCst);
+        self.changed.notify(usize::MAX);
+    }
+    async fn wait(&self, closed: bool) {
+        loop {
+            let l = self.changed.listen();
+            if self.closed.load(Ordering::SeqCst) == closed {
+                return;
+            }
+            l.await;
+        }
+    }
+}
+
+impl<K: Send + 'static, T: Transport<K>> Transport<K> for Gated<T> {
+    fn list<'a>(
+        &'a self,
+        request: &'a ListRequest,
+    ) -> HttpFuture<'a, Result<ListPage<K>, Failure>> {
+        Box::pin(async move {
+            self.gate.wait(false).await;
+            self.inner.list(request).await
+        })
+    }
+
+    fn watch<'a>(
+        &'a self,
+        request: &'a WatchRequest,
+    ) -> HttpFuture<'a, Result<BoxStream<'static, WatchEvent<K>>, Failure>> {
+        Box::pin(async move {
+            self.gate.wait(false).await;
+            let events = self.inner.watch(request).await?;
+            let gate = self.gate.clone();
+            let closed = async move { gate.wait(true).await };
+            Ok(Box::pin(events.take_until(Box::pin(closed))) as BoxStream<'static, _>)
+        })
+    }
+}
+
+/// The informer is cut off; meanwhile two Secrets are deleted, one created, and etcd compacted.
+/// Reconnected, its watch from the old resourceVersion gets 410: it relists and hands the
+/// deletions it never saw to the handler as tombstones.
+async fn relist_after_compaction_delivers_tombstones<E: Env>(c: Client<E::B>) {
+    let ns = format!("compact-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    let secret = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": {"k": "dg=="}})
+            .to_string()
+    };
+    for i in 0..5 {
+        let _ = c
+            .request(
+                http::Method::POST,
+                &path("secrets", &ns, None),
+                Some(secret(&format!("s-{i}")).into()),
+            )
+            .await;
+    }
+    let gate = Arc::new(Gate::default());
+    let transport = Gated {
+        inner: c.api::<DynamicObject>(Resource::SECRETS, Some(&ns)),
+        gate: gate.clone(),
+    };
+    let errors: Arc<Mutex<Vec<Failure>>> = Arc::default();
+    let errs = errors.clone();
+    let inf = InformerBuilder::<DynamicObject, E::R>::from_transport(
+        E::R::default(),
+        Arc::new(transport),
+        "secrets",
+    )
+    .backoff(fast_backoff())
+    .on_watch_error(move |f| errs.lock().unwrap().push(f.clone()))
+    .build()
+    .unwrap();
+    let (h, log) = recorder();
+    inf.add_handler(h).unwrap();
+    inf.start().unwrap();
+    inf.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    assert_eq!(inf.store().len(), 5);
+    eventually::<E>("watching", DEADLINE, || inf.metrics().watches >= 1).await;
+    // Past the "very short watch" second, so that ending it is a normal end and the informer
+    // watches again from where it was (and meets the compaction) rather than backing off.
+    sleep::<E>(Duration::from_millis(1500)).await;
+    gate.set(true);
+    delete(&c, "secrets", &ns, "s-0").await;
+    delete(&c, "secrets", &ns, "s-1").await;
+    c.request(
+        http::Method::POST,
+        &path("secrets", &ns, None),
+        Some(secret("s-5").into()),
+    )
+    .await
+    .unwrap();
+    shared().cluster.lock().unwrap().compact().expect("compact");
+    let relists = inf.metrics().relists;
+    gate.set(false);
+    let want = server_state(&c, Resource::SECRETS, &ns).await;
+    eventually::<E>("store == server after relist", DEADLINE, || {
+        store_state(&inf.store()) == want
+    })
+    .await;
+    eventually::<E>("handler saw the deletes", DEADLINE, || {
+        fold(&snapshot(&log)) == rv_map(&want)
+    })
+    .await;
+    let seen = snapshot(&log);
+    for name in ["s-0", "s-1"] {
+        assert!(
+            seen.iter()
+                .any(|s| matches!(s, Seen::Delete { name: n, tombstone: true, .. } if n == name)),
+            "no tombstone for {name}: {seen:?}"
+        );
+    }
+    assert!(inf.metrics().relists > relists, "{:?}", inf.metrics());
+    assert!(
+        errors
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|f| matches!(f, Failure::Expired(_))),
+        "no 410 reported: {:?}",
+        errors.lock().unwrap()
+    );
+    inf.shutdown().await;
+}
+
+/// kube-apiserver is killed and restarted under a watching informer; afterwards objects change,
+/// and the cache and the handler's view converge to the server's state.
+async fn converges_after_apiserver_restart<E: Env>(c: Client<E::B>) {
+    let ns = format!("restart-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    for i in 0..5 {
+        put_cm(&c, &ns, &format!("r-{i}"), &[]).await;
+    }
+    let inf = builder::<E>(&c, Resource::CONFIGMAPS, &ns).build().unwrap();
+    let (h, log) = recorder();
+    inf.add_handler(h).unwrap();
+    inf.start().unwrap();
+    inf.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    eventually::<E>("watching", DEADLINE, || inf.metrics().watches >= 1).await;
+    {
+        let mut tc = shared().cluster.lock().unwrap();
+        tc.stop_apiserver().expect("stop apiserver");
+        std::thread::sleep(Duration::from_millis(500));
+        tc.start_apiserver().expect("start apiserver");
+    }
+    put_cm(&c, &ns, "r-5", &[]).await;
+    put_cm(&c, &ns, "r-1", &[("v", "1")]).await;
+    delete(&c, "configmaps", &ns, "r-2").await;
+    let want = server_state(&c, Resource::CONFIGMAPS, &ns).await;
+    eventually::<E>("store == server", DEADLINE, || {
+        store_state(&inf.store()) == want
+    })
+    .await;
+    eventually::<E>("handler == server", DEADLINE, || {
+        fold(&snapshot(&log)) == rv_map(&want)
+    })
+    .await;
+    let m = inf.metrics();
+    assert!(m.watch_restarts >= 1 && m.watch_errors >= 1, "{m:?}");
+    inf.shutdown().await;
+}
+
+/// One handler panics on some objects: it goes on with the next ones, the panics are counted,
+/// the other handler sees everything. Then shutdown: nothing more is delivered, handlers cannot
+/// be added, the store stays readable.
+async fn panicking_handler_does_not_stop_the_others_and_shutdown_stops_delivery<E: Env>(
+    c: Client<E::B>,
+) {
+    let ns = format!("panic-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    let inf = builder::<E>(&c, Resource::CONFIGMAPS, &ns).build().unwrap();
+    let survived: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s = survived.clone();
+    let bomb = inf
+        .add_handler(HandlerFns::new().on_add(move |o: Arc<DynamicObject>, _| {
+            if o.name().starts_with("boom") {
+                panic!("handler panic on {}", o.name());
+            }
+            s.lock().unwrap().push(o.name().to_string());
+        }))
+        .unwrap();
+    let (h, log) = recorder();
+    let calm = inf.add_handler(h).unwrap();
+    // A handler stuck in its first notification until released.
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let stuck_done: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sd = stuck_done.clone();
+    let stuck = inf
+        .add_handler(HandlerFns::new().on_add(move |o: Arc<DynamicObject>, _| {
+            if sd.lock().unwrap().is_empty() {
+                let _ = released.recv();
+            }
+            sd.lock().unwrap().push(o.name().to_string());
+        }))
+        .unwrap();
+    inf.start().unwrap();
+    inf.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    for name in ["boom-0", "ok-0", "boom-1", "ok-1"] {
+        put_cm(&c, &ns, name, &[]).await;
+    }
+    eventually::<E>("other handler saw all", DEADLINE, || {
+        snapshot(&log).len() == 4
+    })
+    .await;
+    // The stuck handler held back nobody; its backlog waits in the informer.
+    assert!(stuck_done.lock().unwrap().is_empty());
+    assert_eq!(stuck.pending(), 3, "one in flight, three pending");
+    eventually::<E>("panicking handler went on", DEADLINE, || {
+        survived.lock().unwrap().len() == 2
+    })
+    .await;
+    assert_eq!(bomb.panics(), 2);
+    assert_eq!(calm.panics(), 0);
+    assert_eq!(inf.metrics().handler_panics, 2);
+    assert!(bomb.has_synced() && calm.has_synced());
+    // Removal: the removed handler hears nothing more.
+    assert!(bomb.remove());
+    assert!(!bomb.remove());
+    put_cm(&c, &ns, "ok-2", &[]).await;
+    eventually::<E>("calm saw ok-2", DEADLINE, || snapshot(&log).len() == 5).await;
+    // Shutdown while the stuck handler is still in its first notification: shutdown waits for
+    // it to finish, and drops what it had pending.
+    assert!(stuck_done.lock().unwrap().is_empty());
+    let store = inf.store();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        release.send(()).unwrap();
+    });
+    inf.shutdown().await;
+    assert_eq!(
+        stuck_done.lock().unwrap().len(),
+        1,
+        "in-flight finished, pending dropped"
+    );
+    releaser.join().unwrap();
+    assert!(inf.is_stopped());
+    put_cm(&c, &ns, "ok-3", &[]).await;
+    sleep::<E>(Duration::from_millis(500)).await;
+    assert_eq!(snapshot(&log).len(), 5, "delivered after shutdown");
+    assert_eq!(
+        survived.lock().unwrap().len(),
+        2,
+        "removed handler got more"
+    );
+    assert_eq!(store.len(), 5);
+    assert!(matches!(
+        inf.add_handler(HandlerFns::new()),
+        Err(Error::Stopped)
+    ));
+}
