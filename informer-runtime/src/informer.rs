@@ -27,7 +27,7 @@ use crate::store::Store;
 
 /// Called with every list or watch failure (client-go's `WatchErrorHandler`). Recovery is
 /// already under way; this is for logging and metrics. It runs on the driver task: keep it
-/// quick.
+/// quick. A panic in it is caught and logged.
 pub type WatchErrorHook = Arc<dyn Fn(&Failure) + Send + Sync>;
 
 /// Inputs at most applied under one write lock (bounds how long readers can wait).
@@ -281,7 +281,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     }
 
     /// A transform applied to every object before it is cached (e.g. dropping
-    /// `managedFields`). It must not change the namespace or name.
+    /// `managedFields`). It must not change the namespace or name. Like index functions, it
+    /// runs inside the driver's step and must not panic.
     pub fn transform(mut self, f: impl Fn(Arc<K>) -> Arc<K> + Send + Sync + 'static) -> Self {
         self.transform = Some(Box::new(f));
         self
@@ -920,7 +921,11 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                             .fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(informer = %name, error = %f, "list/watch failed");
                         if let Some(h) = &self.watch_error {
-                            h(&f);
+                            let caught =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(&f)));
+                            if caught.is_err() {
+                                tracing::error!(informer = %name, "the watch-error hook panicked");
+                            }
                         }
                     }
                     Output::Notify { .. } => {}

@@ -1,0 +1,298 @@
+//! The driver against scripted transports (no cluster): timeouts, failures and the watch-error
+//! hook, event streams, handler removal, runtime errors — on tokio and on smol.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use informer_core::protocol::{ListPage, ListRequest, WatchEvent, WatchRequest};
+use informer_http::Transport;
+use informer_http::transport::{BoxFuture, BoxStream};
+use informer_runtime::{
+    BackoffConfig, DynamicObject, Error, Failure, HandlerFns, InformerBuilder, Notification,
+    Object, Runtime,
+};
+use serde_json::json;
+
+fn obj(name: &str, rv: u64) -> Arc<DynamicObject> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv.to_string()}
+        }))
+        .unwrap(),
+    )
+}
+
+/// Lists answer `items` (or fail with `fail_lists` first); the first watch streams what the
+/// test sends; later watches never answer.
+struct Fake {
+    items: Vec<Arc<DynamicObject>>,
+    fail_lists: AtomicUsize,
+    hang_lists: bool,
+    watch: Mutex<Option<async_channel::Receiver<WatchEvent<DynamicObject>>>>,
+}
+
+impl Fake {
+    fn new(
+        items: Vec<Arc<DynamicObject>>,
+    ) -> (Fake, async_channel::Sender<WatchEvent<DynamicObject>>) {
+        let (tx, rx) = async_channel::unbounded();
+        (
+            Fake {
+                items,
+                fail_lists: AtomicUsize::new(0),
+                hang_lists: false,
+                watch: Mutex::new(Some(rx)),
+            },
+            tx,
+        )
+    }
+}
+
+impl Transport<DynamicObject> for Fake {
+    fn list<'a>(
+        &'a self,
+        _: &'a ListRequest,
+    ) -> BoxFuture<'a, Result<ListPage<DynamicObject>, Failure>> {
+        Box::pin(async move {
+            if self.hang_lists {
+                std::future::pending::<()>().await;
+            }
+            if self
+                .fail_lists
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                return Err(Failure::ConnectionRefused("scripted".into()));
+            }
+            Ok(ListPage {
+                items: self.items.clone(),
+                resource_version: "10".into(),
+                continue_token: None,
+                remaining_item_count: None,
+            })
+        })
+    }
+
+    fn watch<'a>(
+        &'a self,
+        _: &'a WatchRequest,
+    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<DynamicObject>>, Failure>> {
+        Box::pin(async move {
+            let rx = self.watch.lock().unwrap().take();
+            match rx {
+                Some(rx) => Ok(Box::pin(rx) as BoxStream<'static, _>),
+                None => std::future::pending().await,
+            }
+        })
+    }
+}
+
+trait Env {
+    type R: Runtime + Default;
+    fn block_on<F: Future>(f: F) -> F::Output;
+}
+
+struct TokioEnv;
+impl Env for TokioEnv {
+    type R = informer_tokio::Tokio;
+    fn block_on<F: Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+}
+
+struct SmolEnv;
+impl Env for SmolEnv {
+    type R = informer_smol::Smol;
+    fn block_on<F: Future>(f: F) -> F::Output {
+        smol::block_on(f)
+    }
+}
+
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod on_tokio { $(#[test] fn $name() { <super::TokioEnv as super::Env>::block_on(super::$name::<super::TokioEnv>()) })* }
+        mod on_smol { $(#[test] fn $name() { <super::SmolEnv as super::Env>::block_on(super::$name::<super::SmolEnv>()) })* }
+    };
+}
+
+on_both!(
+    wait_for_sync_times_out_and_shutdown_abandons_the_request,
+    failures_reach_the_hook_and_back_off,
+    event_stream_pulls_and_dropping_it_removes_the_handler,
+    watch_events_reach_handlers_and_the_store,
+);
+
+fn builder<E: Env>(fake: Fake) -> InformerBuilder<DynamicObject, E::R> {
+    InformerBuilder::from_transport(E::R::default(), Arc::new(fake), "fake").backoff(
+        BackoffConfig {
+            initial: Duration::from_millis(10),
+            cap: Duration::from_millis(50),
+            ..BackoffConfig::default()
+        },
+    )
+}
+
+async fn eventually<E: Env>(what: &str, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "timed out: {what}");
+        E::R::default().sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn wait_for_sync_times_out_and_shutdown_abandons_the_request<E: Env>() {
+    let (mut fake, _tx) = Fake::new(vec![]);
+    fake.hang_lists = true;
+    let inf = builder::<E>(fake).build().unwrap();
+    inf.start().unwrap();
+    assert!(matches!(
+        inf.wait_for_sync(Some(Duration::from_millis(50))).await,
+        Err(Error::Timeout)
+    ));
+    assert!(matches!(
+        informer_runtime::wait_for_cache_sync(
+            &E::R::default(),
+            &[&inf],
+            Some(Duration::from_millis(50))
+        )
+        .await,
+        Err(Error::Timeout)
+    ));
+    let t0 = Instant::now();
+    inf.shutdown().await;
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    assert!(matches!(inf.wait_for_sync(None).await, Err(Error::Stopped)));
+    assert!(!inf.has_synced());
+}
+
+async fn failures_reach_the_hook_and_back_off<E: Env>() {
+    let (fake, _tx) = Fake::new(vec![obj("a", 5)]);
+    fake.fail_lists.store(3, Ordering::SeqCst);
+    let seen: Arc<Mutex<Vec<Failure>>> = Arc::default();
+    let s = seen.clone();
+    let inf = builder::<E>(fake)
+        .on_watch_error(move |f| s.lock().unwrap().push(f.clone()))
+        .build()
+        .unwrap();
+    inf.start().unwrap();
+    inf.wait_for_sync(Some(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(inf.store().len(), 1);
+    let m = inf.metrics();
+    assert_eq!(seen.lock().unwrap().len(), 3);
+    assert!(matches!(
+        seen.lock().unwrap()[0],
+        Failure::ConnectionRefused(_)
+    ));
+    assert_eq!(m.watch_errors, 3);
+    assert!(m.backoffs >= 1, "{m:?}");
+    assert_eq!(m.lists, 4, "{m:?}");
+    assert_eq!(m.relists, 3, "{m:?}");
+    inf.shutdown().await;
+}
+
+async fn event_stream_pulls_and_dropping_it_removes_the_handler<E: Env>() {
+    let (fake, tx) = Fake::new(vec![obj("a", 5), obj("b", 6)]);
+    let inf = builder::<E>(fake).build().unwrap();
+    let mut stream = inf.event_stream().unwrap();
+    let id = stream.id();
+    inf.start().unwrap();
+    let first = stream.next().await.unwrap();
+    assert!(matches!(
+        first,
+        Notification::Add {
+            in_initial_list: true,
+            ..
+        }
+    ));
+    // Not pulled yet: the second one waits in the informer.
+    eventually::<E>("one pending", || inf.pending(id) == 1).await;
+    assert!(!stream.has_synced());
+    let _second = stream.next().await.unwrap();
+    // Pulling again reports the second one done.
+    tx.send(WatchEvent::Added(obj("c", 7))).await.unwrap();
+    let third = stream.next().await.unwrap();
+    assert!(
+        matches!(third, Notification::Add { in_initial_list: false, ref obj } if obj.name() == "c")
+    );
+    assert!(stream.has_synced());
+    drop(stream);
+    tx.send(WatchEvent::Added(obj("d", 8))).await.unwrap();
+    eventually::<E>("d cached", || inf.store().len() == 4).await;
+    assert_eq!(inf.pending(id), 0, "a dropped stream's handler is gone");
+    inf.shutdown().await;
+}
+
+async fn watch_events_reach_handlers_and_the_store<E: Env>() {
+    let (fake, tx) = Fake::new(vec![obj("a", 5)]);
+    let inf = builder::<E>(fake).build().unwrap();
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (l1, l2, l3) = (log.clone(), log.clone(), log.clone());
+    let reg = inf
+        .add_handler(
+            HandlerFns::new()
+                .on_add(move |o: Arc<DynamicObject>, i| {
+                    l1.lock().unwrap().push(format!("add {} {i}", o.name()))
+                })
+                .on_update(move |o: Arc<DynamicObject>, n: Arc<DynamicObject>| {
+                    l2.lock().unwrap().push(format!(
+                        "update {} {}->{}",
+                        n.name(),
+                        o.resource_version().unwrap(),
+                        n.resource_version().unwrap()
+                    ))
+                })
+                .on_delete(move |d| {
+                    l3.lock().unwrap().push(format!(
+                        "delete {} {}",
+                        d.object().name(),
+                        d.is_tombstone()
+                    ))
+                }),
+        )
+        .unwrap();
+    inf.start().unwrap();
+    reg.wait_for_sync(Some(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    tx.send(WatchEvent::Added(obj("b", 11))).await.unwrap();
+    tx.send(WatchEvent::Modified(obj("a", 12))).await.unwrap();
+    tx.send(WatchEvent::Deleted(obj("b", 13))).await.unwrap();
+    eventually::<E>("all delivered", || log.lock().unwrap().len() == 4).await;
+    assert_eq!(
+        *log.lock().unwrap(),
+        [
+            "add a true",
+            "add b false",
+            "update a 5->12",
+            "delete b false"
+        ]
+    );
+    assert_eq!(inf.last_sync_resource_version(), "13");
+    assert_eq!(inf.store().keys().len(), 1);
+    assert_eq!(inf.metrics().events_applied, 4);
+    assert_eq!(reg.delivered(), 4);
+    assert!(reg.remove());
+    inf.shutdown().await;
+}
+
+#[test]
+fn tokio_informer_built_outside_a_runtime_is_an_error() {
+    let (fake, _tx) = Fake::new(vec![]);
+    let r = InformerBuilder::<DynamicObject, informer_tokio::Tokio>::from_transport(
+        informer_tokio::Tokio::default(),
+        Arc::new(fake),
+        "fake",
+    )
+    .build();
+    assert!(matches!(r, Err(Error::Spawn(_))), "{r:?}");
+}
