@@ -54,6 +54,18 @@ pub fn client(config: Config) -> Result<Client, informer_http::ClientError> {
     informer_http::Client::smol(config)
 }
 
+/// Runs `future` to completion on the current thread (`smol::block_on`; spawned tasks run on
+/// smol's global executor). The same call exists in `informer-tokio`, so examples port by
+/// changing imports only. Never fails; the `Result` matches informer-tokio's.
+pub fn block_on<F: std::future::Future>(future: F) -> std::io::Result<F::Output> {
+    Ok(smol::block_on(future))
+}
+
+/// Sleeps for `duration` (smol's timer).
+pub async fn sleep(duration: Duration) {
+    smol::Timer::after(duration).await;
+}
+
 /// Waits until every one of `items` has synced, at most `timeout` in all.
 pub async fn wait_for_cache_sync(
     items: &[&dyn CacheSync],

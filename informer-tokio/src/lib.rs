@@ -54,6 +54,21 @@ pub fn client(config: Config) -> Result<Client, informer_http::ClientError> {
     informer_http::Client::reqwest(config)
 }
 
+/// Runs `future` to completion on a new multi-threaded tokio runtime (timers and I/O on): the
+/// same call exists in `informer-smol`, so examples port by changing imports only. Inside
+/// a program that already runs tokio, just `.await` instead.
+pub fn block_on<F: std::future::Future>(future: F) -> std::io::Result<F::Output> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(future))
+}
+
+/// Sleeps for `duration` (tokio's timer).
+pub async fn sleep(duration: Duration) {
+    tokio::time::sleep(duration).await
+}
+
 /// Waits until every one of `items` has synced, at most `timeout` in all.
 pub async fn wait_for_cache_sync(
     items: &[&dyn CacheSync],
@@ -62,8 +77,10 @@ pub async fn wait_for_cache_sync(
     informer_runtime::wait_for_cache_sync(&Tokio::default(), items, timeout).await
 }
 
-/// The tokio [`Runtime`](informer_runtime::Runtime): spawns on the runtime that was current
-/// when it was made ([`Tokio::default`]), or else on the one current at spawn time.
+/// The tokio [`Runtime`](informer_runtime::Runtime). [`Tokio::default`] spawns on whichever
+/// runtime is current where the informer spawns (its driver then spawns from inside it);
+/// [`Tokio::current`] and [`Tokio::with_handle`] pin a runtime. Building an informer outside
+/// any tokio runtime fails with [`Error::Spawn`].
 #[derive(Clone, Debug, Default)]
 pub struct Tokio {
     handle: Option<tokio::runtime::Handle>,
