@@ -1,0 +1,151 @@
+//! The measuring side of the `sync-tokio` and `sync-smol` client processes that
+//! `cargo xtask bench e2e` runs: each starts an informer of every ConfigMap, waits until its
+//! handler has synced, prints one JSON line, then prints another once its handler has seen the
+//! expected number of updates.
+//!
+//! ```text
+//! {"event":"synced","objects":20000,"wall_s":1.23,"cpu_user_s":0.11,"cpu_sys_s":0.03,"rss_kb":41000,"hwm_kb":52000}
+//! {"event":"updates","updates":5000,"wall_s":9.87,"cpu_user_s":0.21,"cpu_sys_s":0.05,"rss_kb":42000,"hwm_kb":52000}
+//! ```
+//!
+//! Arguments: `--updates N` (default 0: exit right after the sync), `--timeout SECONDS`
+//! (default 120). The API server comes from `$KUBECONFIG` (or in-cluster configuration).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::time::{Duration, Instant};
+
+/// CPU time and memory of this process, from `/proc/self`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    /// User CPU seconds (10 ms resolution).
+    pub user_s: f64,
+    /// System CPU seconds (10 ms resolution).
+    pub sys_s: f64,
+    /// Resident set size now (`VmRSS`), KiB.
+    pub rss_kb: u64,
+    /// Peak resident set size (`VmHWM`), KiB.
+    pub hwm_kb: u64,
+}
+
+impl Usage {
+    /// Reads `/proc/self/stat` and `/proc/self/status`.
+    pub fn now() -> Usage {
+        // Clock ticks per second as /proc reports them (USER_HZ, 100 on Linux).
+        const TICKS: f64 = 100.0;
+        let mut u = Usage::default();
+        if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
+            // Fields after the parenthesised command name; utime and stime are fields 14, 15.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            u.user_s = tick(11) / TICKS;
+            u.sys_s = tick(12) / TICKS;
+        }
+        if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
+            for line in status.lines() {
+                let kb = || {
+                    line.split_whitespace()
+                        .nth(1)
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0)
+                };
+                if line.starts_with("VmRSS:") {
+                    u.rss_kb = kb();
+                } else if line.starts_with("VmHWM:") {
+                    u.hwm_kb = kb();
+                }
+            }
+        }
+        u
+    }
+}
+
+/// One benchmark run of a client process: its arguments, start time and update counter.
+#[derive(Debug)]
+pub struct Run {
+    started: Instant,
+    /// Updates to wait for after the sync (`--updates`).
+    pub updates: u64,
+    /// How long to wait for the sync, and then for the updates (`--timeout`).
+    pub timeout: Duration,
+    seen: Arc<AtomicU64>,
+    done_tx: SyncSender<()>,
+    done_rx: Receiver<()>,
+}
+
+impl Run {
+    /// Starts the clock and reads the arguments.
+    pub fn start() -> Run {
+        let started = Instant::now();
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let flag = |name: &str| {
+            args.iter()
+                .position(|a| a == name)
+                .and_then(|i| args.get(i + 1))
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let (done_tx, done_rx) = mpsc::sync_channel(1);
+        Run {
+            started,
+            updates: flag("--updates").unwrap_or(0),
+            timeout: Duration::from_secs(flag("--timeout").unwrap_or(120)),
+            seen: Arc::default(),
+            done_tx,
+            done_rx,
+        }
+    }
+
+    /// An `on_update` handler body that counts updates and signals when `--updates` are in.
+    pub fn count_updates<K>(&self) -> impl FnMut(Arc<K>, Arc<K>) + Send + 'static {
+        let (seen, target, done) = (self.seen.clone(), self.updates, self.done_tx.clone());
+        move |_old, _new| {
+            if seen.fetch_add(1, Ordering::Relaxed) + 1 == target {
+                let _ = done.try_send(());
+            }
+        }
+    }
+
+    /// Prints the `synced` line.
+    pub fn synced(&self, objects: usize) {
+        self.report("synced", "objects", objects as u64);
+    }
+
+    /// Waits until the handler has seen `--updates` updates (at most `--timeout`) and prints
+    /// the `updates` line. Returns at once when no updates are expected.
+    pub fn wait_for_updates(&self) -> Result<(), String> {
+        if self.updates == 0 {
+            return Ok(());
+        }
+        match self.done_rx.recv_timeout(self.timeout) {
+            Ok(()) => {
+                self.report("updates", "updates", self.updates);
+                Ok(())
+            }
+            Err(_) => Err(format!(
+                "saw {} of {} updates in {:?}",
+                self.seen.load(Ordering::Relaxed),
+                self.updates,
+                self.timeout
+            )),
+        }
+    }
+
+    fn report(&self, event: &str, what: &str, n: u64) {
+        use std::io::Write;
+        let u = Usage::now();
+        let line = format!(
+            "{{\"event\":\"{event}\",\"{what}\":{n},\"wall_s\":{:.3},\"cpu_user_s\":{:.2},\
+             \"cpu_sys_s\":{:.2},\"rss_kb\":{},\"hwm_kb\":{}}}\n",
+            self.started.elapsed().as_secs_f64(),
+            u.user_s,
+            u.sys_s,
+            u.rss_kb,
+            u.hwm_kb
+        );
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(line.as_bytes());
+        let _ = out.flush();
+    }
+}
