@@ -4,9 +4,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use informer_core::{HandlerId, Notification, ObjectOrTombstone};
+use informer_core::{HandlerId, Notification, Object, ObjectOrTombstone};
 
-use crate::informer::Cmd;
+use crate::informer::StateLock;
 
 /// Receives an informer's notifications (client-go `ResourceEventHandler`).
 ///
@@ -152,27 +152,37 @@ pub(crate) fn run_one<K: 'static>(
     })
 }
 
-/// The worker thread of one handler: takes the notification the driver handed over, runs it,
-/// reports it done (so the driver hands over the next), until its channel closes.
+/// The worker thread of one handler.
+///
+/// It waits for the notification the driver hands over when the handler is idle, runs it,
+/// then steps the core itself under the write lock: `handler_done` and, in the same step,
+/// `poll_notification_for` its own next notification, which it runs without a round trip
+/// through the driver. That step obeys the core's loop rule: `handler_done` feeds the reflector
+/// nothing and only makes this handler idle, so the only output it can make ready is this
+/// handler's next notification, which the worker takes at once (everything else was drained by
+/// the driver before it released the lock). When the handler has nothing pending, the worker
+/// waits for the driver again.
 pub(crate) struct Worker<K> {
     pub(crate) informer: String,
     pub(crate) id: HandlerId,
     pub(crate) handler: Box<dyn EventHandler<K>>,
     pub(crate) rx: async_channel::Receiver<Notification<K>>,
-    pub(crate) cmd: async_channel::Sender<Cmd>,
+    pub(crate) state: Arc<StateLock<K>>,
+    pub(crate) changed: Arc<event_listener::Event>,
     pub(crate) stats: Arc<HandlerStats>,
     pub(crate) metrics: Arc<crate::metrics::Counters>,
     /// Dropped when the thread exits.
     pub(crate) exited: async_channel::Sender<()>,
 }
 
-pub(crate) fn spawn_worker<K: Send + Sync + 'static>(w: Worker<K>) -> std::io::Result<()> {
+pub(crate) fn spawn_worker<K: Object + Send + Sync + 'static>(w: Worker<K>) -> std::io::Result<()> {
     let Worker {
         informer,
         id,
         mut handler,
         rx,
-        cmd,
+        state,
+        changed,
         stats,
         metrics,
         exited,
@@ -180,23 +190,36 @@ pub(crate) fn spawn_worker<K: Send + Sync + 'static>(w: Worker<K>) -> std::io::R
     std::thread::Builder::new()
         .name(format!("informer-handler-{}", id.0))
         .spawn(move || {
-            while let Ok(n) = rx.recv_blocking() {
-                if !stats.active.load(Ordering::Acquire) {
-                    break;
-                }
-                if let Err(msg) = run_one(&mut *handler, n) {
-                    stats.panics.fetch_add(1, Ordering::Relaxed);
-                    metrics.handler_panics.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(
-                        informer = %informer,
-                        handler = id.0,
-                        panic = %msg,
-                        "event handler panicked; it goes on with its next notification"
-                    );
-                }
-                stats.delivered.fetch_add(1, Ordering::Relaxed);
-                if cmd.try_send(Cmd::HandlerDone(id)).is_err() {
-                    break;
+            'idle: while let Ok(mut n) = rx.recv_blocking() {
+                loop {
+                    if !stats.active.load(Ordering::Acquire) {
+                        break 'idle;
+                    }
+                    if let Err(msg) = run_one(&mut *handler, n) {
+                        stats.panics.fetch_add(1, Ordering::Relaxed);
+                        metrics.handler_panics.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(
+                            informer = %informer,
+                            handler = id.0,
+                            panic = %msg,
+                            "event handler panicked; it goes on with its next notification"
+                        );
+                    }
+                    stats.delivered.fetch_add(1, Ordering::Relaxed);
+                    let next = {
+                        let mut st = state.write();
+                        if !stats.active.load(Ordering::Acquire) {
+                            break 'idle;
+                        }
+                        st.core.handler_done(id);
+                        st.core.poll_notification_for(id)
+                    };
+                    // Per-handler sync may have changed.
+                    changed.notify(usize::MAX);
+                    match next {
+                        Some(m) => n = m,
+                        None => continue 'idle,
+                    }
                 }
             }
             drop(exited);

@@ -67,7 +67,7 @@ impl<K> StateLock<K> {
 pub(crate) enum Cmd {
     /// Something was fed to the core outside the driver: drain its outputs.
     Wake,
-    /// A handler finished its notification.
+    /// An event stream's consumer finished its notification.
     HandlerDone(HandlerId),
     /// Remove a handler (an event stream was dropped).
     RemoveHandler(HandlerId),
@@ -94,7 +94,7 @@ pub(crate) struct Shared<K, R> {
     rt: R,
     base: std::time::Instant,
     cmd: async_channel::Sender<Cmd>,
-    changed: Event,
+    changed: Arc<Event>,
     counters: Arc<Counters>,
     name: String,
     default_resync: Duration,
@@ -183,6 +183,7 @@ pub struct InformerBuilder<K, R> {
     transform: Option<Transform<K>>,
     watch_error: Option<WatchErrorHook>,
     name: String,
+    seed_set: bool,
 }
 
 type MakeTransport<K> = Box<dyn FnOnce(Option<&str>) -> Arc<dyn Transport<K>> + Send>;
@@ -242,6 +243,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             transform: None,
             watch_error: None,
             name,
+            seed_set: false,
         }
     }
 
@@ -301,8 +303,11 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     }
 
     /// The whole reflector configuration (page size, streaming list, watch timeouts, backoff,
-    /// seed); selectors set on this builder are kept.
+    /// seed); selectors set on this builder are kept. Without it, the seed of the backoff
+    /// jitter and watch timeouts is random per informer, so that informers restarted together
+    /// do not retry in lockstep.
     pub fn reflector_config(mut self, config: ReflectorConfig) -> Self {
+        self.seed_set = true;
         let selectors: Selectors = self.config.reflector.selectors.clone();
         self.config.reflector = config;
         self.config.reflector.selectors = selectors;
@@ -311,7 +316,12 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
 
     /// Creates the informer and its driver task. It does not list or watch before
     /// [`Informer::start`]; handlers may be added before.
-    pub fn build(self) -> Result<Informer<K, R>, Error> {
+    pub fn build(mut self) -> Result<Informer<K, R>, Error> {
+        if !self.seed_set {
+            use std::hash::BuildHasher;
+            self.config.reflector.seed =
+                std::collections::hash_map::RandomState::new().hash_one(&self.name);
+        }
         let mut core = SharedIndexInformer::new(self.config);
         for (name, func) in self.indexers {
             core.add_index(&name, BoxedIndex(func))?;
@@ -341,7 +351,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             base: self.rt.now(),
             rt: self.rt.clone(),
             cmd: cmd_tx,
-            changed: Event::new(),
+            changed: Arc::new(Event::new()),
             counters: Arc::new(Counters::default()),
             name,
             default_resync: self.default_resync,
@@ -526,7 +536,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
                     id,
                     handler: h,
                     rx: rx.clone(),
-                    cmd: sh.cmd.clone(),
+                    state: sh.state.clone(),
+                    changed: sh.changed.clone(),
                     stats: stats.clone(),
                     metrics: sh.counters.clone(),
                     exited,

@@ -23,6 +23,11 @@
 //! through a bounded channel tagged with their request id; a superseded request's task is
 //! aborted and its late results are ignored by the core.
 //!
+//! Each handler runs on a thread of its own. The driver hands it a notification when it is
+//! idle; once done, the worker takes its next one from the core itself in one short locked step
+//! (`handler_done` + `poll_notification_for`), so a busy handler costs the driver nothing and
+//! its backlog stays in the core's bounded, per-key coalesced queue.
+//!
 //! The core sits behind a `RwLock`. The driver takes the write lock for one short step at a time
 //! (at most 64 inputs, each followed by draining the outputs; handing a notification to a
 //! handler is a non-blocking channel send); readers take the read lock only to copy `Arc`s out.
