@@ -964,9 +964,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                 self.shared.changed.notify(usize::MAX);
                 // Every worker holds a sender; recv fails once all of them exited.
                 let _ = self.exited_rx.recv().await;
+                tracing::info!(informer = %name, "informer stopped");
                 self.shared.finished.store(true, Ordering::Release);
                 self.shared.changed.notify(usize::MAX);
-                tracing::info!(informer = %name, "informer stopped");
                 return;
             }
             match (deadline, &self.timer) {

@@ -128,6 +128,7 @@ on_both!(
     failures_reach_the_hook_and_back_off,
     event_stream_pulls_and_dropping_it_removes_the_handler,
     watch_events_reach_handlers_and_the_store,
+    dropping_the_last_informer_handle_stops_it,
 );
 
 fn builder<E: Env>(fake: Fake) -> InformerBuilder<DynamicObject, E::R> {
@@ -295,4 +296,25 @@ fn tokio_informer_built_outside_a_runtime_is_an_error() {
     )
     .build();
     assert!(matches!(r, Err(Error::Spawn(_))), "{r:?}");
+}
+
+async fn dropping_the_last_informer_handle_stops_it<E: Env>() {
+    let (fake, tx) = Fake::new(vec![obj("a", 5)]);
+    let inf = builder::<E>(fake).build().unwrap();
+    let reg = inf.add_handler(HandlerFns::new()).unwrap();
+    inf.start().unwrap();
+    reg.wait_for_sync(Some(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    eventually::<E>("watching", || inf.metrics().watches == 1).await;
+    let store = inf.store();
+    let clone = inf.clone();
+    drop(inf);
+    E::R::default().sleep(Duration::from_millis(20)).await;
+    assert!(!clone.is_stopped(), "a clone keeps it running");
+    assert!(!tx.is_closed());
+    drop(clone);
+    // Stopped: the watch was abandoned (its stream dropped).
+    eventually::<E>("watch abandoned", || tx.is_closed()).await;
+    assert_eq!(store.len(), 1, "the store stays readable");
 }
