@@ -135,6 +135,7 @@ scenarios!(
     relist_after_compaction_delivers_tombstones,
     converges_after_apiserver_restart,
     panicking_handler_does_not_stop_the_others_and_shutdown_stops_delivery,
+    typed_objects_with_label_and_field_selectors,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1065,6 +1066,15 @@ async fn panicking_handler_does_not_stop_the_others_and_shutdown_stops_delivery<
     assert!(!bomb.remove());
     put_cm(&c, &ns, "ok-2", &[]).await;
     eventually::<E>("calm saw ok-2", DEADLINE, || snapshot(&log).len() == 5).await;
+    // The stuck handler's backlog stays bounded: one entry per key however many updates.
+    assert_eq!(stuck.pending(), 4, "ok-0, boom-1, ok-1, ok-2");
+    for v in 0..10 {
+        put_cm(&c, &ns, "ok-0", &[("v", &v.to_string())]).await;
+    }
+    let want = rv_map(&server_state(&c, Resource::CONFIGMAPS, &ns).await);
+    eventually::<E>("calm caught up", DEADLINE, || fold(&snapshot(&log)) == want).await;
+    assert_eq!(stuck.pending(), 4, "coalesced per key");
+    let calm_seen = snapshot(&log).len();
     // Shutdown while the stuck handler is still in its first notification: shutdown waits for
     // it to finish, and drops what it had pending.
     assert!(stuck_done.lock().unwrap().is_empty());
@@ -1083,15 +1093,88 @@ async fn panicking_handler_does_not_stop_the_others_and_shutdown_stops_delivery<
     assert!(inf.is_stopped());
     put_cm(&c, &ns, "ok-3", &[]).await;
     sleep::<E>(Duration::from_millis(500)).await;
-    assert_eq!(snapshot(&log).len(), 5, "delivered after shutdown");
+    assert_eq!(snapshot(&log).len(), calm_seen, "delivered after shutdown");
     assert_eq!(
         survived.lock().unwrap().len(),
         2,
         "removed handler got more"
     );
     assert_eq!(store.len(), 5);
+    assert_eq!(calm.delivered() as usize, calm_seen);
     assert!(matches!(
         inf.add_handler(HandlerFns::new()),
         Err(Error::Stopped)
     ));
+}
+
+/// A typed ConfigMap, decoded straight from the API's JSON.
+#[derive(Debug, serde::Deserialize)]
+struct ConfigMap {
+    metadata: informer_core::ObjectMeta,
+    #[serde(default)]
+    data: BTreeMap<String, String>,
+}
+
+impl Object for ConfigMap {
+    fn name(&self) -> &str {
+        &self.metadata.name
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.metadata.namespace.as_deref()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+    fn uid(&self) -> Option<&str> {
+        self.metadata.uid.as_deref()
+    }
+}
+
+/// A typed informer over the seeded ConfigMaps, narrowed by a label selector and a field
+/// selector, with a transform and a custom index.
+async fn typed_objects_with_label_and_field_selectors<E: Env>(c: Client<E::B>) {
+    let inf = Informer::<ConfigMap, E::R>::builder(&c, Resource::CONFIGMAPS)
+        .namespace("seed-1")
+        .label_selector("seed=yes")
+        .field_selector("metadata.name!=cm-00001")
+        .transform(|cm: Arc<ConfigMap>| {
+            let mut data = cm.data.clone();
+            data.insert("seen".into(), "yes".into());
+            Arc::new(ConfigMap {
+                metadata: cm.metadata.clone(),
+                data,
+            })
+        })
+        .index(
+            "i-mod-10",
+            index_fn(|cm: &ConfigMap| {
+                cm.data
+                    .get("i")
+                    .and_then(|i| i.parse::<usize>().ok())
+                    .map(|i| (i % 10).to_string().into())
+                    .into_iter()
+                    .collect()
+            }),
+        )
+        .build()
+        .unwrap();
+    inf.start().unwrap();
+    inf.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    let store = inf.store();
+    assert_eq!(store.len(), SEED_PER_NAMESPACE - 1, "cm-00001 excluded");
+    assert!(store.get("seed-1/cm-00001").is_none());
+    let cm = store
+        .get("seed-1/cm-00004")
+        .expect("cm-00004 (i=4) is in seed-1");
+    assert_eq!(cm.data.get("i").map(String::as_str), Some("4"));
+    assert_eq!(
+        cm.data.get("seen").map(String::as_str),
+        Some("yes"),
+        "transformed"
+    );
+    // i = 3k + 1 in seed-1; i % 10 spreads over all ten values, 70 each (one fewer for 1).
+    assert_eq!(store.list_index_values("i-mod-10").unwrap().len(), 10);
+    assert_eq!(store.by_index("i-mod-10", "4").unwrap().len(), 70);
+    assert_eq!(store.by_index("i-mod-10", "1").unwrap().len(), 69);
+    inf.shutdown().await;
 }
