@@ -318,3 +318,65 @@ async fn dropping_the_last_informer_handle_stops_it<E: Env>() {
     eventually::<E>("watch abandoned", || tx.is_closed()).await;
     assert_eq!(store.len(), 1, "the store stays readable");
 }
+
+#[derive(Debug, serde::Deserialize)]
+struct Typed {
+    metadata: informer_core::ObjectMeta,
+}
+
+impl Object for Typed {
+    fn name(&self) -> &str {
+        &self.metadata.name
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.metadata.namespace.as_deref()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+    fn uid(&self) -> Option<&str> {
+        self.metadata.uid.as_deref()
+    }
+}
+
+#[test]
+fn factory_shares_one_informer_per_resource_namespace_and_selectors() {
+    use informer_runtime::{InformerOptions, Resource, SharedInformerFactory};
+    smol::block_on(async {
+        // Nothing is started: no request reaches this address.
+        let client =
+            informer_smol::client(informer_runtime::Config::new("https://127.0.0.1:9")).unwrap();
+        let f = informer_smol::SharedInformerFactory::new(client).with_namespace("team-a");
+        let _: &SharedInformerFactory<_, _> = &f;
+        let a = f.informer::<DynamicObject>(Resource::PODS).unwrap();
+        let b = f.informer::<DynamicObject>(Resource::PODS).unwrap();
+        a.add_index(
+            "x",
+            informer_runtime::index_fn(|_: &DynamicObject| Default::default()),
+        )
+        .unwrap();
+        assert!(
+            b.store().list_index_values("x").is_ok(),
+            "same informer: b sees a's index"
+        );
+        assert_eq!(a.name(), "pods@team-a");
+        let other = f
+            .informer_with::<DynamicObject>(
+                Resource::PODS,
+                InformerOptions::new().label_selector("app=web"),
+                |b| b,
+            )
+            .unwrap();
+        assert!(
+            other.store().list_index_values("x").is_err(),
+            "another selector: another informer"
+        );
+        assert!(matches!(
+            f.informer::<Typed>(Resource::PODS),
+            Err(Error::TypeMismatch { .. })
+        ));
+        assert!(f.informer::<Typed>(Resource::CONFIGMAPS).is_ok());
+        f.shutdown().await;
+        assert!(a.is_stopped() && other.is_stopped());
+    });
+}
