@@ -680,9 +680,14 @@ async fn resync_only_reaches_handlers_that_asked_at_their_period<E: Env>(c: Clie
         t1.lock().unwrap().len() >= 12
     })
     .await;
+    // Two rounds for the 2 s handler (a loaded machine may run it a little behind).
+    eventually::<E>("2 resync rounds at 2 s", Duration::from_secs(20), || {
+        t2.lock().unwrap().len() >= 6
+    })
+    .await;
     let elapsed = start.elapsed();
-    let n1 = t1.lock().unwrap().len();
     let n2 = t2.lock().unwrap().len();
+    let n1 = t1.lock().unwrap().len();
     assert!(
         t0.lock().unwrap().is_empty(),
         "a handler with resync 0 got resyncs"
@@ -693,7 +698,7 @@ async fn resync_only_reaches_handlers_that_asked_at_their_period<E: Env>(c: Clie
         "first resync after {first:?}"
     );
     assert!(
-        n2 >= 3 && n2 <= n1 / 2 + 3,
+        n2 <= n1 / 2 + 3,
         "2 s handler: {n2} resyncs vs {n1} for the 1 s one in {elapsed:?}"
     );
     if let Some(f2) = t2.lock().unwrap().first() {
