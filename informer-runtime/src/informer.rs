@@ -644,7 +644,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
     }
 }
 
-/// A handler added to an informer.
+/// A handler added to an informer (client-go `ResourceEventHandlerRegistration`). Dropping it
+/// does not remove the handler: call [`remove`](Self::remove).
 pub struct HandlerRegistration<K, R> {
     shared: Arc<Shared<K, R>>,
     id: HandlerId,
