@@ -9,12 +9,26 @@
 //! ```
 //!
 //! Arguments: `--updates N` (default 0: exit right after the sync), `--timeout SECONDS`
-//! (default 120). The API server comes from `$KUBECONFIG` (or in-cluster configuration).
+//! (default 120), `--strip-managed-fields` (a transform drops `metadata.managedFields` before
+//! objects are cached, as client-go users often do). The API server comes from `$KUBECONFIG`
+//! (or in-cluster configuration).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::time::{Duration, Instant};
+
+use informer_core::DynamicObject;
+
+/// A transform dropping `metadata.managedFields` (about a quarter of a small ConfigMap).
+pub fn strip_managed_fields(obj: Arc<DynamicObject>) -> Arc<DynamicObject> {
+    if !obj.metadata.other.contains_key("managedFields") {
+        return obj;
+    }
+    let mut obj = Arc::unwrap_or_clone(obj);
+    obj.metadata.other.remove("managedFields");
+    Arc::new(obj)
+}
 
 /// CPU time and memory of this process, from `/proc/self`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -70,6 +84,8 @@ pub struct Run {
     pub updates: u64,
     /// How long to wait for the sync, and then for the updates (`--timeout`).
     pub timeout: Duration,
+    /// Whether to drop `metadata.managedFields` before caching (`--strip-managed-fields`).
+    pub strip_managed_fields: bool,
     seen: Arc<AtomicU64>,
     done_tx: SyncSender<()>,
     done_rx: Receiver<()>,
@@ -91,6 +107,7 @@ impl Run {
             started,
             updates: flag("--updates").unwrap_or(0),
             timeout: Duration::from_secs(flag("--timeout").unwrap_or(120)),
+            strip_managed_fields: args.iter().any(|a| a == "--strip-managed-fields"),
             seen: Arc::default(),
             done_tx,
             done_rx,

@@ -9,11 +9,13 @@
 //!    wall time, its own CPU (user + sys) and RSS once its handler has synced; then 5,000
 //!    ConfigMaps are updated by concurrent writers while it watches, and it reports when its
 //!    handler has seen every update.
+//!    With `--transform strip|both`, also (or only) with a transform dropping
+//!    `metadata.managedFields` before caching (`+strip` in the table).
 //! 4. Prints a table against the targets (client CPU for the sync at most 0.2 s, RSS after
 //!    sync at most 60 MB).
 //!
 //! Options: `--objects N` (20000), `--namespaces N` (10), `--updates N` (5000), `--writers N`
-//! (32), `--runs N` (1), `--runtime tokio|smol` (both).
+//! (32), `--runs N` (1), `--runtime tokio|smol` (both), `--transform none|strip|both` (none).
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
@@ -27,7 +29,7 @@ use testcluster::TestCluster;
 
 const USAGE: &str = "\
 usage: cargo xtask bench e2e [--objects N] [--namespaces N] [--updates N] [--writers N]
-                             [--runs N] [--runtime tokio|smol]
+                             [--runs N] [--runtime tokio|smol] [--transform none|strip|both]
 ";
 
 /// The workload and how often to run it.
@@ -38,6 +40,8 @@ struct Options {
     writers: usize,
     runs: usize,
     runtimes: Vec<&'static str>,
+    /// Whether to run the clients without (false) and with (true) the managedFields transform.
+    strip: Vec<bool>,
 }
 
 fn parse(args: &[&str]) -> Result<Options, String> {
@@ -48,6 +52,7 @@ fn parse(args: &[&str]) -> Result<Options, String> {
         writers: 32,
         runs: 1,
         runtimes: vec!["tokio", "smol"],
+        strip: vec![false],
     };
     let mut it = args.iter();
     while let Some(&flag) = it.next() {
@@ -72,6 +77,14 @@ fn parse(args: &[&str]) -> Result<Options, String> {
                     "tokio" => vec!["tokio"],
                     "smol" => vec!["smol"],
                     _ => return Err(format!("--runtime: tokio or smol, not {value}")),
+                }
+            }
+            "--transform" => {
+                o.strip = match *value {
+                    "none" => vec![false],
+                    "strip" => vec![true],
+                    "both" => vec![false, true],
+                    _ => return Err(format!("--transform: none, strip or both, not {value}")),
                 }
             }
             _ => return Err(format!("unknown option {flag}\n\n{USAGE}")),
@@ -130,9 +143,10 @@ pub fn main(args: &[&str]) -> super::Result {
 
     let mut rows = Vec::new();
     for run in 0..o.runs {
-        for &rt in &o.runtimes {
-            let row = client_run(&bin_dir, &cluster, &api, &o, rt, run)?;
-            rows.push(row);
+        for &strip in &o.strip {
+            for &rt in &o.runtimes {
+                rows.push(client_run(&bin_dir, &cluster, &api, &o, rt, strip, run)?);
+            }
         }
     }
 
@@ -154,7 +168,7 @@ pub fn main(args: &[&str]) -> super::Result {
     );
     println!();
     println!(
-        "{:<7} {:>3} | {:>8} {:>8} {:>7} {:>7} {:>7} | {:>9} {:>9} {:>9} {:>8}",
+        "{:<12} {:>3} | {:>8} {:>8} {:>7} {:>7} {:>7} | {:>9} {:>9} {:>9} {:>8}",
         "client",
         "run",
         "objects",
@@ -169,8 +183,8 @@ pub fn main(args: &[&str]) -> super::Result {
     );
     for r in &rows {
         println!(
-            "{:<7} {:>3} | {:>8} {:>8.3} {:>7.2} {:>7.1} {:>7.1} | {:>9.2} {:>9.2} {:>9.3} {:>8.2}",
-            r.runtime,
+            "{:<12} {:>3} | {:>8} {:>8.3} {:>7.2} {:>7.1} {:>7.1} | {:>9.2} {:>9.2} {:>9.3} {:>8.2}",
+            r.client,
             r.run + 1,
             r.objects,
             r.sync_wall,
@@ -199,7 +213,7 @@ pub fn main(args: &[&str]) -> super::Result {
         println!(
             "  {} run {}: CPU {} ({:.2} s), RSS {} ({:.1} MB); informer {} the API server's \
              cached list ({:.3} s vs {:.3} s)",
-            r.runtime,
+            r.client,
             r.run + 1,
             ok(r.sync_cpu <= 0.2),
             r.sync_cpu,
@@ -220,7 +234,8 @@ pub fn main(args: &[&str]) -> super::Result {
 
 /// What one client process reported.
 struct Row {
-    runtime: &'static str,
+    /// `tokio` or `smol`, `+strip` with the managedFields transform.
+    client: String,
     run: usize,
     objects: u64,
     sync_wall: f64,
@@ -239,12 +254,18 @@ fn client_run(
     api: &Api,
     o: &Options,
     runtime: &'static str,
+    strip: bool,
     run: usize,
 ) -> Result<Row, String> {
-    eprintln!("==> sync-{runtime} (run {})", run + 1);
+    let client = format!("{runtime}{}", if strip { "+strip" } else { "" });
+    eprintln!("==> {client} (run {})", run + 1);
     let bin = bin_dir.join(format!("sync-{runtime}"));
-    let mut child = Command::new(&bin)
-        .args(["--updates", &o.updates.to_string(), "--timeout", "300"])
+    let mut cmd = Command::new(&bin);
+    cmd.args(["--updates", &o.updates.to_string(), "--timeout", "300"]);
+    if strip {
+        cmd.arg("--strip-managed-fields");
+    }
+    let mut child = cmd
         .env("KUBECONFIG", &cluster.kubeconfig)
         .stdout(Stdio::piped())
         .spawn()
@@ -261,7 +282,7 @@ fn client_run(
                     "/api/v1/namespaces/bench-{}/configmaps/cm-{i}",
                     i % o.namespaces
                 ),
-                &format!(r#"{{"data":{{"round":"{runtime}-{run}"}}}}"#),
+                &format!(r#"{{"data":{{"round":"{client}-{run}"}}}}"#),
             )
         })?;
         let writes_s = t.elapsed().as_secs_f64();
@@ -271,7 +292,7 @@ fn client_run(
         let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
         let cpu = |v: &Value| f(v, "cpu_user_s") + f(v, "cpu_sys_s");
         Ok(Row {
-            runtime,
+            client: client.clone(),
             run,
             objects: synced["objects"].as_u64().unwrap_or(0),
             sync_wall: f(&synced, "wall_s"),

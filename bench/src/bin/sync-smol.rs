@@ -2,14 +2,18 @@
 //! `--updates` updates (see the `informer_bench` crate docs). `sync-tokio` is the same program
 //! on tokio.
 
-use informer_bench::Run;
+use informer_bench::{Run, strip_managed_fields};
 use informer_smol::{Config, DynamicObject, HandlerFns, Informer, Resource, client};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let run = Run::start();
     let informer = smol::block_on(async {
         let client = client(Config::infer()?)?;
-        let informer = Informer::<DynamicObject>::builder(&client, Resource::CONFIGMAPS).build()?;
+        let mut builder = Informer::<DynamicObject>::builder(&client, Resource::CONFIGMAPS);
+        if run.strip_managed_fields {
+            builder = builder.transform(strip_managed_fields);
+        }
+        let informer = builder.build()?;
         let handler = informer.add_handler(HandlerFns::new().on_update(run.count_updates()))?;
         informer.start()?;
         handler.wait_for_sync(Some(run.timeout)).await?;

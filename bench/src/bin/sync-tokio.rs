@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use informer_bench::Run;
+use informer_bench::{Run, strip_managed_fields};
 use informer_tokio::{Config, DynamicObject, HandlerFns, Informer, Resource, client};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -12,7 +12,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Runtime::new()?;
     let informer = rt.block_on(async {
         let client = client(Config::infer()?)?;
-        let informer = Informer::<DynamicObject>::builder(&client, Resource::CONFIGMAPS).build()?;
+        let mut builder = Informer::<DynamicObject>::builder(&client, Resource::CONFIGMAPS);
+        if run.strip_managed_fields {
+            builder = builder.transform(strip_managed_fields);
+        }
+        let informer = builder.build()?;
         let handler = informer.add_handler(HandlerFns::new().on_update(run.count_updates()))?;
         informer.start()?;
         handler.wait_for_sync(Some(run.timeout)).await?;
