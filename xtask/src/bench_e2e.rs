@@ -18,6 +18,7 @@
 //! (32), `--runs N` (1), `--runtime tokio|smol` (both), `--transform none|strip|both` (none).
 
 use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -99,10 +100,7 @@ pub fn main(args: &[&str]) -> super::Result {
     let o = parse(args)?;
     let t_all = Instant::now();
 
-    let mut c = super::cargo();
-    c.args(["build", "--release", "-p", "informer-bench", "--bins"]);
-    super::run("build the client processes (release)", c)?;
-    let bin_dir = target_dir().join("release");
+    let bins = build_clients()?;
 
     eprintln!("\n==> local kube-apiserver + etcd");
     let cluster = TestCluster::start().map_err(|e| e.to_string())?;
@@ -145,7 +143,7 @@ pub fn main(args: &[&str]) -> super::Result {
     for run in 0..o.runs {
         for &strip in &o.strip {
             for &rt in &o.runtimes {
-                rows.push(client_run(&bin_dir, &cluster, &api, &o, rt, strip, run)?);
+                rows.push(client_run(&bins, &cluster, &api, &o, rt, strip, run)?);
             }
         }
     }
@@ -249,7 +247,7 @@ struct Row {
 
 /// Runs one client process through its sync and the updates.
 fn client_run(
-    bin_dir: &std::path::Path,
+    bins: &[(String, PathBuf)],
     cluster: &TestCluster,
     api: &Api,
     o: &Options,
@@ -259,8 +257,13 @@ fn client_run(
 ) -> Result<Row, String> {
     let client = format!("{runtime}{}", if strip { "+strip" } else { "" });
     eprintln!("==> {client} (run {})", run + 1);
-    let bin = bin_dir.join(format!("sync-{runtime}"));
-    let mut cmd = Command::new(&bin);
+    let name = format!("sync-{runtime}");
+    let bin = &bins
+        .iter()
+        .find(|(n, _)| *n == name)
+        .ok_or_else(|| format!("cargo built no {name}"))?
+        .1;
+    let mut cmd = Command::new(bin);
     cmd.args(["--updates", &o.updates.to_string(), "--timeout", "300"]);
     if strip {
         cmd.arg("--strip-managed-fields");
@@ -381,18 +384,28 @@ fn parallel(
     })
 }
 
-/// Where cargo puts build output.
-fn target_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .map(|p| {
-            if p.is_relative() {
-                super::root().join(p)
-            } else {
-                p
-            }
+/// Builds `informer-bench` in release; its executables by name, as cargo reports them.
+fn build_clients() -> Result<Vec<(String, PathBuf)>, String> {
+    let step = "build the client processes (informer-bench, release)";
+    eprintln!("\n==> {step}");
+    let out = super::cargo()
+        .args(["build", "--release", "-p", "informer-bench", "--bins"])
+        .arg("--message-format=json-render-diagnostics")
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{step}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{step} failed ({})", out.status));
+    }
+    let bins = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|m| {
+            let exe = m["executable"].as_str()?;
+            Some((m["target"]["name"].as_str()?.to_string(), exe.into()))
         })
-        .unwrap_or_else(|| super::root().join("target"))
+        .collect();
+    Ok(bins)
 }
 
 /// A raw list: how long, how many pages, how many bytes.
