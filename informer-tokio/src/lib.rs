@@ -121,3 +121,8 @@ impl informer_runtime::Runtime for Tokio {
         Box::pin(tokio::time::sleep(duration))
     }
 }
+
+/// The workspace README's Rust blocks, compiled as doctests so its quickstart stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
