@@ -897,32 +897,40 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             let now = self.shared.now();
             let mut outs = Vec::new();
             let mut stop = false;
-            let deadline;
-            let backoff;
-            {
-                let shared = self.shared.clone();
+            let shared = self.shared.clone();
+            // User code runs inside this step (transform, index functions). A panic there
+            // leaves the core possibly half-updated: stop the informer rather than go on with
+            // a cache that may be wrong, and say why. Readers keep the last state.
+            let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let mut st = shared.state.write();
                 let st = &mut *st;
                 for input in batch {
                     self.apply(st, input, now, &mut stop);
                     drain(st, &mut outs);
                 }
-                if stop && !st.stopped {
-                    st.core.stop();
-                    for (_, s) in st.sinks.drain() {
-                        s.stats.active.store(false, Ordering::Release);
-                    }
-                    st.exited = None;
-                    st.stopped = true;
-                }
-                deadline = st.core.poll_timeout();
+                stop_if(st, stop);
+                let deadline = st.core.poll_timeout();
                 let r = st.core.reflector();
-                backoff = if r.is_running() && r.in_flight().is_none() {
+                let backoff = if r.is_running() && r.in_flight().is_none() {
                     r.poll_timeout().filter(|t| *t > now)
                 } else {
                     None
                 };
-            }
+                (deadline, backoff)
+            }));
+            let (deadline, backoff) = match step {
+                Ok(v) => v,
+                Err(_) => {
+                    tracing::error!(
+                        informer = %name,
+                        "a transform or index function panicked: the informer stops"
+                    );
+                    stop = true;
+                    outs.clear();
+                    stop_if(&mut shared.state.write(), true);
+                    (None, None)
+                }
+            };
             for o in outs {
                 match o {
                     Output::Request { id, request } => self.start_request(id, request),
@@ -1074,6 +1082,18 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
 /// Drains the core's outputs: notifications go to their handler's sink at once (under the
 /// lock, without blocking: the sinks are unbounded and hold at most one notification each);
 /// the rest is acted upon after the lock is released.
+/// Stops the core and detaches every handler, once.
+fn stop_if<K: Object + Send + Sync + 'static>(st: &mut State<K>, stop: bool) {
+    if stop && !st.stopped {
+        st.core.stop();
+        for (_, s) in st.sinks.drain() {
+            s.stats.active.store(false, Ordering::Release);
+        }
+        st.exited = None;
+        st.stopped = true;
+    }
+}
+
 fn drain<K: Object + 'static>(st: &mut State<K>, outs: &mut Vec<Output<K>>) {
     while let Some(o) = st.core.poll() {
         match o {

@@ -129,6 +129,7 @@ on_both!(
     event_stream_pulls_and_dropping_it_removes_the_handler,
     watch_events_reach_handlers_and_the_store,
     dropping_the_last_informer_handle_stops_it,
+    a_panicking_transform_stops_the_informer_instead_of_hanging_it,
 );
 
 fn builder<E: Env>(fake: Fake) -> InformerBuilder<DynamicObject, E::R> {
@@ -379,4 +380,27 @@ fn factory_shares_one_informer_per_resource_namespace_and_selectors() {
         f.shutdown().await;
         assert!(a.is_stopped() && other.is_stopped());
     });
+}
+
+/// A transform (user code running inside the driver's step) that panics must not leave a
+/// dead driver behind waiters that never return, nor take the executor down: the informer
+/// stops, says so, and waiters get `Stopped`.
+async fn a_panicking_transform_stops_the_informer_instead_of_hanging_it<E: Env>() {
+    let (fake, _tx) = Fake::new(vec![obj("fine", 1), obj("poison", 2)]);
+    let inf = builder::<E>(fake)
+        .transform(|o: Arc<DynamicObject>| {
+            assert!(o.metadata.name != "poison", "transform refuses poison");
+            o
+        })
+        .build()
+        .unwrap();
+    inf.start().unwrap();
+    assert!(matches!(
+        inf.wait_for_sync(Some(Duration::from_secs(10))).await,
+        Err(Error::Stopped)
+    ));
+    eventually::<E>("informer stopped", || inf.is_stopped()).await;
+    // Readers still answer from what was there.
+    let _ = inf.store().len();
+    inf.shutdown().await;
 }
