@@ -166,12 +166,13 @@ pub fn main(args: &[&str]) -> super::Result {
     );
     println!();
     println!(
-        "{:<12} {:>3} | {:>8} {:>8} {:>7} {:>7} {:>7} | {:>9} {:>9} {:>9} {:>8}",
+        "{:<12} {:>3} | {:>8} {:>8} {:>7} {:>11} {:>7} {:>7} | {:>9} {:>9} {:>9} {:>8}",
         "client",
         "run",
         "objects",
         "sync s",
         "CPU s",
+        "(usr+sys)",
         "RSS MB",
         "HWM MB",
         "writes s",
@@ -181,12 +182,13 @@ pub fn main(args: &[&str]) -> super::Result {
     );
     for r in &rows {
         println!(
-            "{:<12} {:>3} | {:>8} {:>8.3} {:>7.2} {:>7.1} {:>7.1} | {:>9.2} {:>9.2} {:>9.3} {:>8.2}",
+            "{:<12} {:>3} | {:>8} {:>8.3} {:>7.2} {:>11} {:>7.1} {:>7.1} | {:>9.2} {:>9.2} {:>9.3} {:>8.2}",
             r.client,
             r.run + 1,
             r.objects,
             r.sync_wall,
             r.sync_cpu,
+            format!("({:.2}+{:.2})", r.sync_user, r.sync_cpu - r.sync_user),
             r.rss_mb,
             r.hwm_mb,
             r.writes_s,
@@ -238,6 +240,7 @@ struct Row {
     objects: u64,
     sync_wall: f64,
     sync_cpu: f64,
+    sync_user: f64,
     rss_mb: f64,
     hwm_mb: f64,
     writes_s: f64,
@@ -300,6 +303,7 @@ fn client_run(
             objects: synced["objects"].as_u64().unwrap_or(0),
             sync_wall: f(&synced, "wall_s"),
             sync_cpu: cpu(&synced),
+            sync_user: f(&synced, "cpu_user_s"),
             rss_mb: f(&synced, "rss_kb") / 1024.0,
             hwm_mb: f(&synced, "hwm_kb") / 1024.0,
             writes_s,
