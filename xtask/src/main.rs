@@ -111,6 +111,33 @@ fn test_all() -> Result {
 
     nostd()?;
 
+    // Each published crate must build on its own: inside the workspace, cargo unifies
+    // features across crates and can hide a missing one (informer-tokio once needed tokio's
+    // `rt-multi-thread` without asking for it).
+    for args in [
+        &[
+            "-p",
+            "informer-http",
+            "--no-default-features",
+            "--features",
+            "tokio",
+        ][..],
+        &[
+            "-p",
+            "informer-http",
+            "--no-default-features",
+            "--features",
+            "smol",
+        ],
+        &["-p", "informer-runtime"],
+        &["-p", "informer-tokio"],
+        &["-p", "informer-smol"],
+    ] {
+        let mut c = cargo();
+        c.arg("check").args(args);
+        run(&format!("cargo check {} (on its own)", args.join(" ")), c)?;
+    }
+
     // The end-to-end tests start their own kube-apiserver + etcd; build (or find cached) the
     // apiserver first so a cold machine shows that step on its own.
     eprintln!("\n==> kube-apiserver + etcd (installed and built once, then cached)");
