@@ -60,3 +60,47 @@ pub use informer_core::{
     DynamicObject, HandlerId, IndexError, Key, Notification, Object, ObjectOrTombstone, Tombstone,
 };
 pub use informer_http::{Config, Resource};
+
+/// Defines the public API a runtime crate (`informer-tokio`, `informer-smol`) exports on top of
+/// this crate: the same re-exports, type aliases and `wait_for_cache_sync` in every runtime
+/// crate, so that a program moves between them by changing its `use` line, by construction.
+///
+/// The runtime crate itself provides what differs: its [`Runtime`] type (`$rt`, constructed by
+/// `$make_rt`), `client`, `block_on` and `sleep`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! runtime_crate_api {
+    (runtime: $rt:ty, make_runtime: $make_rt:expr, name: $name:literal, backend: $backend:ty, backend_doc: $backend_doc:literal) => {
+        pub use informer_core as core;
+        pub use informer_http as http;
+        pub use $crate::{
+            BackoffConfig, CacheSync, Config, DynamicObject, Error, EventHandler, Failure,
+            HandlerFns, HandlerId, IndexError, IndexFunc, IndexValues, InformerOptions, Key,
+            Metrics, NAMESPACE_INDEX, Notification, Object, ObjectOrTombstone, ReflectorConfig,
+            Resource, Store, Tombstone, index_fn,
+        };
+
+        #[doc = concat!("The transport backend this crate uses (", $backend_doc, ").")]
+        pub type Backend = $backend;
+        /// An API client on this crate's backend.
+        pub type Client = informer_http::Client<Backend>;
+        #[doc = concat!("An informer on ", $name, ".")]
+        pub type Informer<K> = $crate::Informer<K, $rt>;
+        #[doc = concat!("An informer builder on ", $name, ".")]
+        pub type InformerBuilder<K> = $crate::InformerBuilder<K, $rt>;
+        #[doc = concat!("A handler registration on ", $name, ".")]
+        pub type HandlerRegistration<K> = $crate::HandlerRegistration<K, $rt>;
+        #[doc = concat!("An event stream on ", $name, ".")]
+        pub type EventStream<K> = $crate::EventStream<K, $rt>;
+        #[doc = concat!("A shared informer factory on ", $name, ".")]
+        pub type SharedInformerFactory = $crate::SharedInformerFactory<$rt, Backend>;
+
+        /// Waits until every one of `items` has synced, at most `timeout` in all.
+        pub async fn wait_for_cache_sync(
+            items: &[&dyn CacheSync],
+            timeout: Option<std::time::Duration>,
+        ) -> Result<(), Error> {
+            $crate::wait_for_cache_sync(&$make_rt, items, timeout).await
+        }
+    };
+}

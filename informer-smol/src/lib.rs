@@ -26,28 +26,13 @@
 
 use std::time::Duration;
 
-pub use informer_core as core;
-pub use informer_http as http;
-pub use informer_runtime::{
-    BackoffConfig, CacheSync, Config, DynamicObject, Error, EventHandler, Failure, HandlerFns,
-    HandlerId, IndexError, IndexFunc, IndexValues, InformerOptions, Key, Metrics, NAMESPACE_INDEX,
-    Notification, Object, ObjectOrTombstone, ReflectorConfig, Resource, Store, Tombstone, index_fn,
-};
-
-/// The transport backend this crate uses (HTTP/1.1 over smol's TCP and futures-rustls).
-pub type Backend = informer_http::SmolBackend;
-/// An API client on this crate's backend.
-pub type Client = informer_http::Client<Backend>;
-/// An informer on smol.
-pub type Informer<K> = informer_runtime::Informer<K, Smol>;
-/// An informer builder on smol.
-pub type InformerBuilder<K> = informer_runtime::InformerBuilder<K, Smol>;
-/// A handler registration on smol.
-pub type HandlerRegistration<K> = informer_runtime::HandlerRegistration<K, Smol>;
-/// An event stream on smol.
-pub type EventStream<K> = informer_runtime::EventStream<K, Smol>;
-/// A shared informer factory on smol.
-pub type SharedInformerFactory = informer_runtime::SharedInformerFactory<Smol, Backend>;
+informer_runtime::runtime_crate_api! {
+    runtime: Smol,
+    make_runtime: Smol,
+    name: "smol",
+    backend: informer_http::SmolBackend,
+    backend_doc: "HTTP/1.1 over smol's TCP and futures-rustls"
+}
 
 /// A client for `config` on the smol backend.
 pub fn client(config: Config) -> Result<Client, informer_http::ClientError> {
@@ -64,14 +49,6 @@ pub fn block_on<F: std::future::Future>(future: F) -> std::io::Result<F::Output>
 /// Sleeps for `duration` (smol's timer).
 pub async fn sleep(duration: Duration) {
     smol::Timer::after(duration).await;
-}
-
-/// Waits until every one of `items` has synced, at most `timeout` in all.
-pub async fn wait_for_cache_sync(
-    items: &[&dyn CacheSync],
-    timeout: Option<Duration>,
-) -> Result<(), Error> {
-    informer_runtime::wait_for_cache_sync(&Smol, items, timeout).await
 }
 
 /// The smol [`Runtime`](informer_runtime::Runtime): tasks go to smol's global executor

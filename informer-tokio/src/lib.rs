@@ -26,28 +26,13 @@
 
 use std::time::Duration;
 
-pub use informer_core as core;
-pub use informer_http as http;
-pub use informer_runtime::{
-    BackoffConfig, CacheSync, Config, DynamicObject, Error, EventHandler, Failure, HandlerFns,
-    HandlerId, IndexError, IndexFunc, IndexValues, InformerOptions, Key, Metrics, NAMESPACE_INDEX,
-    Notification, Object, ObjectOrTombstone, ReflectorConfig, Resource, Store, Tombstone, index_fn,
-};
-
-/// The transport backend this crate uses (reqwest).
-pub type Backend = informer_http::ReqwestBackend;
-/// An API client on this crate's backend.
-pub type Client = informer_http::Client<Backend>;
-/// An informer on tokio.
-pub type Informer<K> = informer_runtime::Informer<K, Tokio>;
-/// An informer builder on tokio.
-pub type InformerBuilder<K> = informer_runtime::InformerBuilder<K, Tokio>;
-/// A handler registration on tokio.
-pub type HandlerRegistration<K> = informer_runtime::HandlerRegistration<K, Tokio>;
-/// An event stream on tokio.
-pub type EventStream<K> = informer_runtime::EventStream<K, Tokio>;
-/// A shared informer factory on tokio.
-pub type SharedInformerFactory = informer_runtime::SharedInformerFactory<Tokio, Backend>;
+informer_runtime::runtime_crate_api! {
+    runtime: Tokio,
+    make_runtime: Tokio::default(),
+    name: "tokio",
+    backend: informer_http::ReqwestBackend,
+    backend_doc: "reqwest"
+}
 
 /// A client for `config` on the reqwest backend.
 pub fn client(config: Config) -> Result<Client, informer_http::ClientError> {
@@ -67,14 +52,6 @@ pub fn block_on<F: std::future::Future>(future: F) -> std::io::Result<F::Output>
 /// Sleeps for `duration` (tokio's timer).
 pub async fn sleep(duration: Duration) {
     tokio::time::sleep(duration).await
-}
-
-/// Waits until every one of `items` has synced, at most `timeout` in all.
-pub async fn wait_for_cache_sync(
-    items: &[&dyn CacheSync],
-    timeout: Option<Duration>,
-) -> Result<(), Error> {
-    informer_runtime::wait_for_cache_sync(&Tokio::default(), items, timeout).await
 }
 
 /// The tokio [`Runtime`](informer_runtime::Runtime). [`Tokio::default`] spawns on whichever
