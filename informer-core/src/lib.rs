@@ -33,6 +33,7 @@ pub mod reflector;
 pub mod rng;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
+pub mod string_map;
 pub mod time;
 
 pub use fifo::{Delta, DeltaFifo, DeltaType, Deltas};
@@ -43,4 +44,5 @@ pub use pipeline::Pipeline;
 pub use processor::{HandlerId, Notification, Processor};
 pub use raw::RawFields;
 pub use reflector::{Reflector, ReflectorConfig};
+pub use string_map::StringMap;
 pub use time::Instant;

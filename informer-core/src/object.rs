@@ -1,6 +1,5 @@
 //! What the informer needs from an object, how objects are keyed, and a dynamic object type.
 
-use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::sync::Arc;
 use core::fmt;
@@ -13,6 +12,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::raw::{RawFields, RawFieldsBuilder};
+use crate::string_map::StringMap;
 
 /// What the informer reads from a Kubernetes object.
 ///
@@ -320,9 +320,9 @@ pub struct ObjectMeta {
     /// `metadata.resourceVersion`.
     pub resource_version: Option<String>,
     /// `metadata.labels`.
-    pub labels: BTreeMap<String, String>,
+    pub labels: StringMap,
     /// `metadata.annotations`.
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: StringMap,
     /// Every other metadata field, as raw JSON.
     pub other: RawFields,
 }
@@ -491,7 +491,7 @@ impl Object for DynamicObject {
 impl DynamicObject {
     /// A label value.
     pub fn label(&self, name: &str) -> Option<&str> {
-        self.metadata.labels.get(name).map(String::as_str)
+        self.metadata.labels.get(name)
     }
 
     /// Top-level field `name` (`spec`, `data`, …) decoded as `T`; `None` when absent.
@@ -506,6 +506,7 @@ impl DynamicObject {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::collections::BTreeMap;
     use core::hash::BuildHasher;
     use serde_json::Value;
 
