@@ -17,6 +17,10 @@ use serde_json::value::RawValue;
 
 use crate::status::StatusObject;
 
+mod list_stream;
+
+pub use list_stream::ListDecoder;
+
 /// Default bound on one watch line (one event): 16 MiB.
 ///
 /// kube-apiserver refuses objects over 1.5 MiB by default (etcd's request limit), so a line
@@ -507,7 +511,7 @@ impl<K: DeserializeOwned> WatchDecoder<K> {
     }
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Debug)]
 #[serde(default)]
 struct ListMeta {
     #[serde(rename = "resourceVersion")]
@@ -518,87 +522,15 @@ struct ListMeta {
     remaining_item_count: Option<i64>,
 }
 
-#[derive(Deserialize)]
-struct RawList<'a> {
-    #[serde(default)]
-    kind: Option<String>,
-    #[serde(default)]
-    metadata: ListMeta,
-    #[serde(borrow, default)]
-    items: Option<Vec<&'a RawValue>>,
-}
-
-#[derive(Deserialize)]
-struct TypedList<K> {
-    #[serde(default)]
-    metadata: ListMeta,
-    #[serde(default = "none")]
-    items: Option<Vec<K>>,
-}
-
-fn none<T>() -> Option<T> {
-    None
-}
-
 /// Decodes a list answer (`{"kind":"…List","metadata":{…},"items":[…]}`) into a page.
 ///
-/// One pass when every item decodes; otherwise a second pass decodes the items one by one
-/// from the borrowed body and fails the page with [`DecodeError::Object`] naming the first item
-/// that does not decode.
+/// The whole body at once through a [`ListDecoder`]: fails with [`DecodeError::Object`] naming
+/// the first item that does not decode, or [`DecodeError::Malformed`] when the body is not a list
+/// object.
 pub fn decode_list<K: DeserializeOwned>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
-    match serde_json::from_slice::<TypedList<K>>(body) {
-        Ok(list) => Ok(ListPage {
-            items: list
-                .items
-                .unwrap_or_default()
-                .into_iter()
-                .map(Arc::new)
-                .collect(),
-            resource_version: list.metadata.resource_version.unwrap_or_default(),
-            continue_token: list.metadata.continue_token.filter(|c| !c.is_empty()),
-            remaining_item_count: list
-                .metadata
-                .remaining_item_count
-                .and_then(|n| u64::try_from(n).ok()),
-        }),
-        Err(_) => decode_list_slow(body),
-    }
-}
-
-fn decode_list_slow<K: DeserializeOwned>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
-    let list: RawList<'_> = serde_json::from_slice(body).map_err(|e| DecodeError::Malformed {
-        message: e.to_string(),
-    })?;
-    let item_kind = list
-        .kind
-        .as_deref()
-        .and_then(|k| k.strip_suffix("List"))
-        .map(str::to_string);
-    let raw_items = list.items.unwrap_or_default();
-    let mut items = Vec::with_capacity(raw_items.len());
-    for raw in raw_items {
-        match serde_json::from_str::<K>(raw.get()) {
-            Ok(obj) => items.push(Arc::new(obj)),
-            Err(e) => {
-                let mut err = object_error(None, raw.get(), e);
-                if let DecodeError::Object { kind, .. } = &mut err {
-                    if kind.is_none() {
-                        kind.clone_from(&item_kind);
-                    }
-                }
-                return Err(err);
-            }
-        }
-    }
-    Ok(ListPage {
-        items,
-        resource_version: list.metadata.resource_version.unwrap_or_default(),
-        continue_token: list.metadata.continue_token.filter(|c| !c.is_empty()),
-        remaining_item_count: list
-            .metadata
-            .remaining_item_count
-            .and_then(|n| u64::try_from(n).ok()),
-    })
+    let mut decoder = ListDecoder::new();
+    decoder.feed(body)?;
+    decoder.finish()
 }
 
 #[cfg(test)]

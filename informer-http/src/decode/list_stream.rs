@@ -1,0 +1,721 @@
+//! Incremental decoding of a list answer while its body arrives.
+//!
+//! A `…List` body of the informer's first list can be tens of megabytes (kube-apiserver serves
+//! a `resourceVersion=0` list from its watch cache in one answer). [`ListDecoder`] scans the
+//! top-level object byte by byte and decodes every element of `items` as soon as its last byte
+//! arrives, so only the unfinished element is ever buffered, never the body.
+
+use std::sync::Arc;
+
+use informer_core::protocol::ListPage;
+use serde::de::DeserializeOwned;
+
+use super::{DecodeError, ListMeta, object_error};
+
+/// Deepest nesting of arrays and objects accepted (the top-level object included), as
+/// `serde_json`'s own recursion limit.
+const MAX_DEPTH: usize = 128;
+
+/// Where the scanner is in the JSON grammar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Before the top-level object.
+    Start,
+    /// A value is expected (after `:`, or after `,` in an array).
+    Value,
+    /// Just after `[`: a value or `]`.
+    ValueOrEnd,
+    /// Just after `{`: a key or `}`.
+    KeyOrEnd,
+    /// After `,` in an object: a key.
+    Key,
+    /// Inside a string (`key`: an object key).
+    Str { key: bool },
+    /// After a backslash in a string.
+    Escape { key: bool },
+    /// Inside `\uXXXX`, `left` hex digits still to come.
+    Unicode { key: bool, left: u8 },
+    /// After a key: `:`.
+    Colon,
+    /// After a value: `,` or the end of the enclosing container.
+    AfterValue,
+    /// After a leading `-`.
+    NumMinus,
+    /// After a leading `0`.
+    NumZero,
+    /// In the integer digits.
+    NumInt,
+    /// After the `.`.
+    NumDot,
+    /// In the fraction digits.
+    NumFrac,
+    /// After `e`/`E`.
+    NumExp,
+    /// After the exponent's sign.
+    NumExpSign,
+    /// In the exponent digits.
+    NumExpDigits,
+    /// Inside `true`, `false` or `null`: `at` bytes of `word` seen.
+    Literal { word: &'static [u8], at: u8 },
+    /// After the top-level object: only whitespace may follow.
+    Done,
+    /// Inside an item that is an object or array, outside strings. Only its end is looked
+    /// for: `serde_json` checks its syntax when it decodes it.
+    Item,
+    /// Inside a string in an item.
+    ItemStr,
+    /// After a backslash in a string in an item.
+    ItemEscape,
+}
+
+/// What a top-level key's value is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// `items`.
+    Items,
+    /// `metadata`.
+    Meta,
+    /// `kind`.
+    Kind,
+    /// Anything else: skipped.
+    Other,
+}
+
+/// A value being kept until its last byte arrives.
+#[derive(Clone, Copy, Debug)]
+struct Capture {
+    /// What it is.
+    role: Target,
+    /// Nesting depth at which the value sits (it ends when the scanner is back there).
+    depth: usize,
+    /// Where it starts in the chunk being fed, when it started in that chunk; otherwise its
+    /// beginning is in the decoder's buffer.
+    start: Option<usize>,
+}
+
+/// What a captured value is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    /// One element of `items`.
+    Item,
+    /// `items` when it is not an array (only `null` is accepted).
+    ItemsOther,
+    /// `metadata`.
+    Meta,
+    /// `kind`.
+    Kind,
+}
+
+/// Decodes a list answer (`{"kind":"…List","metadata":{…},"items":[…]}`) fed in arbitrary
+/// chunks, decoding each item as soon as it is complete.
+///
+/// Keys may come in any order; keys other than `items`, `metadata` and `kind` are skipped
+/// without being kept. Memory beyond the decoded items is one unfinished item (plus the
+/// `metadata` and `kind` values, and one top-level key). The result does not depend on the
+/// chunking: a page, or a [`DecodeError`] — [`DecodeError::Object`] naming the first item that
+/// does not decode (the list fails as a whole, once the rest of the body is known to be
+/// well-formed), [`DecodeError::Malformed`] for a body that is not a JSON object, is not valid
+/// JSON, has trailing bytes or ends early.
+///
+/// Everything outside the items is checked byte by byte as JSON; an item's end is found by
+/// counting brackets outside strings, and the item itself is then checked by `serde_json` as
+/// it decodes it.
+///
+/// ```
+/// use informer_http::decode::ListDecoder;
+/// use informer_http::core::DynamicObject;
+///
+/// let body = br#"{"kind":"ConfigMapList","items":[{"metadata":{"name":"a"}}],"metadata":{"resourceVersion":"7"}}"#;
+/// let mut d = ListDecoder::<DynamicObject>::new();
+/// for chunk in body.chunks(5) {
+///     d.feed(chunk).unwrap();
+/// }
+/// let page = d.finish().unwrap();
+/// assert_eq!(page.items.len(), 1);
+/// assert_eq!(page.resource_version, "7");
+/// ```
+#[derive(Debug)]
+pub struct ListDecoder<K> {
+    state: State,
+    /// The open containers: `true` for an object, `false` for an array.
+    stack: Vec<bool>,
+    /// The top-level key being read, with its quotes.
+    key: Vec<u8>,
+    /// The role of the current top-level key's value.
+    role: Role,
+    /// The `items` array is the innermost container but one (its elements are items).
+    in_items: bool,
+    /// Nesting inside the item being read, in [`State::Item`].
+    item_depth: usize,
+    /// The captured value's bytes from earlier chunks.
+    buf: Vec<u8>,
+    capture: Option<Capture>,
+    items: Vec<Arc<K>>,
+    seen_items: bool,
+    meta: Option<ListMeta>,
+    /// `kind`: `Ok(None)` when absent or `null`, `Err(())` when not a string or given twice.
+    kind: Result<Option<String>, ()>,
+    seen_kind: bool,
+    /// The first item that did not decode; the rest of the body is still checked.
+    item_error: Option<DecodeError>,
+    /// Some item is not valid UTF-8.
+    non_utf8_item: bool,
+    /// A fatal error: every later call returns it.
+    error: Option<DecodeError>,
+    /// Bytes fed so far.
+    fed: usize,
+}
+
+impl<K: DeserializeOwned> Default for ListDecoder<K> {
+    fn default() -> Self {
+        ListDecoder::new()
+    }
+}
+
+fn malformed(message: impl Into<String>) -> DecodeError {
+    DecodeError::Malformed {
+        message: message.into(),
+    }
+}
+
+/// Fails unless `bytes` is one JSON value: the items were only delimited by the scanner.
+fn check_syntax(bytes: &[u8]) -> Result<(), DecodeError> {
+    serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+        .map(drop)
+        .map_err(|e| malformed(format!("list item: {e}")))
+}
+
+impl<K: DeserializeOwned> ListDecoder<K> {
+    /// A decoder at the start of a body.
+    pub fn new() -> Self {
+        ListDecoder {
+            state: State::Start,
+            stack: Vec::new(),
+            key: Vec::new(),
+            role: Role::Other,
+            in_items: false,
+            item_depth: 0,
+            buf: Vec::new(),
+            capture: None,
+            items: Vec::new(),
+            seen_items: false,
+            meta: None,
+            kind: Ok(None),
+            seen_kind: false,
+            item_error: None,
+            non_utf8_item: false,
+            error: None,
+            fed: 0,
+        }
+    }
+
+    /// Items decoded so far.
+    pub fn items_decoded(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Bytes held for the value being read (an unfinished item, `metadata` or `kind`).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Scans the next chunk of the body, decoding the items it completes.
+    ///
+    /// Fails as soon as the body cannot be a list answer (not JSON, not an object, trailing
+    /// bytes, `items` not an array, undecodable `metadata`); then every later call fails the
+    /// same way. An item that does not decode is reported by [`ListDecoder::finish`], once the
+    /// rest of the body is known to be well-formed.
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<(), DecodeError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        match self.scan(chunk) {
+            Ok(()) => {
+                if let Some(cap) = &mut self.capture {
+                    let from = cap.start.take().unwrap_or(0);
+                    self.buf.extend_from_slice(&chunk[from..]);
+                }
+                self.fed += chunk.len();
+                Ok(())
+            }
+            Err(e) => {
+                self.fail(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// At the end of the body: the page, or why there is none.
+    pub fn finish(self) -> Result<ListPage<K>, DecodeError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.state != State::Done {
+            return Err(malformed(format!(
+                "list body ends inside its JSON object after {} bytes",
+                self.fed
+            )));
+        }
+        if let Some(mut err) = self.item_error {
+            if self.non_utf8_item {
+                return Err(malformed("list item is not valid UTF-8"));
+            }
+            let Ok(list_kind) = self.kind else {
+                return Err(malformed("list kind is not a string"));
+            };
+            if let DecodeError::Object { kind, .. } = &mut err {
+                if kind.is_none() {
+                    *kind = list_kind
+                        .as_deref()
+                        .and_then(|k| k.strip_suffix("List"))
+                        .map(str::to_string);
+                }
+            }
+            return Err(err);
+        }
+        let meta = self.meta.unwrap_or_default();
+        Ok(ListPage {
+            items: self.items,
+            resource_version: meta.resource_version.unwrap_or_default(),
+            continue_token: meta.continue_token.filter(|c| !c.is_empty()),
+            remaining_item_count: meta
+                .remaining_item_count
+                .and_then(|n| u64::try_from(n).ok()),
+        })
+    }
+
+    /// Stops decoding for good, releasing what was held.
+    fn fail(&mut self, e: DecodeError) {
+        self.error = Some(e);
+        self.items = Vec::new();
+        self.buf = Vec::new();
+        self.capture = None;
+    }
+
+    /// A value starts at `chunk[i]` (its first byte `b`), at the current depth.
+    fn value_start(&mut self, b: u8, i: usize) -> Result<(), DecodeError> {
+        let depth = self.stack.len();
+        let what = if depth == 1 {
+            match self.role {
+                Role::Items if b == b'[' => {
+                    self.in_items = true;
+                    None
+                }
+                Role::Items if b == b'n' => Some(Target::ItemsOther),
+                Role::Items => return Err(malformed("list items are neither an array nor null")),
+                Role::Meta => Some(Target::Meta),
+                Role::Kind => Some(Target::Kind),
+                Role::Other => None,
+            }
+        } else if depth == 2 && self.in_items {
+            Some(Target::Item)
+        } else {
+            None
+        };
+        if let Some(role) = what {
+            self.buf.clear();
+            self.capture = Some(Capture {
+                role,
+                depth,
+                start: Some(i),
+            });
+        }
+        Ok(())
+    }
+
+    /// A value ended just before `chunk[end]`, leaving the scanner at `depth`.
+    fn value_end(&mut self, chunk: &[u8], end: usize) -> Result<(), DecodeError> {
+        let depth = self.stack.len();
+        if depth == 1 && self.in_items {
+            // The `items` array itself just closed.
+            self.in_items = false;
+        }
+        let Some(cap) = self.capture else {
+            return Ok(());
+        };
+        if cap.depth != depth {
+            return Ok(());
+        }
+        self.capture = None;
+        let mut held = std::mem::take(&mut self.buf);
+        let bytes: &[u8] = match cap.start {
+            Some(s) => &chunk[s..end],
+            None => {
+                held.extend_from_slice(&chunk[..end]);
+                &held
+            }
+        };
+        let result = self.captured(cap.role, bytes);
+        held.clear();
+        self.buf = held;
+        result
+    }
+
+    /// Decodes one complete captured value.
+    fn captured(&mut self, role: Target, bytes: &[u8]) -> Result<(), DecodeError> {
+        match role {
+            Target::Item => {
+                // The previous decoder read the items as raw JSON text when one did not decode,
+                // so a list with an undecodable item and an item that is not UTF-8 (which the
+                // item type may ignore) is reported as broken, not as the item.
+                let text = std::str::from_utf8(bytes);
+                self.non_utf8_item |= text.is_err();
+                if self.item_error.is_some() {
+                    return check_syntax(bytes);
+                }
+                match serde_json::from_slice::<K>(bytes) {
+                    Ok(obj) => self.items.push(Arc::new(obj)),
+                    Err(e) => {
+                        check_syntax(bytes)?;
+                        self.item_error = Some(match text {
+                            Ok(raw) => object_error(None, raw, e),
+                            Err(_) => malformed("list item is not valid UTF-8"),
+                        });
+                        self.items = Vec::new();
+                    }
+                }
+            }
+            Target::ItemsOther => {
+                if bytes != b"null" {
+                    return Err(malformed("list items are neither an array nor null"));
+                }
+            }
+            Target::Meta => {
+                let meta = serde_json::from_slice::<ListMeta>(bytes)
+                    .map_err(|e| malformed(format!("list metadata: {e}")))?;
+                self.meta = Some(meta);
+            }
+            Target::Kind => {
+                self.kind = if self.seen_kind {
+                    Err(())
+                } else {
+                    serde_json::from_slice::<Option<String>>(bytes).map_err(|_| ())
+                };
+                self.seen_kind = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// A top-level key is complete in `self.key`.
+    fn top_key(&mut self) -> Result<(), DecodeError> {
+        let key: String =
+            serde_json::from_slice(&self.key).map_err(|e| malformed(format!("list key: {e}")))?;
+        self.role = match key.as_str() {
+            "items" => {
+                if self.seen_items {
+                    return Err(malformed("duplicate field `items`"));
+                }
+                self.seen_items = true;
+                Role::Items
+            }
+            "metadata" => {
+                if self.meta.is_some() {
+                    return Err(malformed("duplicate field `metadata`"));
+                }
+                Role::Meta
+            }
+            "kind" => Role::Kind,
+            _ => Role::Other,
+        };
+        Ok(())
+    }
+
+    /// Opens a container.
+    fn push(&mut self, object: bool) -> Result<(), DecodeError> {
+        if self.stack.len() >= MAX_DEPTH {
+            return Err(malformed("list body nested too deep"));
+        }
+        self.stack.push(object);
+        self.state = if object {
+            State::KeyOrEnd
+        } else {
+            State::ValueOrEnd
+        };
+        Ok(())
+    }
+
+    /// A value ended just before `chunk[end]`: what comes next.
+    fn after_value(&mut self, chunk: &[u8], end: usize) -> Result<(), DecodeError> {
+        self.value_end(chunk, end)?;
+        self.state = if self.stack.is_empty() {
+            State::Done
+        } else {
+            State::AfterValue
+        };
+        Ok(())
+    }
+
+    /// In an item: how many bytes of `data` the item still takes, or `None` when it goes on
+    /// past `data` (the state then says where in the item `data` ended).
+    fn item_end(&mut self, data: &[u8]) -> Option<usize> {
+        let mut depth = self.item_depth;
+        let mut state = self.state;
+        let mut j = 0;
+        let end = loop {
+            let Some(&c) = data.get(j) else {
+                break None;
+            };
+            match state {
+                State::ItemStr => match memchr::memchr2(b'"', b'\\', &data[j..]) {
+                    Some(n) => {
+                        j += n + 1;
+                        if data[j - 1] == b'\\' {
+                            state = State::ItemEscape;
+                        } else {
+                            state = State::Item;
+                        }
+                    }
+                    None => break None,
+                },
+                State::ItemEscape => {
+                    j += 1;
+                    state = State::ItemStr;
+                }
+                _ => {
+                    j += 1;
+                    match c {
+                        b'"' => state = State::ItemStr,
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth = depth.saturating_sub(1);
+                            if depth == 0 {
+                                break Some(j);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        };
+        self.item_depth = depth;
+        self.state = state;
+        end
+    }
+
+    /// Runs the grammar over one chunk.
+    fn scan(&mut self, chunk: &[u8]) -> Result<(), DecodeError> {
+        let mut i = 0;
+        while i < chunk.len() {
+            let b = chunk[i];
+            match self.state {
+                State::Item | State::ItemStr | State::ItemEscape => {
+                    match self.item_end(&chunk[i..]) {
+                        Some(n) => {
+                            i += n;
+                            self.after_value(chunk, i)?;
+                            continue;
+                        }
+                        None => break,
+                    }
+                }
+                State::Str { key } => {
+                    // The bulk of a list is strings: skip their plain bytes in one go.
+                    let rest = &chunk[i..];
+                    let n = rest
+                        .iter()
+                        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+                        .unwrap_or(rest.len());
+                    let top_key = key && self.stack.len() == 1;
+                    if top_key {
+                        self.key.extend_from_slice(&rest[..n]);
+                    }
+                    i += n;
+                    let Some(&c) = chunk.get(i) else {
+                        break;
+                    };
+                    match c {
+                        b'"' => {
+                            i += 1;
+                            if key {
+                                if top_key {
+                                    self.key.push(b'"');
+                                    self.top_key()?;
+                                }
+                                self.state = State::Colon;
+                            } else {
+                                self.after_value(chunk, i)?;
+                            }
+                        }
+                        b'\\' => {
+                            if top_key {
+                                self.key.push(b'\\');
+                            }
+                            i += 1;
+                            self.state = State::Escape { key };
+                        }
+                        _ => return Err(malformed("control character in a string")),
+                    }
+                    continue;
+                }
+                State::Escape { key } => {
+                    self.state = match b {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
+                            State::Str { key }
+                        }
+                        b'u' => State::Unicode { key, left: 4 },
+                        _ => return Err(malformed("invalid escape in a string")),
+                    };
+                    if key && self.stack.len() == 1 {
+                        self.key.push(b);
+                    }
+                }
+                State::Unicode { key, left } => {
+                    if !b.is_ascii_hexdigit() {
+                        return Err(malformed("invalid \\u escape in a string"));
+                    }
+                    if key && self.stack.len() == 1 {
+                        self.key.push(b);
+                    }
+                    self.state = if left == 1 {
+                        State::Str { key }
+                    } else {
+                        State::Unicode {
+                            key,
+                            left: left - 1,
+                        }
+                    };
+                }
+                _ if matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+                    && !matches!(
+                        self.state,
+                        State::NumMinus
+                            | State::NumZero
+                            | State::NumInt
+                            | State::NumDot
+                            | State::NumFrac
+                            | State::NumExp
+                            | State::NumExpSign
+                            | State::NumExpDigits
+                            | State::Literal { .. }
+                    ) => {}
+                State::Start => {
+                    if b != b'{' {
+                        return Err(malformed("list body is not a JSON object"));
+                    }
+                    self.push(true)?;
+                }
+                State::Done => return Err(malformed("trailing characters after the list")),
+                State::KeyOrEnd | State::Key => {
+                    if b == b'"' {
+                        if self.stack.len() == 1 {
+                            self.key.clear();
+                            self.key.push(b'"');
+                        }
+                        self.state = State::Str { key: true };
+                    } else if b == b'}' && self.state == State::KeyOrEnd {
+                        self.stack.pop();
+                        self.after_value(chunk, i + 1)?;
+                    } else {
+                        return Err(malformed("expected an object key"));
+                    }
+                }
+                State::Colon => {
+                    if b != b':' {
+                        return Err(malformed("expected `:` after an object key"));
+                    }
+                    self.state = State::Value;
+                }
+                State::AfterValue => match (b, self.stack.last()) {
+                    (b',', Some(true)) => self.state = State::Key,
+                    (b',', Some(false)) => self.state = State::Value,
+                    (b'}', Some(true)) | (b']', Some(false)) => {
+                        self.stack.pop();
+                        self.after_value(chunk, i + 1)?;
+                    }
+                    _ => return Err(malformed("expected `,` or the end of an object or array")),
+                },
+                State::Value | State::ValueOrEnd => {
+                    if b == b']' && self.state == State::ValueOrEnd {
+                        self.stack.pop();
+                        self.after_value(chunk, i + 1)?;
+                        i += 1;
+                        continue;
+                    }
+                    self.value_start(b, i)?;
+                    if matches!(b, b'{' | b'[')
+                        && self.capture.is_some_and(|c| c.role == Target::Item)
+                    {
+                        self.item_depth = 1;
+                        self.state = State::Item;
+                        i += 1;
+                        continue;
+                    }
+                    match b {
+                        b'{' => self.push(true)?,
+                        b'[' => self.push(false)?,
+                        b'"' => self.state = State::Str { key: false },
+                        b'-' => self.state = State::NumMinus,
+                        b'0' => self.state = State::NumZero,
+                        b'1'..=b'9' => self.state = State::NumInt,
+                        b't' => {
+                            self.state = State::Literal {
+                                word: b"true",
+                                at: 1,
+                            }
+                        }
+                        b'f' => {
+                            self.state = State::Literal {
+                                word: b"false",
+                                at: 1,
+                            }
+                        }
+                        b'n' => {
+                            self.state = State::Literal {
+                                word: b"null",
+                                at: 1,
+                            }
+                        }
+                        _ => return Err(malformed("expected a JSON value")),
+                    }
+                }
+                State::Literal { word, at } => {
+                    if word.get(usize::from(at)) != Some(&b) {
+                        return Err(malformed("invalid literal"));
+                    }
+                    if usize::from(at) + 1 == word.len() {
+                        self.after_value(chunk, i + 1)?;
+                    } else {
+                        self.state = State::Literal { word, at: at + 1 };
+                    }
+                }
+                State::NumMinus => match b {
+                    b'0' => self.state = State::NumZero,
+                    b'1'..=b'9' => self.state = State::NumInt,
+                    _ => return Err(malformed("invalid number")),
+                },
+                State::NumDot => match b {
+                    b'0'..=b'9' => self.state = State::NumFrac,
+                    _ => return Err(malformed("invalid number")),
+                },
+                State::NumExp => match b {
+                    b'+' | b'-' => self.state = State::NumExpSign,
+                    b'0'..=b'9' => self.state = State::NumExpDigits,
+                    _ => return Err(malformed("invalid number")),
+                },
+                State::NumExpSign => match b {
+                    b'0'..=b'9' => self.state = State::NumExpDigits,
+                    _ => return Err(malformed("invalid number")),
+                },
+                State::NumZero | State::NumInt | State::NumFrac | State::NumExpDigits => {
+                    match (self.state, b) {
+                        (State::NumInt, b'0'..=b'9') => {}
+                        (State::NumFrac, b'0'..=b'9') => {}
+                        (State::NumExpDigits, b'0'..=b'9') => {}
+                        (State::NumZero | State::NumInt, b'.') => self.state = State::NumDot,
+                        (State::NumZero | State::NumInt | State::NumFrac, b'e' | b'E') => {
+                            self.state = State::NumExp
+                        }
+                        _ => {
+                            // The number ended before this byte; read it again as what follows.
+                            self.after_value(chunk, i)?;
+                            continue;
+                        }
+                    }
+                }
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+}
