@@ -14,7 +14,7 @@ use informer_core::protocol::{Failure, ListPage, ListRequest, Status, WatchEvent
 use serde::de::DeserializeOwned;
 
 use crate::config::{Config, ConfigError};
-use crate::decode::{DEFAULT_MAX_LINE, DecodeError, WatchDecoder, decode_list};
+use crate::decode::{DEFAULT_MAX_LINE, DecodeError, ListDecoder, WatchDecoder};
 use crate::request::{list_url, watch_url};
 use crate::resource::Resource;
 use crate::status::failure_from_response;
@@ -392,8 +392,22 @@ where
         if !resp.status.is_success() {
             return Err(error_failure(resp).await);
         }
-        let body = resp.collect(MAX_LIST_BODY).await?;
-        let mut page = decode_list::<K>(&body).map_err(|e| e.to_failure())?;
+        // Decoded while it arrives: a first list can be tens of megabytes, and only the item
+        // being received needs to be held, never the whole body.
+        let mut body = resp.body;
+        let mut decoder = ListDecoder::<K>::new();
+        let mut received = 0usize;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk?;
+            received += chunk.len();
+            if received > MAX_LIST_BODY {
+                return Err(Failure::other(format!(
+                    "response body larger than {MAX_LIST_BODY} bytes"
+                )));
+            }
+            decoder.feed(&chunk).map_err(|e| e.to_failure())?;
+        }
+        let mut page = decoder.finish().map_err(|e| e.to_failure())?;
         self.fill_type_meta(&mut page.items);
         Ok(page)
     }
