@@ -457,17 +457,20 @@ impl<K: DeserializeOwned> ListDecoder<K> {
                 break None;
             };
             match state {
-                State::ItemStr => match memchr::memchr2(b'"', b'\\', &data[j..]) {
-                    Some(n) => {
-                        j += n + 1;
-                        if data[j - 1] == b'\\' {
-                            state = State::ItemEscape;
-                        } else {
-                            state = State::Item;
-                        }
+                State::ItemStr => {
+                    // Strings in objects are short: a plain loop beats a search call.
+                    let n = data[j..]
+                        .iter()
+                        .position(|&b| b == b'"' || b == b'\\')
+                        .unwrap_or(data.len() - j);
+                    j += n;
+                    match data.get(j) {
+                        Some(b'"') => state = State::Item,
+                        Some(_) => state = State::ItemEscape,
+                        None => break None,
                     }
-                    None => break None,
-                },
+                    j += 1;
+                }
                 State::ItemEscape => {
                     j += 1;
                     state = State::ItemStr;
