@@ -369,6 +369,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             watch_error: self.watch_error,
             backoff_until: None,
             local: VecDeque::new(),
+            batch: Vec::with_capacity(BATCH),
+            outs: Vec::new(),
         };
         self.rt.spawn(Box::pin(driver.run()))?;
         Ok(Informer {
@@ -844,6 +846,10 @@ struct Driver<K, R> {
     backoff_until: Option<Instant>,
     /// Inputs produced by the driver itself (a request that could not be spawned).
     local: VecDeque<Input<K>>,
+    /// Reused across loop turns so that a turn (often one watch event) allocates nothing.
+    batch: Vec<Input<K>>,
+    /// Reused across loop turns, as `batch`.
+    outs: Vec<Output<K>>,
 }
 
 impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
@@ -887,7 +893,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
         tracing::debug!(informer = %name, "driver running");
         loop {
             let first = self.next_input().await;
-            let mut batch = vec![first];
+            let mut batch = std::mem::take(&mut self.batch);
+            batch.push(first);
             while batch.len() < BATCH {
                 match self.try_input() {
                     Some(i) => batch.push(i),
@@ -895,7 +902,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                 }
             }
             let now = self.shared.now();
-            let mut outs = Vec::new();
+            let mut outs = std::mem::take(&mut self.outs);
             let mut stop = false;
             let shared = self.shared.clone();
             // User code runs inside this step (transform, index functions). A panic there
@@ -904,7 +911,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let mut st = shared.state.write();
                 let st = &mut *st;
-                for input in batch {
+                for input in batch.drain(..) {
                     self.apply(st, input, now, &mut stop);
                     drain(st, &mut outs);
                 }
@@ -931,7 +938,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                     (None, None)
                 }
             };
-            for o in outs {
+            for o in outs.drain(..) {
                 match o {
                     Output::Request { id, request } => self.start_request(id, request),
                     Output::WatchError(f) => {
@@ -951,6 +958,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                     Output::Notify { .. } => {}
                 }
             }
+            self.batch = batch;
+            self.outs = outs;
             if backoff != self.backoff_until {
                 if let Some(until) = backoff {
                     self.shared
