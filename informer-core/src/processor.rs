@@ -584,22 +584,6 @@ impl<K> Processor<K> {
         self.listener(id).is_some_and(|l| l.in_flight.is_some())
     }
 
-    /// Whether any idle handler has something pending.
-    pub fn has_ready(&self) -> bool {
-        self.listeners
-            .iter()
-            .any(|l| l.in_flight.is_none() && !l.queue.is_empty())
-    }
-
-    /// The earliest time a handler becomes due for a resync, if any handler resyncs.
-    pub fn next_resync(&self) -> Option<Instant> {
-        self.listeners
-            .iter()
-            .filter(|l| l.resync_period != Duration::ZERO)
-            .map(|l| l.next_resync)
-            .min()
-    }
-
     fn listener(&self, id: HandlerId) -> Option<&Listener<K>> {
         self.listeners.iter().find(|l| l.id == id)
     }
