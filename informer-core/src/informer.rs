@@ -4,6 +4,7 @@
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
 
@@ -11,7 +12,7 @@ use crate::indexer::{IndexError, IndexFunc, Indexer};
 use crate::object::Object;
 use crate::pipeline::Pipeline;
 use crate::processor::{HandlerId, Notification, ResyncPeriods};
-use crate::protocol::{Failure, ListPage, Request, WatchEvent};
+use crate::protocol::{Failure, Input, Request};
 use crate::reflector::{self, Reflector, ReflectorConfig, RequestId, StoreOp};
 use crate::time::Instant;
 
@@ -76,20 +77,32 @@ pub enum Output<K> {
 ///             Output::WatchError(e) => log(e),
 ///         }
 ///     }
-///     wait for: a transport result (handle_list_page / handle_watch_event / handle_stream_end /
-///               handle_failure), a finished handler (handler_done), an API call
-///               (add_handler, remove_handler, ...) or the clock reaching poll_timeout()
-///               (handle_timeout)
+///     wait for: a transport result (handle_input(now, id, Input::...)), a finished handler
+///               (handler_done), an API call (add_handler, remove_handler, ...) or the clock
+///               reaching poll_timeout() (handle_timeout)
 /// }
 /// ```
 ///
-/// Inputs: [`start`](Self::start), [`handle_list_page`](Self::handle_list_page),
-/// [`handle_watch_event`](Self::handle_watch_event),
-/// [`handle_stream_end`](Self::handle_stream_end), [`handle_failure`](Self::handle_failure),
-/// [`handle_timeout`](Self::handle_timeout), [`handler_done`](Self::handler_done),
-/// [`add_handler`](Self::add_handler), [`remove_handler`](Self::remove_handler).
-/// Outputs: [`poll`](Self::poll) and [`poll_timeout`](Self::poll_timeout) (backoff end or
-/// resync check, whichever is first).
+/// Inputs: [`start`](Self::start), [`handle_input`](Self::handle_input) (everything a transport
+/// feeds back, as one [`Input`]), [`handle_timeout`](Self::handle_timeout),
+/// [`handler_done`](Self::handler_done), [`add_handler`](Self::add_handler),
+/// [`remove_handler`](Self::remove_handler).
+/// Outputs: [`poll`](Self::poll) and [`poll_timeout`](Self::poll_timeout) (backoff end, request
+/// watchdog or resync check, whichever is first).
+///
+/// # Time
+///
+/// `now` is a monotonic clock reading ([`Instant`]), never going backwards between calls. The
+/// informer never reads a clock itself. `handle_timeout` may be called early (it does nothing
+/// that is not yet due) or late (whatever fell due in between is done then, once: a late call
+/// delays work, it never loses it), so a runtime may wake up on a coarse timer.
+///
+/// # Objects it refuses
+///
+/// An object whose name is empty or whose name or namespace contains `/` cannot be keyed
+/// without ambiguity (`a/b` would be both the cluster-scoped `a/b` and `b` in namespace `a`).
+/// Kubernetes never issues such names; a broken server or transform can. Such an object is not
+/// stored: it is reported as [`Failure::InvalidObject`] and the informer goes on.
 ///
 /// Every input runs the DeltaFIFO to empty before it returns, so the cache
 /// ([`indexer`](Self::indexer)) is always up to date with everything fed in, and a full list is
@@ -147,7 +160,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     /// notifications.
     pub fn add_handler(&mut self, resync: Duration, now: Instant) -> (HandlerId, ResyncPeriods) {
         let r = self.pipeline.add_handler(resync, now);
-        self.pump();
+        self.apply_reflector_outputs();
         r
     }
 
@@ -164,7 +177,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.started = true;
         self.pipeline.start(now);
         self.reflector.start(now);
-        self.pump();
+        self.apply_reflector_outputs();
     }
 
     /// Stops: the request in flight is abandoned and no new one is issued. The cache and the
@@ -173,44 +186,28 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.reflector.stop();
     }
 
-    /// A page of list request `id` arrived.
-    pub fn handle_list_page(&mut self, now: Instant, id: RequestId, page: ListPage<K>) {
-        self.reflector.handle_list_page(now, id, page);
-        self.pump();
-    }
-
-    /// An event of watch request `id` arrived.
-    pub fn handle_watch_event(&mut self, now: Instant, id: RequestId, event: WatchEvent<K>) {
-        self.reflector.handle_watch_event(now, id, event);
-        self.pump();
-    }
-
-    /// The stream of request `id` ended without error.
-    pub fn handle_stream_end(&mut self, now: Instant, id: RequestId) {
-        self.reflector.handle_stream_end(now, id);
-        self.pump();
-    }
-
-    /// Request `id` failed.
-    pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
-        self.reflector.handle_failure(now, id, failure);
-        self.pump();
+    /// What the transport observed for request `id` (see [`Input`] for what a request yields).
+    /// Inputs for a request that was superseded are ignored.
+    pub fn handle_input(&mut self, now: Instant, id: RequestId, input: Input<K>) {
+        self.reflector.handle_input(now, id, input);
+        self.apply_reflector_outputs();
     }
 
     /// The clock reached `now`: ends an expired backoff, runs a due resync check.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.reflector.handle_timeout(now);
         self.pipeline.handle_timeout(now);
-        self.pump();
+        self.apply_reflector_outputs();
     }
 
     /// Handler `id` finished the notification it was given.
     pub fn handler_done(&mut self, id: HandlerId) {
         self.pipeline.handler_done(id);
-        self.pump();
+        self.apply_reflector_outputs();
     }
 
     /// The next output, `None` when there is nothing to do until the next input.
+    #[must_use = "outputs must be drained after every input"]
     pub fn poll(&mut self) -> Option<Output<K>> {
         if let Some(o) = self.outputs.pop_front() {
             return Some(o);
@@ -225,11 +222,13 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 
     /// The next notification for handler `id` only (for runtimes that poll per handler), if
     /// it is idle.
+    #[must_use = "a notification taken must be run, then reported with handler_done"]
     pub fn poll_notification_for(&mut self, id: HandlerId) -> Option<Notification<K>> {
         self.pipeline.poll_notification_for(id)
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) is next due.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         match (self.reflector.poll_timeout(), self.pipeline.poll_timeout()) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -242,14 +241,26 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.pipeline.indexer()
     }
 
-    /// The data plane (FIFO, processor), for inspection.
-    pub fn pipeline(&self) -> &Pipeline<K> {
-        &self.pipeline
+    /// Notifications pending for handler `id`: at most one per key it must still hear about
+    /// (0 when unknown).
+    pub fn pending(&self, id: HandlerId) -> usize {
+        self.pipeline.processor().pending(id)
     }
 
-    /// The Reflector, for inspection.
-    pub fn reflector(&self) -> &Reflector<K> {
-        &self.reflector
+    /// Whether the informer was started and not stopped.
+    pub fn is_running(&self) -> bool {
+        self.reflector.is_running()
+    }
+
+    /// When the backoff in progress ends (after a failure, before the next list or watch);
+    /// `None` when not backing off.
+    pub fn backing_off_until(&self) -> Option<Instant> {
+        self.reflector.backing_off_until()
+    }
+
+    /// The id of the list or watch in flight, if any.
+    pub fn in_flight(&self) -> Option<RequestId> {
+        self.reflector.in_flight()
     }
 
     /// Whether the first full list has been applied and handed to the handlers.
@@ -268,15 +279,32 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.reflector.last_sync_resource_version()
     }
 
-    fn tf(&self, obj: Arc<K>) -> Arc<K> {
-        match &self.transform {
+    /// Applies the transform, then checks that the object can be keyed; a refused object is
+    /// reported.
+    fn admit(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
+        let obj = match &self.transform {
             Some(t) => t(obj),
             None => obj,
+        };
+        match invalid_key(&*obj) {
+            None => Some(obj),
+            Some(why) => {
+                let k = obj.key_ref();
+                let shown = |s: &str| -> alloc::string::String { s.chars().take(80).collect() };
+                let message = alloc::format!(
+                    "namespace {:?}, name {:?}: {why}; not stored",
+                    shown(k.namespace.unwrap_or("")),
+                    shown(k.name),
+                );
+                self.outputs
+                    .push_back(Output::WatchError(Failure::InvalidObject(message)));
+                None
+            }
         }
     }
 
     /// Moves the Reflector's outputs into the pipeline and runs the FIFO to empty.
-    fn pump(&mut self) {
+    fn apply_reflector_outputs(&mut self) {
         while let Some(out) = self.reflector.poll() {
             match out {
                 reflector::Output::Request { id, request } => {
@@ -285,24 +313,44 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
                 reflector::Output::Error(f) => self.outputs.push_back(Output::WatchError(f)),
                 reflector::Output::Store(op) => match op {
                     StoreOp::Replace { items, .. } => {
-                        let items = items.into_iter().map(|o| self.tf(o)).collect();
-                        self.pipeline.replace(items);
+                        let mut admitted = Vec::with_capacity(items.len());
+                        for o in items {
+                            admitted.extend(self.admit(o));
+                        }
+                        self.pipeline.replace(admitted);
                     }
                     StoreOp::Added(o) => {
-                        let o = self.tf(o);
-                        self.pipeline.added(o)
+                        if let Some(o) = self.admit(o) {
+                            self.pipeline.added(o)
+                        }
                     }
                     StoreOp::Modified(o) => {
-                        let o = self.tf(o);
-                        self.pipeline.modified(o)
+                        if let Some(o) = self.admit(o) {
+                            self.pipeline.modified(o)
+                        }
                     }
                     StoreOp::Deleted(o) => {
-                        let o = self.tf(o);
-                        self.pipeline.deleted(o)
+                        if let Some(o) = self.admit(o) {
+                            self.pipeline.deleted(o)
+                        }
                     }
                 },
             }
         }
         while self.pipeline.process_one() {}
+    }
+}
+
+/// Why an object cannot be keyed without ambiguity, if it cannot.
+fn invalid_key<K: Object + ?Sized>(obj: &K) -> Option<&'static str> {
+    let k = obj.key_ref();
+    if k.name.is_empty() {
+        Some("the name is empty")
+    } else if k.name.contains('/') {
+        Some("the name contains '/'")
+    } else if k.namespace.is_some_and(|ns| ns.contains('/')) {
+        Some("the namespace contains '/'")
+    } else {
+        None
     }
 }

@@ -107,8 +107,9 @@ impl Key {
 }
 
 /// Keys up to this length hash as one contiguous write; `KeyRef` assembles the same bytes in a
-/// stack buffer of this size. Longer keys (not valid Kubernetes names) hash part by part, on
-/// both sides alike, decided by the joined length.
+/// stack buffer of this size. A longer key (not a valid Kubernetes name) hashes its first
+/// `INLINE_KEY_HASH` joined bytes and its length: the same on both sides, whatever the
+/// namespace/name split, so no lookup can miss (equality still compares every byte).
 const INLINE_KEY_HASH: usize = 320;
 
 impl Hash for Key {
@@ -118,9 +119,8 @@ impl Hash for Key {
             state.write(bytes);
             state.write_u8(0xff);
         } else {
-            let parts = self.as_ref_parts();
-            parts.namespace.unwrap_or("").hash(state);
-            parts.name.hash(state);
+            state.write(&bytes[..INLINE_KEY_HASH]);
+            state.write_usize(bytes.len());
         }
     }
 }
@@ -170,11 +170,8 @@ impl<'a> KeyRef<'a> {
             None => Key(Arc::from(self.name)),
             Some(ns) if self.joined_len() <= INLINE_KEY_HASH => {
                 // Join on the stack so the `Arc` is the only allocation.
-                let len = self.joined_len();
                 let mut buf = [0u8; INLINE_KEY_HASH];
-                buf[..ns.len()].copy_from_slice(ns.as_bytes());
-                buf[ns.len()] = b'/';
-                buf[ns.len() + 1..len].copy_from_slice(self.name.as_bytes());
+                let len = self.join_prefix(&mut buf);
                 match core::str::from_utf8(&buf[..len]) {
                     Ok(joined) => Key(Arc::from(joined)),
                     // Unreachable: the buffer holds two `str`s and an ASCII byte.
@@ -200,29 +197,43 @@ impl KeyRef<'_> {
             None => self.name.len(),
         }
     }
+
+    /// Writes the first `buf.len()` bytes of the joined key into `buf`; returns how many.
+    fn join_prefix(&self, buf: &mut [u8; INLINE_KEY_HASH]) -> usize {
+        let mut n = 0;
+        let mut put = |bytes: &[u8]| {
+            let take = bytes.len().min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&bytes[..take]);
+            n += take;
+        };
+        if let Some(ns) = self.namespace {
+            put(ns.as_bytes());
+            put(b"/");
+        }
+        put(self.name.as_bytes());
+        n
+    }
 }
 
 impl Hash for KeyRef<'_> {
-    /// Hashes exactly as the [`Key`] it stands for: the joined bytes in one write.
+    /// Hashes exactly as the [`Key`] it stands for: the joined bytes (their first
+    /// `INLINE_KEY_HASH` and the length, for an over-long key) in one write.
     fn hash<H: Hasher>(&self, state: &mut H) {
         let len = self.joined_len();
-        if len > INLINE_KEY_HASH {
-            // `str::hash` is prefix-free (it terminates the bytes), so "a"+"bc" != "ab"+"c".
-            self.namespace.unwrap_or("").hash(state);
-            self.name.hash(state);
-            return;
-        }
         match self.namespace {
-            None => state.write(self.name.as_bytes()),
-            Some(ns) => {
+            None if len <= INLINE_KEY_HASH => state.write(self.name.as_bytes()),
+            None => state.write(&self.name.as_bytes()[..INLINE_KEY_HASH]),
+            Some(_) => {
                 let mut buf = [0u8; INLINE_KEY_HASH];
-                buf[..ns.len()].copy_from_slice(ns.as_bytes());
-                buf[ns.len()] = b'/';
-                buf[ns.len() + 1..len].copy_from_slice(self.name.as_bytes());
-                state.write(&buf[..len]);
+                let n = self.join_prefix(&mut buf);
+                state.write(&buf[..n]);
             }
         }
-        state.write_u8(0xff);
+        if len <= INLINE_KEY_HASH {
+            state.write_u8(0xff);
+        } else {
+            state.write_usize(len);
+        }
     }
 }
 
@@ -561,6 +572,29 @@ mod tests {
             &KeyRef::new(Some("ab"), "c"),
             &Key::parse("a/bc")
         ));
+    }
+
+    /// Regression (faults probe): a cluster-scoped name `"x/" + "y" * 400` used to hash as
+    /// namespace `x` + name `y…` on the `Key` side and as one name on the `KeyRef` side, so
+    /// `get` and `delete` missed it. Every split of an over-long key must hash alike.
+    #[test]
+    fn over_long_keys_with_a_slash_hash_alike_on_both_sides() {
+        let s = hashbrown::DefaultHashBuilder::default();
+        let name = alloc::format!("x/{}", "y".repeat(400));
+        let r = KeyRef::new(None, &name);
+        let k = r.to_key();
+        assert_eq!(s.hash_one(&k), s.hash_one(r));
+        assert!(hashbrown::Equivalent::equivalent(&r, &k));
+        let mut map: crate::hash::HashMap<Key, u32> = Default::default();
+        map.insert(k.clone(), 1);
+        assert_eq!(map.get(&r), Some(&1));
+        assert_eq!(map.remove(&r), Some(1));
+        for split in [1, 2, 100, 319, 320, 321, 399] {
+            let joined = "z".repeat(402);
+            let (ns, name) = joined.split_at(split);
+            let r = KeyRef::new(Some(ns), &name[1..]);
+            assert_eq!(s.hash_one(r.to_key()), s.hash_one(r), "split at {split}");
+        }
     }
 
     #[test]

@@ -135,6 +135,9 @@ pub struct Status {
 }
 
 /// Why a list or watch failed, in the categories the reflector's rules distinguish.
+///
+/// Every failure is reported to the watch-error hook; [`Failure::kind`] names its variant for
+/// metrics and logs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Failure {
@@ -146,16 +149,70 @@ pub enum Failure {
     TooLargeResourceVersion(Status),
     /// 429: back off (at least `retry_after` when given) and retry without relisting.
     TooManyRequests(Status),
-    /// 401 or 403: carries the server's message.
+    /// 401: the server did not accept the credentials. Carries the server's message.
     Unauthorized(Status),
+    /// 403: the credentials are valid but not allowed to list or watch this resource (RBAC).
+    /// Carries the server's message (`pods is forbidden: User "x" cannot list ...`).
+    Forbidden(Status),
     /// The server refused the connection (it is down or restarting): back off and retry without
     /// relisting.
     ConnectionRefused(String),
+    /// The connection was reset or closed while a body was being read (client-go's "probable
+    /// EOF"). A transport ends a watch stream on it without reporting it (the reflector
+    /// re-watches from where it was); a list that breaks this way fails with it.
+    ConnectionClosed(String),
     /// A streaming list (`sendInitialEvents`) is not supported by the server.
     StreamingListUnsupported(Status),
-    /// Any other failure: another status code, a dropped connection, a decoding error, a
-    /// timeout. `status.code` is 0 when no HTTP status was involved.
+    /// A streaming list's watch ended without the initial-events-end bookmark: the server
+    /// ignores `sendInitialEvents` (Kubernetes before 1.27 does so silently). The reflector
+    /// lists from then on.
+    StreamingListIgnored,
+    /// A watch ended sooner than `very_short_watch` (1 s) having delivered no object (bookmarks
+    /// do not count), as client-go's "very short watch": backs off, then relists.
+    VeryShortWatch,
+    /// A watch still open well past its `timeoutSeconds` (a half-open connection): abandoned
+    /// and re-opened from the last resourceVersion.
+    HungWatch,
+    /// A list call unanswered past its deadline.
+    ListTimeout,
+    /// A watch line or a list body could not be decoded: the watch ends (so the informer never
+    /// moves past a change it did not apply) and, after a backoff, the informer relists.
+    Decode(DecodeFailure),
+    /// An object the informer cannot key (an empty name, or a `/` in its name or namespace,
+    /// which Kubernetes never issues): it is not stored, and the error says which.
+    InvalidObject(String),
+    /// Any other failure: another status code, a transport error. `status.code` is 0 when no
+    /// HTTP status was involved.
     Other(Status),
+}
+
+/// What a transport could not decode (see [`Failure::Decode`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeFailure {
+    /// What kind of input was bad.
+    pub kind: DecodeKind,
+    /// The decoder's words, naming the object where its JSON allows (never the object's data).
+    pub message: String,
+}
+
+/// The kinds of [`DecodeFailure`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeKind {
+    /// Not JSON, not shaped like a watch event or a list, or an `ERROR` event whose object is
+    /// not a `Status`.
+    Malformed,
+    /// A watch event whose `type` is none of `ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`,
+    /// `ERROR`.
+    UnknownEventType,
+    /// One object did not decode into the informer's type (or a bookmark lacked its
+    /// resourceVersion).
+    Object,
+    /// A watch event longer than the configured maximum: it was discarded as it arrived, never
+    /// held whole.
+    TooLarge,
+    /// The stream ended in the middle of an event.
+    Truncated,
 }
 
 impl Failure {
@@ -166,9 +223,17 @@ impl Failure {
             | Failure::TooLargeResourceVersion(s)
             | Failure::TooManyRequests(s)
             | Failure::Unauthorized(s)
+            | Failure::Forbidden(s)
             | Failure::StreamingListUnsupported(s)
             | Failure::Other(s) => Some(s),
-            Failure::ConnectionRefused(_) => None,
+            Failure::ConnectionRefused(_)
+            | Failure::ConnectionClosed(_)
+            | Failure::StreamingListIgnored
+            | Failure::VeryShortWatch
+            | Failure::HungWatch
+            | Failure::ListTimeout
+            | Failure::Decode(_)
+            | Failure::InvalidObject(_) => None,
         }
     }
 
@@ -179,6 +244,28 @@ impl Failure {
             ..Status::default()
         })
     }
+
+    /// A stable, lower-case name of the variant (`"expired"`, `"decode"`, …), for metrics
+    /// labels and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Failure::Expired(_) => "expired",
+            Failure::TooLargeResourceVersion(_) => "too_large_resource_version",
+            Failure::TooManyRequests(_) => "too_many_requests",
+            Failure::Unauthorized(_) => "unauthorized",
+            Failure::Forbidden(_) => "forbidden",
+            Failure::ConnectionRefused(_) => "connection_refused",
+            Failure::ConnectionClosed(_) => "connection_closed",
+            Failure::StreamingListUnsupported(_) => "streaming_list_unsupported",
+            Failure::StreamingListIgnored => "streaming_list_ignored",
+            Failure::VeryShortWatch => "very_short_watch",
+            Failure::HungWatch => "hung_watch",
+            Failure::ListTimeout => "list_timeout",
+            Failure::Decode(_) => "decode",
+            Failure::InvalidObject(_) => "invalid_object",
+            Failure::Other(_) => "other",
+        }
+    }
 }
 
 impl fmt::Display for Failure {
@@ -188,9 +275,29 @@ impl fmt::Display for Failure {
             Failure::TooLargeResourceVersion(s) => ("resource version too large", s),
             Failure::TooManyRequests(s) => ("too many requests", s),
             Failure::Unauthorized(s) => ("unauthorized", s),
+            Failure::Forbidden(s) => ("forbidden", s),
             Failure::StreamingListUnsupported(s) => ("streaming list unsupported", s),
             Failure::Other(s) => ("request failed", s),
             Failure::ConnectionRefused(m) => return write!(f, "connection refused: {m}"),
+            Failure::ConnectionClosed(m) => return write!(f, "connection closed: {m}"),
+            Failure::StreamingListIgnored => {
+                return f.write_str(
+                    "streaming list: the watch ended without the initial-events-end bookmark; \
+                     falling back to list",
+                );
+            }
+            Failure::VeryShortWatch => {
+                return f.write_str(
+                    "very short watch: unexpected watch close - watch lasted less than a second \
+                     and no items received",
+                );
+            }
+            Failure::HungWatch => {
+                return f.write_str("watch still open after its timeout: connection presumed hung");
+            }
+            Failure::ListTimeout => return f.write_str("list call unanswered past its deadline"),
+            Failure::Decode(d) => return write!(f, "undecodable {}: {}", d.kind, d.message),
+            Failure::InvalidObject(m) => return write!(f, "invalid object: {m}"),
         };
         if s.code != 0 {
             write!(f, "{what} (HTTP {}", s.code)?;
@@ -204,4 +311,39 @@ impl fmt::Display for Failure {
     }
 }
 
+impl fmt::Display for DecodeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DecodeKind::Malformed => "malformed input",
+            DecodeKind::UnknownEventType => "watch event type",
+            DecodeKind::Object => "object",
+            DecodeKind::TooLarge => "watch event over the size limit",
+            DecodeKind::Truncated => "truncated stream",
+        })
+    }
+}
+
 impl core::error::Error for Failure {}
+
+/// What a transport feeds back for the request it performs (one [`Request`], tagged with its
+/// id by the caller): the one input type of [`Reflector::handle_input`] and
+/// [`SharedIndexInformer::handle_input`].
+///
+/// - For a [`Request::List`]: exactly one `ListPage` or `Failed`.
+/// - For a [`Request::Watch`]: any number of `Event`s, then exactly one `StreamEnd` or
+///   `Failed` (a transport that stops reading after an `ERROR` event may omit it).
+///
+/// [`Reflector::handle_input`]: crate::reflector::Reflector::handle_input
+/// [`SharedIndexInformer::handle_input`]: crate::informer::SharedIndexInformer::handle_input
+#[derive(Debug)]
+pub enum Input<K> {
+    /// One page of a list.
+    ListPage(ListPage<K>),
+    /// One event of a watch stream.
+    Event(WatchEvent<K>),
+    /// The watch stream ended without error: the server closed it (`timeoutSeconds`), or the
+    /// connection ended cleanly ([`Failure::ConnectionClosed`] is reported this way).
+    StreamEnd,
+    /// The request could not be made, the server answered with an error, or the stream broke.
+    Failed(Failure),
+}

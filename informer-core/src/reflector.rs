@@ -4,10 +4,7 @@
 //! performs a request, never reads a clock and never sleeps. Driving it (quinn-proto style):
 //!
 //! - inputs: [`Reflector::start`], then what the transport observed for the request last handed
-//!   out: [`handle_list_page`](Reflector::handle_list_page),
-//!   [`handle_watch_event`](Reflector::handle_watch_event),
-//!   [`handle_stream_end`](Reflector::handle_stream_end),
-//!   [`handle_failure`](Reflector::handle_failure); and the timer:
+//!   out, as one [`Input`] to [`handle_input`](Reflector::handle_input); and the timer:
 //!   [`handle_timeout`](Reflector::handle_timeout).
 //! - outputs: [`poll`](Reflector::poll) yields [`Output`]s — the next [`Request`] to perform,
 //!   a [`StoreOp`] to apply, a [`Failure`] to report to the watch-error handler —, and
@@ -23,13 +20,16 @@
 //!
 //! # What the transport feeds back
 //!
-//! - For a [`Request::List`]: exactly one of `handle_list_page` (one page; the Reflector asks
-//!   for the next page itself) or `handle_failure`.
-//! - For a [`Request::Watch`]: any number of `handle_watch_event`, then exactly one of
-//!   `handle_stream_end` (the server closed the stream, or the connection ended cleanly — EOF,
-//!   reset) or `handle_failure` (the request could not be made, or the stream broke with an
+//! - For a [`Request::List`]: exactly one [`Input::ListPage`] (one page; the Reflector asks for
+//!   the next page itself) or [`Input::Failed`].
+//! - For a [`Request::Watch`]: any number of [`Input::Event`], then exactly one of
+//!   [`Input::StreamEnd`] (the server closed the stream, or the connection ended cleanly — EOF,
+//!   reset) or [`Input::Failed`] (the request could not be made, or the stream broke with an
 //!   error). A watch `ERROR` event is a [`WatchEvent::Error`]; the Reflector moves on at once,
 //!   so whatever follows on that stream is ignored.
+//! - A watch line that cannot be decoded must end the watch as a
+//!   `WatchEvent::Error(Failure::Decode(..))`, never be skipped: skipping it and applying a
+//!   later bookmark would move the informer past a change it never applied.
 //! - Map failures to [`Failure`] faithfully: 410 → `Expired`, 429 → `TooManyRequests` (with
 //!   `Retry-After`), ECONNREFUSED → `ConnectionRefused`, a rejected `sendInitialEvents` →
 //!   `StreamingListUnsupported` (any other error also makes a streaming list fall back).
@@ -49,7 +49,11 @@
 //!   drawn uniformly from `[min_watch_timeout, 2 × min_watch_timeout)` (300–600 s). A bookmark
 //!   advances the resourceVersion and applies nothing.
 //! - A watch that ends normally is resumed from the last resourceVersion without a relist. A
-//!   watch that ends within 1 s having delivered no event is a "very short watch" error. A watch
+//!   watch that ends within 1 s having delivered no object (bookmarks do not count: a server
+//!   that ends every watch after one bookmark must not be re-watched in a hot loop) is a "very
+//!   short watch" error. Unlike client-go, a watch that ends within 1 s having delivered objects
+//!   is resumed through the backoff (no relist), so a server that keeps closing watches at once
+//!   costs a bounded request rate. A watch
 //!   ERROR event (410 Expired among them) or a failed watch request leads, after a backoff, to a
 //!   relist. Connection refused and 429 Too Many Requests back off (at least `Retry-After`) and
 //!   re-watch without relisting.
@@ -76,8 +80,8 @@ use core::time::Duration;
 
 use crate::object::{Key, Object};
 use crate::protocol::{
-    Failure, ListPage, ListRequest, Request, ResourceVersionMatch, Selectors, Status, WatchEvent,
-    WatchRequest,
+    Failure, Input, ListPage, ListRequest, Request, ResourceVersionMatch, Selectors, Status,
+    WatchEvent, WatchRequest,
 };
 use crate::rng::SplitMix64;
 use crate::time::Instant;
@@ -87,21 +91,6 @@ mod tests;
 
 /// client-go's default page size (`pager.defaultPageSize`).
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
-
-/// The message of the error reported for a list call left unanswered past its deadline.
-pub const LIST_TIMEOUT: &str = "list call unanswered past its deadline";
-
-/// The message of the error reported for a watch still open well after its timeout.
-pub const HUNG_WATCH: &str = "watch still open after its timeout: connection presumed hung";
-
-/// The message of the error reported for a watch that closed too soon (as in client-go).
-pub const VERY_SHORT_WATCH: &str = "very short watch: unexpected watch close - watch lasted less than a second and no items received";
-
-/// The message of the error reported when a streaming list's watch ends without the
-/// initial-events-end bookmark: the server ignores `sendInitialEvents`, and the reflector lists
-/// from then on.
-pub const STREAMING_LIST_IGNORED: &str =
-    "streaming list: the watch ended without the initial-events-end bookmark; falling back to list";
 
 /// Exponential backoff parameters (client-go `wait.NewExponentialBackoffManager`).
 #[derive(Clone, Debug, PartialEq)]
@@ -400,6 +389,15 @@ impl<K: Object> Reflector<K> {
         !matches!(self.phase, Phase::Idle | Phase::Stopped)
     }
 
+    /// When the backoff in progress ends (the next list or watch is then issued), `None` when
+    /// not backing off.
+    pub fn backing_off_until(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Waiting { until, .. } => Some(*until),
+            _ => None,
+        }
+    }
+
     /// The id of the request in flight, if any.
     pub fn in_flight(&self) -> Option<RequestId> {
         match &self.phase {
@@ -423,12 +421,14 @@ impl<K: Object> Reflector<K> {
     }
 
     /// The next output, or `None` when there is nothing to do until the next input.
+    #[must_use = "outputs must be drained after every input"]
     pub fn poll(&mut self) -> Option<Output<K>> {
         self.outputs.pop_front()
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) is next due: the end of a backoff, or the
     /// watchdog of the list call or watch in flight.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.phase {
             Phase::Waiting { until, .. } => Some(*until),
@@ -457,19 +457,29 @@ impl<K: Object> Reflector<K> {
                 deadline: Some(d),
                 ..
             }) if now >= d => {
-                self.report(Failure::other(HUNG_WATCH));
+                self.report(Failure::HungWatch);
                 // As if the server had closed it.
-                self.handle_stream_end(now, id);
+                self.stream_end(now, id);
             }
             Phase::Listing(Listing {
                 deadline: Some(d), ..
-            }) if now >= d => self.list_failed(now, Failure::other(LIST_TIMEOUT)),
+            }) if now >= d => self.list_failed(now, Failure::ListTimeout),
             _ => {}
         }
     }
 
-    /// One page of the list request `id` arrived.
-    pub fn handle_list_page(&mut self, now: Instant, id: RequestId, page: ListPage<K>) {
+    /// What the transport observed for request `id`. Inputs for a request that is no longer
+    /// the one in flight are ignored.
+    pub fn handle_input(&mut self, now: Instant, id: RequestId, input: Input<K>) {
+        match input {
+            Input::ListPage(page) => self.list_page(now, id, page),
+            Input::Event(event) => self.watch_event(now, id, event),
+            Input::StreamEnd => self.stream_end(now, id),
+            Input::Failed(failure) => self.failed(now, id, failure),
+        }
+    }
+
+    fn list_page(&mut self, now: Instant, id: RequestId, page: ListPage<K>) {
         let Phase::Listing(listing) = &mut self.phase else {
             return;
         };
@@ -524,15 +534,20 @@ impl<K: Object> Reflector<K> {
         self.begin_watch(now);
     }
 
-    /// An event of the watch request `id` arrived.
-    pub fn handle_watch_event(&mut self, now: Instant, id: RequestId, event: WatchEvent<K>) {
+    fn watch_event(&mut self, now: Instant, id: RequestId, event: WatchEvent<K>) {
+        // Only objects count as progress: a watch that delivers nothing but bookmarks and ends
+        // at once is a very short watch.
+        let object = matches!(
+            event,
+            WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_)
+        );
         let streaming = match &mut self.phase {
             Phase::Watching(w) if w.id == id => {
-                w.events = w.events.saturating_add(1);
+                w.events = w.events.saturating_add(u64::from(object));
                 false
             }
             Phase::Streaming(s) if s.id == id => {
-                s.events = s.events.saturating_add(1);
+                s.events = s.events.saturating_add(u64::from(object));
                 true
             }
             _ => return,
@@ -600,41 +615,44 @@ impl<K: Object> Reflector<K> {
 
     /// The stream of request `id` ended without an error (the server closed the watch, e.g. at
     /// its timeout, or the connection dropped cleanly).
-    pub fn handle_stream_end(&mut self, now: Instant, id: RequestId) {
-        let very_short = |started: Instant, events: u64| {
-            now - started < self.config.very_short_watch && events == 0
-        };
+    fn stream_end(&mut self, now: Instant, id: RequestId) {
+        let short = |started: Instant| now - started < self.config.very_short_watch;
         match &self.phase {
             Phase::Watching(w) if w.id == id => {
-                if very_short(w.started, w.events) {
-                    self.report(Failure::other(VERY_SHORT_WATCH));
+                if short(w.started) && w.events == 0 {
+                    self.report(Failure::VeryShortWatch);
                     self.back_off(now, None, After::Sync);
+                } else if short(w.started) {
+                    // It delivered objects, so the resourceVersion moved on and no relist is
+                    // needed; but a server that keeps closing watches at once must not get a
+                    // new one per event as fast as it can answer.
+                    self.back_off(now, None, After::Watch);
                 } else {
                     self.begin_watch(now);
                 }
             }
             Phase::Streaming(s) if s.id == id => {
-                if very_short(s.started, s.events) {
+                if short(s.started) && s.events == 0 {
                     // Not retriable for a streaming list: fall back to a list.
-                    self.report(Failure::other(VERY_SHORT_WATCH));
+                    self.report(Failure::VeryShortWatch);
                 } else {
                     // The stream ended without the initial-events-end bookmark. client-go
                     // streams again, which loops forever against a server that ignores
                     // `sendInitialEvents` (before 1.27): list instead, from now on.
-                    self.report(Failure::other(STREAMING_LIST_IGNORED));
+                    self.report(Failure::StreamingListIgnored);
                     self.streaming_unsupported = true;
                 }
                 self.begin_list(now);
             }
             Phase::Listing(l) if l.id == id => {
-                self.handle_failure(now, id, Failure::other("list response ended early"));
+                self.failed(now, id, Failure::other("list response ended early"));
             }
             _ => {}
         }
     }
 
     /// Request `id` failed (it could not be performed, or its stream broke with an error).
-    pub fn handle_failure(&mut self, now: Instant, id: RequestId, failure: Failure) {
+    fn failed(&mut self, now: Instant, id: RequestId, failure: Failure) {
         match &self.phase {
             Phase::Watching(w) if w.id == id => self.watch_failed(now, failure),
             Phase::Streaming(s) if s.id == id => self.stream_failed(now, failure),

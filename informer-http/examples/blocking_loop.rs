@@ -26,7 +26,7 @@ use std::time::{Duration, Instant as StdInstant};
 
 use informer_core::informer::{InformerConfig, Output, SharedIndexInformer};
 use informer_core::processor::Notification;
-use informer_core::protocol::{Failure, ListPage, Request, WatchEvent};
+use informer_core::protocol::{Failure, Input, Request, WatchEvent};
 use informer_core::reflector::RequestId;
 use informer_core::{DynamicObject, Instant, Object};
 use informer_http::decode::{WatchDecoder, decode_list};
@@ -35,13 +35,8 @@ use informer_http::status::failure_from_response;
 use informer_http::transport::transport_failure;
 use informer_http::{Config, Resource};
 
-/// A result of a request, sent by its reader thread to the loop.
-enum Input {
-    Page(RequestId, ListPage<DynamicObject>),
-    Event(RequestId, WatchEvent<DynamicObject>),
-    End(RequestId),
-    Failed(RequestId, Failure),
-}
+/// What a reader thread sends the loop: the core's input, tagged with its request.
+type Tagged = (RequestId, Input<DynamicObject>);
 
 /// Lists and watches ConfigMaps for `run_for`, calling `seen` with one line per thing the
 /// handler saw (`synced …`, `add …`, `update …`, `delete …`). Stops early when `seen` returns
@@ -61,7 +56,7 @@ pub fn run(
     let (handler, _) = informer.add_handler(Duration::ZERO, now());
     informer.start(now());
 
-    let (tx, rx) = mpsc::channel::<Input>();
+    let (tx, rx) = mpsc::channel::<Tagged>();
     // The id of the request in flight: a reader thread whose id is no longer current stops.
     let current = Arc::new(AtomicU64::new(0));
     let mut reported_sync = false;
@@ -114,10 +109,7 @@ pub fn run(
             .map_or(deadline, |t| t.min(deadline));
         let timeout = wake.saturating_duration_since(StdInstant::now());
         match rx.recv_timeout(timeout) {
-            Ok(Input::Page(id, page)) => informer.handle_list_page(now(), id, page),
-            Ok(Input::Event(id, event)) => informer.handle_watch_event(now(), id, event),
-            Ok(Input::End(id)) => informer.handle_stream_end(now(), id),
-            Ok(Input::Failed(id, failure)) => informer.handle_failure(now(), id, failure),
+            Ok((id, input)) => informer.handle_input(now(), id, input),
             Err(RecvTimeoutError::Timeout) if StdInstant::now() >= deadline => break,
             Err(RecvTimeoutError::Timeout) => informer.handle_timeout(now()),
             Err(RecvTimeoutError::Disconnected) => unreachable!("the loop holds a sender"),
@@ -158,7 +150,7 @@ fn perform(
     namespace: Option<&str>,
     id: RequestId,
     request: Request,
-    tx: &Sender<Input>,
+    tx: &Sender<Tagged>,
     current: &AtomicU64,
 ) {
     let resource = &Resource::CONFIGMAPS;
@@ -169,17 +161,20 @@ fn perform(
     let body = match get(http, config, &path) {
         Ok(body) => body,
         Err(failure) => {
-            let _ = tx.send(Input::Failed(id, failure));
+            let _ = tx.send((id, Input::Failed(failure)));
             return;
         }
     };
     if let Request::List(_) = request {
         let input = match body.into_with_config().limit(1 << 30).read_to_vec() {
             Ok(bytes) => match decode_list(&bytes) {
-                Ok(page) => Input::Page(id, page),
-                Err(e) => Input::Failed(id, e.to_failure()),
+                Ok(page) => (id, Input::ListPage(page)),
+                Err(e) => (id, Input::Failed(e.to_failure())),
             },
-            Err(e) => Input::Failed(id, Failure::other(format!("reading the list: {e}"))),
+            Err(e) => (
+                id,
+                Input::Failed(Failure::other(format!("reading the list: {e}"))),
+            ),
         };
         let _ = tx.send(input);
         return;
@@ -192,15 +187,22 @@ fn perform(
         let n = match reader.read(&mut buf) {
             Ok(n) => n,
             Err(e) => {
-                let _ = tx.send(Input::Failed(id, transport_failure("watch", &e)));
+                let _ = tx.send((id, Input::Failed(transport_failure("watch", &e))));
                 return;
             }
         };
         if n == 0 {
-            if let Some(Ok(event)) = decoder.finish() {
-                let _ = tx.send(Input::Event(id, event));
+            match decoder.finish() {
+                Some(Ok(event)) => {
+                    let _ = tx.send((id, Input::Event(event)));
+                }
+                Some(Err(e)) => {
+                    let _ = tx.send((id, Input::Event(WatchEvent::Error(e.to_failure()))));
+                    return;
+                }
+                None => {}
             }
-            let _ = tx.send(Input::End(id));
+            let _ = tx.send((id, Input::StreamEnd));
             return;
         }
         decoder.feed(&buf[..n]);
@@ -209,13 +211,17 @@ fn perform(
                 Ok(event) => {
                     // Stop when the informer has moved on or the loop is gone.
                     if current.load(Ordering::SeqCst) != id.0
-                        || tx.send(Input::Event(id, event)).is_err()
+                        || tx.send((id, Input::Event(event))).is_err()
                     {
                         return;
                     }
                 }
-                // One undecodable line does not end the watch.
-                Err(e) => eprintln!("skipped a watch line: {e}"),
+                // An undecodable line ends the watch (the informer relists after a backoff):
+                // skipping it would move the informer past a change it never applied.
+                Err(e) => {
+                    let _ = tx.send((id, Input::Event(WatchEvent::Error(e.to_failure()))));
+                    return;
+                }
             }
         }
     }

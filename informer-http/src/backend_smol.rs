@@ -404,7 +404,7 @@ mod tests {
             let resp = backend.send(req).await.unwrap();
             let chunks: Vec<_> = resp.body.collect().await;
             assert!(
-                matches!(chunks.last(), Some(Err(Failure::Other(s))) if s.message.contains("closed before the body ended")),
+                matches!(chunks.last(), Some(Err(Failure::ConnectionClosed(m))) if m.contains("closed before the body ended")),
                 "{chunks:?}"
             );
             let req = http::Request::get("/").body(Bytes::new()).unwrap();

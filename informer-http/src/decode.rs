@@ -10,7 +10,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use informer_core::protocol::{Failure, ListPage, Status, WatchEvent};
+use informer_core::protocol::{DecodeFailure, DecodeKind, Failure, ListPage, WatchEvent};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
@@ -112,27 +112,22 @@ impl fmt::Display for DecodeError {
 impl std::error::Error for DecodeError {}
 
 impl DecodeError {
-    /// The `reason` used when this error is reported as a [`Failure`].
-    pub fn reason(&self) -> &'static str {
+    /// The kind of this error in the core's vocabulary.
+    pub fn kind(&self) -> DecodeKind {
         match self {
-            DecodeError::LineTooLong { .. } => "LineTooLong",
-            DecodeError::Object { .. } => "ObjectDecodeError",
-            DecodeError::Truncated { .. } => "Truncated",
-            DecodeError::Malformed { .. } | DecodeError::UnknownEventType { .. } => {
-                "MalformedEvent"
-            }
+            DecodeError::LineTooLong { .. } => DecodeKind::TooLarge,
+            DecodeError::Object { .. } => DecodeKind::Object,
+            DecodeError::Truncated { .. } => DecodeKind::Truncated,
+            DecodeError::Malformed { .. } => DecodeKind::Malformed,
+            DecodeError::UnknownEventType { .. } => DecodeKind::UnknownEventType,
         }
     }
 
-    /// This error as a [`Failure::Other`] without HTTP status (`code` 0, `reason` from
-    /// [`DecodeError::reason`]).
+    /// This error as the [`Failure::Decode`] the reflector acts on.
     pub fn to_failure(&self) -> Failure {
-        Failure::Other(Status {
-            code: 0,
-            reason: self.reason().to_string(),
+        Failure::Decode(DecodeFailure {
+            kind: self.kind(),
             message: self.to_string(),
-            retry_after: None,
-            continue_token: None,
         })
     }
 }

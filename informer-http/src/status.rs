@@ -127,9 +127,8 @@ impl StatusObject {
         match (status.code, status.reason.as_str()) {
             (410, _) | (_, "Expired") | (_, "Gone") => Failure::Expired(status),
             (429, _) | (_, "TooManyRequests") => Failure::TooManyRequests(status),
-            (401 | 403, _) | (_, "Unauthorized") | (_, "Forbidden") => {
-                Failure::Unauthorized(status)
-            }
+            (401, _) | (_, "Unauthorized") => Failure::Unauthorized(status),
+            (403, _) | (_, "Forbidden") => Failure::Forbidden(status),
             _ => Failure::Other(status),
         }
     }
@@ -306,7 +305,7 @@ mod tests {
                 r#"{{"kind":"Status","status":"Failure","message":"{msg}","reason":"Forbidden","details":{{"kind":"configmaps"}},"code":403}}"#
             ),
         );
-        let Failure::Unauthorized(s) = f else {
+        let Failure::Forbidden(s) = f else {
             panic!("{f:?}")
         };
         assert_eq!(s.code, 403);

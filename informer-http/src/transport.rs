@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::stream::{self, Stream, StreamExt};
 use informer_core::object::{DynamicObject, Object};
-use informer_core::protocol::{Failure, ListPage, ListRequest, Status, WatchEvent, WatchRequest};
+use informer_core::protocol::{Failure, ListPage, ListRequest, WatchEvent, WatchRequest};
 use serde::de::DeserializeOwned;
 
 use crate::config::{Config, ConfigError};
@@ -28,8 +28,11 @@ pub type BoxStream<'a, T> = Pin<Box<dyn Stream<Item = T> + Send + 'a>>;
 /// streams, in the core's vocabulary.
 ///
 /// The watch stream ends when the server ends the watch (`timeoutSeconds`, or the connection
-/// closing); `ERROR` events and undecodable lines arrive as [`WatchEvent::Error`] without ending
-/// it (the server closes the stream itself after an `ERROR` event).
+/// closing). An `ERROR` event arrives as [`WatchEvent::Error`] (the server closes the stream
+/// after it). A line that cannot be decoded (an object that does not fit the type, an unknown
+/// event type, an over-long line, ...) arrives as `WatchEvent::Error(Failure::Decode(..))` and
+/// ends the stream: skipping it would let a later bookmark move the informer past a change it
+/// never applied.
 pub trait Transport<K>: Send + Sync {
     /// Fetches one list page.
     fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<ListPage<K>, Failure>>;
@@ -289,7 +292,6 @@ impl<B: Backend> Client<B> {
             resource,
             namespace: namespace.filter(|n| !n.is_empty()).map(str::to_string),
             max_line: DEFAULT_MAX_LINE,
-            decode_errors: None,
             _k: PhantomData,
         }
     }
@@ -320,7 +322,6 @@ pub struct Api<K, B> {
     resource: Resource,
     namespace: Option<String>,
     max_line: usize,
-    decode_errors: Option<DecodeErrorSink>,
     _k: PhantomData<fn() -> K>,
 }
 
@@ -331,7 +332,6 @@ impl<K, B> Clone for Api<K, B> {
             resource: self.resource.clone(),
             namespace: self.namespace.clone(),
             max_line: self.max_line,
-            decode_errors: self.decode_errors.clone(),
             _k: PhantomData,
         }
     }
@@ -343,24 +343,16 @@ impl<K, B> fmt::Debug for Api<K, B> {
             .field("resource", &self.resource)
             .field("namespace", &self.namespace)
             .field("max_line", &self.max_line)
-            .field("decode_errors", &self.decode_errors.is_some())
             .finish_non_exhaustive()
     }
 }
 
 impl<K, B> Api<K, B> {
-    /// Sets the bound on one watch event's line (default
-    /// [`DEFAULT_MAX_LINE`]).
+    /// Sets the bound on one watch event's line (default [`DEFAULT_MAX_LINE`], 16 MiB). A
+    /// longer line is never held whole: it is discarded as it arrives and ends the watch with
+    /// `Failure::Decode` of kind `TooLarge`.
     pub fn with_max_line(mut self, max_line: usize) -> Self {
         self.max_line = max_line;
-        self
-    }
-
-    /// Where [`Transport::watch`] reports what it could not decode (it skips those lines and
-    /// goes on). Without a sink they are skipped unreported; [`Api::watch_results`] yields them
-    /// in the stream instead.
-    pub fn on_decode_error(mut self, sink: impl Fn(&DecodeError) + Send + Sync + 'static) -> Self {
-        self.decode_errors = Some(Arc::new(sink));
         self
     }
 
@@ -447,7 +439,7 @@ where
         if !resp.status.is_success() {
             let failure = error_failure(resp).await;
             return Err(match failure {
-                Failure::Other(s) | Failure::Unauthorized(s)
+                Failure::Other(s) | Failure::Forbidden(s)
                     if request.send_initial_events
                         && matches!(s.code, 400 | 403 | 422)
                         && s.message.contains("sendInitialEvents") =>
@@ -460,32 +452,41 @@ where
         Ok(watch_results(resp.body, WatchDecoder::new(self.max_line)))
     }
 
-    /// Opens a watch stream of events: lines that cannot be decoded are reported to the
-    /// [`Api::on_decode_error`] sink and skipped, so one bad object does not end the watch.
+    /// Opens a watch stream of events, as [`Transport::watch`] hands it out: the first line
+    /// that cannot be decoded becomes `WatchEvent::Error(Failure::Decode(..))` and ends the
+    /// stream (see [`Transport`]).
     pub async fn watch_stream(
         &self,
         request: &WatchRequest,
     ) -> Result<BoxStream<'static, WatchEvent<K>>, Failure> {
         let results = self.watch_results(request).await?;
-        let sink = self.decode_errors.clone();
-        Ok(Box::pin(results.filter_map(move |r| {
-            let out = match r {
-                Ok(ev) => Some(ev),
-                Err(e) => {
-                    if let Some(sink) = &sink {
-                        sink(&e);
-                    }
-                    None
-                }
-            };
-            std::future::ready(out)
-        })))
+        Ok(end_at_first_decode_error(results))
     }
 }
 
-/// The `reason` of a [`Failure::Other`] for a connection that closed or reset while a body was
-/// being read (client-go's "probable EOF"): a watch stream just ends on it.
-pub const REASON_CONNECTION_CLOSED: &str = "ConnectionClosed";
+/// Turns every line's result into events, ending after the first [`DecodeError`] (yielded as
+/// `WatchEvent::Error(Failure::Decode(..))`).
+pub fn end_at_first_decode_error<K: Send + Sync + 'static>(
+    results: BoxStream<'static, Result<WatchEvent<K>, DecodeError>>,
+) -> BoxStream<'static, WatchEvent<K>> {
+    Box::pin(
+        results
+            .scan(false, |ended, r| {
+                if *ended {
+                    return std::future::ready(None);
+                }
+                let ev = match r {
+                    Ok(ev) => ev,
+                    Err(e) => {
+                        *ended = true;
+                        WatchEvent::Error(e.to_failure())
+                    }
+                };
+                std::future::ready(Some(ev))
+            })
+            .fuse(),
+    )
+}
 
 /// Turns a body stream into the results its lines decode to: events, and [`DecodeError`]s for
 /// lines that could not be decoded (the stream goes on after them).
@@ -519,9 +520,7 @@ pub fn watch_results<K: DeserializeOwned + Send + 'static>(
                 Some(Ok(chunk)) => st.decoder.feed(&chunk),
                 Some(Err(f)) => {
                     st.done = true;
-                    let closed =
-                        matches!(&f, Failure::Other(s) if s.reason == REASON_CONNECTION_CLOSED);
-                    if !closed {
+                    if !matches!(f, Failure::ConnectionClosed(_)) {
                         return Some((Ok(WatchEvent::Error(f)), st));
                     }
                 }
@@ -536,10 +535,6 @@ pub fn watch_results<K: DeserializeOwned + Send + 'static>(
         }
     }))
 }
-
-/// Receives each [`DecodeError`] of a watch (an object that does not decode, an over-long or
-/// malformed line); the watch goes on with the next line.
-pub type DecodeErrorSink = Arc<dyn Fn(&DecodeError) + Send + Sync>;
 
 impl<K, B> Transport<K> for Api<K, B>
 where
@@ -559,9 +554,9 @@ where
 }
 
 /// A transport error (connecting, TLS, reading) as a failure: [`Failure::ConnectionRefused`]
-/// when an `io::Error` of kind `ConnectionRefused` is in its source chain, else
-/// [`Failure::Other`] with code 0 — with reason [`REASON_CONNECTION_CLOSED`] when the
-/// connection was reset, aborted or closed early. For custom [`Backend`]s.
+/// when an `io::Error` of kind `ConnectionRefused` is in its source chain,
+/// [`Failure::ConnectionClosed`] when the connection was reset, aborted or closed early, else
+/// [`Failure::Other`] with code 0. For custom [`Backend`]s.
 pub fn transport_failure(what: &str, err: &(dyn std::error::Error + 'static)) -> Failure {
     let mut msg = format!("{what}: {err}");
     let mut src = err.source();
@@ -595,16 +590,10 @@ pub fn transport_failure(what: &str, err: &(dyn std::error::Error + 'static)) ->
     }
     if refused {
         Failure::ConnectionRefused(msg)
+    } else if closed {
+        Failure::ConnectionClosed(msg)
     } else {
-        Failure::Other(Status {
-            message: msg,
-            reason: if closed {
-                REASON_CONNECTION_CLOSED.to_string()
-            } else {
-                String::new()
-            },
-            ..Status::default()
-        })
+        Failure::other(msg)
     }
 }
 

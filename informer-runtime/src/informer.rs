@@ -13,7 +13,7 @@ use futures_util::future::{AbortHandle, Abortable, Either, poll_fn, select};
 use futures_util::stream::{Stream, StreamExt};
 use informer_core::indexer::IndexFunc;
 use informer_core::informer::{InformerConfig, Output, Transform};
-use informer_core::protocol::{Failure, ListPage, Request, Selectors, WatchEvent};
+use informer_core::protocol::{Failure, Input as TransportInput, Request, Selectors, WatchEvent};
 use informer_core::reflector::{BackoffConfig, ReflectorConfig, RequestId};
 use informer_core::{HandlerId, Instant, Notification, Object, SharedIndexInformer};
 use informer_http::{Backend, Client, Resource, Transport};
@@ -75,16 +75,9 @@ pub(crate) enum Cmd {
     Stop,
 }
 
-enum TResult<K> {
-    Page(ListPage<K>),
-    Event(WatchEvent<K>),
-    End,
-    Failed(Failure),
-}
-
 enum Input<K> {
     Cmd(Cmd),
-    Result(RequestId, TResult<K>),
+    Result(RequestId, TransportInput<K>),
     Timer,
 }
 
@@ -428,7 +421,7 @@ type Registered<K> = (
     async_channel::Receiver<Notification<K>>,
 );
 
-type Results<K> = Pin<Box<async_channel::Receiver<(RequestId, TResult<K>)>>>;
+type Results<K> = Pin<Box<async_channel::Receiver<(RequestId, TransportInput<K>)>>>;
 
 enum SinkKind<K> {
     Worker(Box<dyn EventHandler<K>>),
@@ -607,13 +600,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
 
     /// Notifications pending for handler `id` (at most one per cached key; 0 when unknown).
     pub fn pending(&self, id: HandlerId) -> usize {
-        self.shared()
-            .state
-            .read()
-            .core
-            .pipeline()
-            .processor()
-            .pending(id)
+        self.shared().state.read().core.pending(id)
     }
 
     /// Waits until the informer has synced; `timeout` `None` waits as long as it takes.
@@ -683,13 +670,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> HandlerRegistration<K, R> {
 
     /// Notifications pending for this handler (at most one per key).
     pub fn pending(&self) -> usize {
-        self.shared
-            .state
-            .read()
-            .core
-            .pipeline()
-            .processor()
-            .pending(self.id)
+        self.shared.state.read().core.pending(self.id)
     }
 
     /// Notifications this handler has finished.
@@ -837,7 +818,7 @@ struct Driver<K, R> {
     shared: Arc<Shared<K, R>>,
     transport: Arc<dyn Transport<K>>,
     cmd_rx: Pin<Box<async_channel::Receiver<Cmd>>>,
-    res_tx: async_channel::Sender<(RequestId, TResult<K>)>,
+    res_tx: async_channel::Sender<(RequestId, TransportInput<K>)>,
     res_rx: Results<K>,
     inflight: Option<AbortHandle>,
     timer: Option<(Instant, BoxFuture<'static, ()>)>,
@@ -917,12 +898,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                 }
                 stop_if(st, stop);
                 let deadline = st.core.poll_timeout();
-                let r = st.core.reflector();
-                let backoff = if r.is_running() && r.in_flight().is_none() {
-                    r.poll_timeout().filter(|t| *t > now)
-                } else {
-                    None
-                };
+                let backoff = st.core.backing_off_until().filter(|t| *t > now);
                 (deadline, backoff)
             }));
             let (deadline, backoff) = match step {
@@ -1011,24 +987,21 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             }
             Input::Cmd(Cmd::Stop) => *stop = true,
             Input::Timer => core.handle_timeout(now),
-            Input::Result(id, r) => match r {
-                TResult::Page(p) => {
-                    c.events_applied
-                        .fetch_add(p.items.len() as u64, Ordering::Relaxed);
-                    core.handle_list_page(now, id, p)
-                }
-                TResult::Event(e) => {
-                    if matches!(
-                        e,
-                        WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_)
-                    ) {
+            Input::Result(id, r) => {
+                match &r {
+                    TransportInput::ListPage(p) => {
+                        c.events_applied
+                            .fetch_add(p.items.len() as u64, Ordering::Relaxed);
+                    }
+                    TransportInput::Event(
+                        WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_),
+                    ) => {
                         c.events_applied.fetch_add(1, Ordering::Relaxed);
                     }
-                    core.handle_watch_event(now, id, e)
+                    _ => {}
                 }
-                TResult::End => core.handle_stream_end(now, id),
-                TResult::Failed(f) => core.handle_failure(now, id, f),
-            },
+                core.handle_input(now, id, r)
+            }
         }
     }
 
@@ -1081,7 +1054,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                 tracing::error!(informer = %name, error = %e, "cannot spawn a request task");
                 self.local.push_back(Input::Result(
                     id,
-                    TResult::Failed(Failure::other(e.to_string())),
+                    TransportInput::Failed(Failure::other(e.to_string())),
                 ));
             }
         }
@@ -1130,27 +1103,27 @@ async fn perform<K: Send + Sync + 'static>(
     transport: Arc<dyn Transport<K>>,
     id: RequestId,
     request: Request,
-    tx: async_channel::Sender<(RequestId, TResult<K>)>,
+    tx: async_channel::Sender<(RequestId, TransportInput<K>)>,
 ) {
     match request {
         Request::List(req) => {
             let r = match transport.list(&req).await {
-                Ok(p) => TResult::Page(p),
-                Err(f) => TResult::Failed(f),
+                Ok(p) => TransportInput::ListPage(p),
+                Err(f) => TransportInput::Failed(f),
             };
             let _ = tx.send((id, r)).await;
         }
         Request::Watch(req) => match transport.watch(&req).await {
             Err(f) => {
-                let _ = tx.send((id, TResult::Failed(f))).await;
+                let _ = tx.send((id, TransportInput::Failed(f))).await;
             }
             Ok(mut events) => {
                 while let Some(e) = events.next().await {
-                    if tx.send((id, TResult::Event(e))).await.is_err() {
+                    if tx.send((id, TransportInput::Event(e))).await.is_err() {
                         return;
                     }
                 }
-                let _ = tx.send((id, TResult::End)).await;
+                let _ = tx.send((id, TransportInput::StreamEnd)).await;
             }
         },
     }

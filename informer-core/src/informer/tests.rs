@@ -4,7 +4,7 @@
 use super::*;
 use crate::indexer::{IndexValues, index_fn};
 use crate::object::{DynamicObject, Key, ObjectMeta, ObjectOrTombstone};
-use crate::protocol::{Failure, ListPage, Status, WatchEvent};
+use crate::protocol::{Failure, Input, ListPage, Status, WatchEvent};
 use crate::sim::SimObject;
 use alloc::borrow::Cow;
 use alloc::collections::BTreeMap;
@@ -123,7 +123,7 @@ fn start_and_list(inf: &mut Inf, now: Instant, items: Vec<Arc<SimObject>>, rv: u
     inf.start(now);
     let d = drain(inf);
     let id = d.last_request();
-    inf.handle_list_page(now, id, page(items, rv));
+    inf.handle_input(now, id, Input::ListPage(page(items, rv)));
     drain(inf)
 }
 
@@ -143,7 +143,11 @@ fn conformance_12_resync_reaches_only_due_handlers_changed_rv_reaches_all() {
     assert_eq!(d.for_handler(due), ["update a 1->1"]);
     assert!(d.for_handler(never).is_empty());
     // A changed resourceVersion reaches everyone.
-    inf.handle_watch_event(at(1200), wid, WatchEvent::Modified(obj("a", 2, 1)));
+    inf.handle_input(
+        at(1200),
+        wid,
+        Input::Event(WatchEvent::Modified(obj("a", 2, 1))),
+    );
     let d = drain(&mut inf);
     assert_eq!(d.for_handler(due), ["update a 1->2"]);
     assert_eq!(d.for_handler(never), ["update a 1->2"]);
@@ -155,13 +159,21 @@ fn conformance_12_resync_reaches_only_due_handlers_changed_rv_reaches_all() {
     let (h2, _) = inf.add_handler(Duration::ZERO, at(0));
     let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0), obj("b", 2, 0)], 2);
     let wid = d.last_request();
-    inf.handle_watch_event(at(10), wid, WatchEvent::Error(Failure::other("broken")));
+    inf.handle_input(
+        at(10),
+        wid,
+        Input::Event(WatchEvent::Error(Failure::other("broken"))),
+    );
     let d = drain(&mut inf);
     assert_eq!(d.errors.len(), 1);
     let t = inf.poll_timeout().unwrap();
     inf.handle_timeout(t);
     let lid = drain(&mut inf).last_request();
-    inf.handle_list_page(t, lid, page(vec![obj("a", 1, 0), obj("b", 5, 9)], 5));
+    inf.handle_input(
+        t,
+        lid,
+        Input::ListPage(page(vec![obj("a", 1, 0), obj("b", 5, 9)], 5)),
+    );
     let d = drain(&mut inf);
     for h in [h1, h2] {
         assert_eq!(d.for_handler(h), ["update b 2->5"]);
@@ -234,9 +246,17 @@ fn conformance_14_late_handler_gets_the_cache_then_live_events() {
     let d1 = drain_except(&mut inf, &[late]);
     assert_eq!(d1.for_handler(late).len(), 1);
     // Live events arrive meanwhile.
-    inf.handle_watch_event(at(20), wid, WatchEvent::Modified(obj("a", 3, 1)));
-    inf.handle_watch_event(at(20), wid, WatchEvent::Modified(obj("b", 4, 1)));
-    inf.handle_watch_event(at(20), wid, WatchEvent::Added(obj("c", 5, 1)));
+    inf.handle_input(
+        at(20),
+        wid,
+        Input::Event(WatchEvent::Modified(obj("a", 3, 1))),
+    );
+    inf.handle_input(
+        at(20),
+        wid,
+        Input::Event(WatchEvent::Modified(obj("b", 4, 1))),
+    );
+    inf.handle_input(at(20), wid, Input::Event(WatchEvent::Added(obj("c", 5, 1))));
     let d2 = drain_except(&mut inf, &[late]);
     assert_eq!(d2.for_handler(early).len(), 3);
     assert!(d2.for_handler(late).is_empty(), "stalled");
@@ -284,7 +304,7 @@ fn conformance_15_removed_handler_gets_nothing_new() {
     let wid = d.last_request();
     assert!(inf.remove_handler(gone));
     assert!(!inf.remove_handler(gone));
-    inf.handle_watch_event(at(5), wid, WatchEvent::Added(obj("b", 2, 0)));
+    inf.handle_input(at(5), wid, Input::Event(WatchEvent::Added(obj("b", 2, 0))));
     inf.handle_timeout(at(1000));
     let d = drain(&mut inf);
     assert!(d.for_handler(gone).is_empty());
@@ -328,15 +348,15 @@ fn transform_applies_before_store_and_handlers() {
             req = Some(id);
         }
     }
-    inf.handle_list_page(
+    inf.handle_input(
         at(1),
         req.unwrap(),
-        ListPage {
+        Input::ListPage(ListPage {
             items: vec![mk("a", "1")],
             resource_version: "1".into(),
             continue_token: None,
             remaining_item_count: None,
-        },
+        }),
     );
     let mut wid = None;
     loop {
@@ -353,7 +373,11 @@ fn transform_applies_before_store_and_handlers() {
             None => break,
         }
     }
-    inf.handle_watch_event(at(2), wid.unwrap(), WatchEvent::Modified(mk("a", "2")));
+    inf.handle_input(
+        at(2),
+        wid.unwrap(),
+        Input::Event(WatchEvent::Modified(mk("a", "2"))),
+    );
     while let Some(o) = inf.poll() {
         if let Output::Notify {
             handler,
@@ -408,7 +432,11 @@ fn indexers_added_before_and_after_start() {
     .unwrap();
     assert_eq!(inf.indexer().by_index("by-name", "c").unwrap().count(), 1);
     assert!(inf.add_index("by-name", index_fn(by_data)).is_err());
-    inf.handle_watch_event(at(1), wid, WatchEvent::Modified(obj("c", 4, 7)));
+    inf.handle_input(
+        at(1),
+        wid,
+        Input::Event(WatchEvent::Modified(obj("c", 4, 7))),
+    );
     drain(&mut inf);
     assert_eq!(inf.indexer().by_index("by-data", "7").unwrap().count(), 3);
     assert_eq!(inf.indexer().by_index("by-data", "8").unwrap().count(), 0);
@@ -424,13 +452,13 @@ fn has_synced_last_sync_rv_watch_errors_and_deadlines() {
     let d = drain(&mut inf);
     let lid = d.last_request();
     // A failed list: reported, backoff deadline before the resync check.
-    inf.handle_failure(
+    inf.handle_input(
         at(5),
         lid,
-        Failure::TooManyRequests(Status {
+        Input::Failed(Failure::TooManyRequests(Status {
             code: 429,
             ..Status::default()
-        }),
+        })),
     );
     let d = drain(&mut inf);
     assert_eq!(d.errors.len(), 1);
@@ -440,13 +468,13 @@ fn has_synced_last_sync_rv_watch_errors_and_deadlines() {
     assert!(!inf.has_synced());
     inf.handle_timeout(t);
     let lid = drain(&mut inf).last_request();
-    inf.handle_list_page(t, lid, page(vec![obj("a", 4, 0)], 9));
+    inf.handle_input(t, lid, Input::ListPage(page(vec![obj("a", 4, 0)], 9)));
     let d = drain(&mut inf);
     assert!(inf.has_synced());
     assert!(inf.handler_has_synced(h));
     assert_eq!(inf.last_sync_resource_version(), "9");
     let wid = d.last_request();
-    inf.handle_watch_event(t, wid, WatchEvent::Deleted(obj("a", 11, 0)));
+    inf.handle_input(t, wid, Input::Event(WatchEvent::Deleted(obj("a", 11, 0))));
     let d = drain(&mut inf);
     assert_eq!(d.for_handler(h), ["delete a"]);
     assert_eq!(inf.last_sync_resource_version(), "11");
@@ -459,4 +487,52 @@ fn has_synced_last_sync_rv_watch_errors_and_deadlines() {
     let k = Key::new(Some("ns"), "a");
     assert!(inf.indexer().get_by_key(k.as_str()).is_none());
     let _ = ObjectOrTombstone::<SimObject>::is_tombstone;
+}
+
+/// Regression (faults probe): a cluster-scoped object named `"x/" + "y" * 400` was stored, but
+/// `get` and `delete` no longer found it and the entry stayed after its delete. Such a name
+/// (Kubernetes never issues one) is now refused and reported; everything else goes on.
+#[test]
+fn objects_with_a_slash_in_their_name_are_refused_and_reported() {
+    let long = alloc::format!("x/{}", "y".repeat(400));
+    let odd = |name: &str, rv: u64| {
+        Arc::new(SimObject {
+            name: name.into(),
+            namespace: None,
+            resource_version: rv.to_string(),
+            uid: alloc::format!("uid-{name}"),
+            data: 0,
+            noise: 0,
+        })
+    };
+    let mut inf = informer(Duration::ZERO);
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    let d = start_and_list(
+        &mut inf,
+        at(0),
+        vec![obj("a", 1, 0), odd(&long, 2), odd("p/q", 3), odd("", 3)],
+        3,
+    );
+    assert_eq!(d.errors.len(), 3, "{:?}", d.errors);
+    assert!(
+        d.errors
+            .iter()
+            .all(|e| matches!(e, Failure::InvalidObject(m) if m.contains("not stored")))
+    );
+    let keys: Vec<String> = inf.indexer().list_keys().map(|k| k.to_string()).collect();
+    assert_eq!(keys, vec![String::from("ns/a")]);
+    assert_eq!(d.for_handler(h), vec!["add a 1 initial"]);
+    let wid = d.last_request();
+    inf.handle_input(at(1), wid, Input::Event(WatchEvent::Added(odd(&long, 4))));
+    inf.handle_input(at(1), wid, Input::Event(WatchEvent::Deleted(odd(&long, 5))));
+    inf.handle_input(
+        at(1),
+        wid,
+        Input::Event(WatchEvent::Deleted(obj("a", 6, 0))),
+    );
+    let d = drain(&mut inf);
+    assert_eq!(d.errors.len(), 2);
+    assert_eq!(inf.indexer().len(), 0, "nothing left behind");
+    assert_eq!(d.for_handler(h), vec!["delete a"]);
+    assert_eq!(inf.last_sync_resource_version(), "6");
 }

@@ -32,15 +32,19 @@ fn drain(r: &mut R) -> Vec<Output<DynamicObject>> {
     v
 }
 
-/// The single request among `outs`, panicking (test only) otherwise.
-fn request(outs: &[Output<DynamicObject>]) -> (RequestId, Request) {
-    let reqs: Vec<_> = outs
-        .iter()
+/// The requests among `outs`.
+fn requests(outs: &[Output<DynamicObject>]) -> Vec<(RequestId, Request)> {
+    outs.iter()
         .filter_map(|o| match o {
             Output::Request { id, request } => Some((*id, request.clone())),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// The single request among `outs`, panicking (test only) otherwise.
+fn request(outs: &[Output<DynamicObject>]) -> (RequestId, Request) {
+    let reqs = requests(outs);
     assert_eq!(reqs.len(), 1, "expected exactly one request in {outs:?}");
     reqs.into_iter().next().unwrap()
 }
@@ -111,7 +115,7 @@ fn list_then_watch(r: &mut R, now: Instant, rv: &str) -> RequestId {
     r.start(now);
     let (id, req) = request(&drain(r));
     assert!(matches!(req, Request::List(_)));
-    r.handle_list_page(now, id, page(vec![obj("a", 1)], rv, None));
+    r.handle_input(now, id, Input::ListPage(page(vec![obj("a", 1)], rv, None)));
     let (wid, req) = request(&drain(r));
     assert_eq!(watch_req(&req).resource_version, rv);
     wid
@@ -132,10 +136,18 @@ fn conformance_18_first_list_rv_zero_then_last_synced() {
     let l = list_req(&req);
     assert_eq!(l.resource_version.as_deref(), Some("0"));
     assert_eq!(l.limit, Some(DEFAULT_PAGE_SIZE));
-    r.handle_list_page(at(5), id, page(vec![obj("a", 3)], "10", None));
+    r.handle_input(
+        at(5),
+        id,
+        Input::ListPage(page(vec![obj("a", 3)], "10", None)),
+    );
     let (wid, _) = request(&drain(&mut r));
-    r.handle_watch_event(at(2000), wid, WatchEvent::Modified(obj("a", 12)));
-    r.handle_watch_event(at(2000), wid, WatchEvent::Error(expired()));
+    r.handle_input(
+        at(2000),
+        wid,
+        Input::Event(WatchEvent::Modified(obj("a", 12))),
+    );
+    r.handle_input(at(2000), wid, Input::Event(WatchEvent::Error(expired())));
     let outs = drain(&mut r);
     assert_eq!(errors(&outs).len(), 1);
     let (_, outs) = fire(&mut r);
@@ -157,12 +169,12 @@ fn conformance_18_relist_expired_or_too_large_retries_at_once_with_consistent_re
     ] {
         let mut r = R::new(ReflectorConfig::default());
         let wid = list_then_watch(&mut r, at(0), "10");
-        r.handle_failure(at(5000), wid, Failure::other("boom"));
+        r.handle_input(at(5000), wid, Input::Failed(Failure::other("boom")));
         drain(&mut r);
         let (t, outs) = fire(&mut r);
         let (lid, req) = request(&outs);
         assert_eq!(list_req(&req).resource_version.as_deref(), Some("10"));
-        r.handle_failure(t, lid, failure.clone());
+        r.handle_input(t, lid, Input::Failed(failure.clone()));
         let outs = drain(&mut r);
         assert_eq!(errors(&outs), vec![failure.clone()]);
         assert_eq!(
@@ -173,7 +185,7 @@ fn conformance_18_relist_expired_or_too_large_retries_at_once_with_consistent_re
         let (lid2, req) = request(&outs);
         assert_eq!(list_req(&req).resource_version, None, "consistent read");
         // A second failure of the consistent list backs off.
-        r.handle_failure(t, lid2, failure.clone());
+        r.handle_input(t, lid2, Input::Failed(failure.clone()));
         let outs = drain(&mut r);
         assert_eq!(errors(&outs).len(), 1);
         assert!(r.poll_timeout().is_some());
@@ -192,10 +204,10 @@ fn conformance_19_paged_list_applied_once_complete() {
     let mut r = R::new(ReflectorConfig::default());
     r.start(at(0));
     let (id, _) = request(&drain(&mut r));
-    r.handle_list_page(
+    r.handle_input(
         at(1),
         id,
-        page(vec![obj("a", 1), obj("b", 2)], "7", Some("c1")),
+        Input::ListPage(page(vec![obj("a", 1), obj("b", 2)], "7", Some("c1"))),
     );
     let outs = drain(&mut r);
     assert!(stores(&outs).is_empty(), "never a half list");
@@ -205,9 +217,17 @@ fn conformance_19_paged_list_applied_once_complete() {
     assert_eq!(l.resource_version, None);
     assert_eq!(l.limit, Some(DEFAULT_PAGE_SIZE));
     // A late page of the first request is ignored.
-    r.handle_list_page(at(1), id, page(vec![obj("z", 1)], "7", None));
+    r.handle_input(
+        at(1),
+        id,
+        Input::ListPage(page(vec![obj("z", 1)], "7", None)),
+    );
     assert!(drain(&mut r).is_empty());
-    r.handle_list_page(at(2), id2, page(vec![obj("c", 5)], "7", None));
+    r.handle_input(
+        at(2),
+        id2,
+        Input::ListPage(page(vec![obj("c", 5)], "7", None)),
+    );
     let outs = drain(&mut r);
     match stores(&outs).as_slice() {
         [
@@ -230,11 +250,15 @@ fn conformance_19_expired_continue_token_restarts_the_list() {
     let mut r = R::new(ReflectorConfig::default());
     r.start(at(0));
     let (id, _) = request(&drain(&mut r));
-    r.handle_list_page(at(1), id, page(vec![obj("a", 1)], "7", Some("c1")));
+    r.handle_input(
+        at(1),
+        id,
+        Input::ListPage(page(vec![obj("a", 1)], "7", Some("c1"))),
+    );
     let (id2, _) = request(&drain(&mut r));
     let mut st = status(410, "Expired");
     st.continue_token = Some("inconsistent".into());
-    r.handle_failure(at(2), id2, Failure::Expired(st));
+    r.handle_input(at(2), id2, Input::Failed(Failure::Expired(st)));
     let outs = drain(&mut r);
     assert_eq!(errors(&outs).len(), 1);
     let (id3, req) = request(&outs);
@@ -245,7 +269,11 @@ fn conformance_19_expired_continue_token_restarts_the_list() {
         "the inconsistent token is never used"
     );
     assert_eq!(l.limit, None, "full list, as client-go's pager");
-    r.handle_list_page(at(3), id3, page(vec![obj("b", 9)], "9", None));
+    r.handle_input(
+        at(3),
+        id3,
+        Input::ListPage(page(vec![obj("b", 9)], "9", None)),
+    );
     let outs = drain(&mut r);
     match stores(&outs).as_slice() {
         [
@@ -266,7 +294,7 @@ fn conformance_19_paging_off_at_specific_rv_unless_page_size_set() {
     // Default: a relist at a specific RV is unpaged.
     let mut r = R::new(ReflectorConfig::default());
     let wid = list_then_watch(&mut r, at(0), "10");
-    r.handle_watch_event(at(10), wid, WatchEvent::Error(expired()));
+    r.handle_input(at(10), wid, Input::Event(WatchEvent::Error(expired())));
     drain(&mut r);
     let (_, outs) = fire(&mut r);
     assert_eq!(list_req(&request(&outs).1).limit, None);
@@ -279,9 +307,9 @@ fn conformance_19_paging_off_at_specific_rv_unless_page_size_set() {
     r.start(at(0));
     let (id, req) = request(&drain(&mut r));
     assert_eq!(list_req(&req).limit, Some(3));
-    r.handle_list_page(at(1), id, page(vec![], "10", None));
+    r.handle_input(at(1), id, Input::ListPage(page(vec![], "10", None)));
     let (wid, _) = request(&drain(&mut r));
-    r.handle_watch_event(at(10), wid, WatchEvent::Error(expired()));
+    r.handle_input(at(10), wid, Input::Event(WatchEvent::Error(expired())));
     drain(&mut r);
     let (_, outs) = fire(&mut r);
     let req = request(&outs).1;
@@ -292,11 +320,19 @@ fn conformance_19_paging_off_at_specific_rv_unless_page_size_set() {
     let mut r = R::new(ReflectorConfig::default());
     r.start(at(0));
     let (id, _) = request(&drain(&mut r));
-    r.handle_list_page(at(1), id, page(vec![obj("a", 1)], "10", Some("c")));
+    r.handle_input(
+        at(1),
+        id,
+        Input::ListPage(page(vec![obj("a", 1)], "10", Some("c"))),
+    );
     let (id, _) = request(&drain(&mut r));
-    r.handle_list_page(at(1), id, page(vec![obj("b", 2)], "10", None));
+    r.handle_input(
+        at(1),
+        id,
+        Input::ListPage(page(vec![obj("b", 2)], "10", None)),
+    );
     let (wid, _) = request(&drain(&mut r));
-    r.handle_watch_event(at(10), wid, WatchEvent::Error(expired()));
+    r.handle_input(at(10), wid, Input::Event(WatchEvent::Error(expired())));
     drain(&mut r);
     let (_, outs) = fire(&mut r);
     assert_eq!(list_req(&request(&outs).1).limit, Some(DEFAULT_PAGE_SIZE));
@@ -313,7 +349,7 @@ fn conformance_20_watch_at_list_rv_with_bookmarks_and_random_timeout() {
         });
         r.start(at(0));
         let (id, _) = request(&drain(&mut r));
-        r.handle_list_page(at(0), id, page(vec![], "42", None));
+        r.handle_input(at(0), id, Input::ListPage(page(vec![], "42", None)));
         let (_, req) = request(&drain(&mut r));
         let w = watch_req(&req);
         assert_eq!(w.resource_version, "42");
@@ -331,18 +367,18 @@ fn conformance_20_watch_at_list_rv_with_bookmarks_and_random_timeout() {
 fn conformance_20_bookmark_advances_rv_and_emits_nothing() {
     let mut r = R::new(ReflectorConfig::default());
     let wid = list_then_watch(&mut r, at(0), "10");
-    r.handle_watch_event(
-        at(100),
+    r.handle_input(
+        at(1000),
         wid,
-        WatchEvent::Bookmark {
+        Input::Event(WatchEvent::Bookmark {
             resource_version: "55".into(),
             initial_events_end: false,
-        },
+        }),
     );
     assert!(drain(&mut r).is_empty());
     assert_eq!(r.last_sync_resource_version(), "55");
     // Resume after a normal end starts at the bookmark's RV.
-    r.handle_stream_end(at(200), wid);
+    r.handle_input(at(2000), wid, Input::StreamEnd);
     let outs = drain(&mut r);
     assert_eq!(watch_req(&request(&outs).1).resource_version, "55");
 }
@@ -351,24 +387,138 @@ fn conformance_20_bookmark_advances_rv_and_emits_nothing() {
 fn conformance_21_normal_end_resumes_watch_without_relist() {
     let mut r = R::new(ReflectorConfig::default());
     let wid = list_then_watch(&mut r, at(0), "10");
-    r.handle_watch_event(at(500), wid, WatchEvent::Added(obj("b", 11)));
+    r.handle_input(at(1500), wid, Input::Event(WatchEvent::Added(obj("b", 11))));
     drain(&mut r);
-    // Even a quick end is fine when an event arrived.
-    r.handle_stream_end(at(600), wid);
+    r.handle_input(at(2000), wid, Input::StreamEnd);
     let outs = drain(&mut r);
     assert!(errors(&outs).is_empty());
     let (wid2, req) = request(&outs);
     let t = u64::from(watch_req(&req).timeout_seconds.unwrap());
     assert_eq!(
         r.poll_timeout(),
-        Some(at(600) + Duration::from_secs(t + 60)),
+        Some(at(2000) + Duration::from_secs(t + 60)),
         "no backoff, only the watchdog"
     );
     assert_eq!(watch_req(&req).resource_version, "11");
     // A long quiet watch ending normally also resumes.
-    r.handle_stream_end(at(600 + 300_000), wid2);
+    r.handle_input(at(2000 + 300_000), wid2, Input::StreamEnd);
     let outs = drain(&mut r);
     assert_eq!(watch_req(&request(&outs).1).resource_version, "11");
+}
+
+/// A quick end after objects arrived is no error and needs no relist, but the next watch waits
+/// for the backoff (unlike client-go), so a server closing every watch at once after an event
+/// cannot drive a request per event as fast as it answers.
+#[test]
+fn conformance_21_quick_end_after_objects_rewatches_through_the_backoff() {
+    let mut r = R::new(ReflectorConfig::default());
+    let wid = list_then_watch(&mut r, at(0), "10");
+    r.handle_input(at(500), wid, Input::Event(WatchEvent::Added(obj("b", 11))));
+    drain(&mut r);
+    r.handle_input(at(600), wid, Input::StreamEnd);
+    let outs = drain(&mut r);
+    assert!(errors(&outs).is_empty(), "{outs:?}");
+    assert!(requests(&outs).is_empty(), "waits: {outs:?}");
+    let until = r.backing_off_until().expect("backing off");
+    assert!(until >= at(600) + Duration::from_millis(800));
+    r.handle_timeout(until);
+    let outs = drain(&mut r);
+    let (_, req) = request(&outs);
+    assert_eq!(
+        watch_req(&req).resource_version,
+        "11",
+        "a watch, not a relist"
+    );
+}
+
+/// Regression (faults probe): a server that ends every watch right after one BOOKMARK got
+/// 2,500–3,000 watch requests per second. Bookmarks are not progress: such a watch is a very
+/// short watch, so the request rate is bounded by the backoff.
+#[test]
+fn bookmark_only_watches_that_end_at_once_back_off() {
+    let mut r = R::new(ReflectorConfig::default());
+    let mut now = at(0);
+    let mut id = list_then_watch(&mut r, now, "10");
+    let mut requests_sent = 1u32;
+    let mut very_short = 0u32;
+    let mut rv = 10u64;
+    // One virtual minute of a server answering at once (bounded in turns, so that a hot loop
+    // fails the test instead of hanging it).
+    for _ in 0..10_000 {
+        if now >= at(60_000) {
+            break;
+        }
+        rv += 1;
+        r.handle_input(
+            now,
+            id,
+            Input::Event(WatchEvent::Bookmark {
+                resource_version: rv.to_string(),
+                initial_events_end: false,
+            }),
+        );
+        r.handle_input(now, id, Input::StreamEnd);
+        loop {
+            let outs = drain(&mut r);
+            very_short += errors(&outs)
+                .iter()
+                .filter(|f| **f == Failure::VeryShortWatch)
+                .count() as u32;
+            if let Some((next, req)) = requests(&outs).into_iter().next() {
+                requests_sent += 1;
+                id = next;
+                if let Request::List(_) = req {
+                    r.handle_input(
+                        now,
+                        id,
+                        Input::ListPage(page(vec![], &rv.to_string(), None)),
+                    );
+                    continue;
+                }
+                break;
+            }
+            now = r.poll_timeout().expect("a deadline");
+            r.handle_timeout(now);
+        }
+    }
+    // 800 ms doubling to 30 s (with jitter in [d, 2d)): about 6 backoffs in a minute, each
+    // followed by a list and a watch. Without the rule: one request per loop turn, forever.
+    assert!(very_short >= 3, "{very_short}");
+    assert!(
+        requests_sent <= 20,
+        "{requests_sent} requests in one minute"
+    );
+}
+
+/// Regression (faults probe): an undecodable MODIFIED followed by a BOOKMARK at a later
+/// resourceVersion moved the informer past a change it never applied. A transport reports the
+/// bad line as `WatchEvent::Error(Failure::Decode)`: the watch ends there, the bookmark after
+/// it is ignored, the resourceVersion stays, and a relist follows the backoff.
+#[test]
+fn an_undecodable_event_ends_the_watch_and_never_advances_the_resource_version() {
+    let mut r = R::new(ReflectorConfig::default());
+    let wid = list_then_watch(&mut r, at(0), "10");
+    let bad = Failure::Decode(crate::protocol::DecodeFailure {
+        kind: crate::protocol::DecodeKind::Object,
+        message: "cannot decode MODIFIED event object ConfigMap ns/a".into(),
+    });
+    r.handle_input(at(5000), wid, Input::Event(WatchEvent::Error(bad.clone())));
+    r.handle_input(
+        at(5000),
+        wid,
+        Input::Event(WatchEvent::Bookmark {
+            resource_version: "99".into(),
+            initial_events_end: false,
+        }),
+    );
+    let outs = drain(&mut r);
+    assert_eq!(errors(&outs), vec![bad]);
+    assert!(requests(&outs).is_empty());
+    assert_eq!(r.last_sync_resource_version(), "10");
+    let until = r.backing_off_until().expect("backing off");
+    r.handle_timeout(until);
+    let (_, req) = request(&drain(&mut r));
+    assert!(matches!(req, Request::List(_)), "a relist: {req:?}");
 }
 
 #[test]
@@ -377,12 +527,15 @@ fn conformance_21_watch_error_or_410_relists() {
         let mut r = R::new(ReflectorConfig::default());
         let wid = list_then_watch(&mut r, at(0), "10");
         match how {
-            0 => r.handle_watch_event(at(5000), wid, WatchEvent::Error(expired())),
-            1 => r.handle_failure(at(5000), wid, expired()),
-            _ => r.handle_watch_event(
+            0 => r.handle_input(at(5000), wid, Input::Event(WatchEvent::Error(expired()))),
+            1 => r.handle_input(at(5000), wid, Input::Failed(expired())),
+            _ => r.handle_input(
                 at(5000),
                 wid,
-                WatchEvent::Error(Failure::Other(status(500, "InternalError"))),
+                Input::Event(WatchEvent::Error(Failure::Other(status(
+                    500,
+                    "InternalError",
+                )))),
             ),
         }
         let outs = drain(&mut r);
@@ -396,9 +549,9 @@ fn conformance_21_watch_error_or_410_relists() {
 fn conformance_21_very_short_watch_is_an_error_and_backs_off() {
     let mut r = R::new(ReflectorConfig::default());
     let wid = list_then_watch(&mut r, at(0), "10");
-    r.handle_stream_end(at(999), wid);
+    r.handle_input(at(999), wid, Input::StreamEnd);
     let outs = drain(&mut r);
-    assert_eq!(errors(&outs), vec![Failure::other(VERY_SHORT_WATCH)]);
+    assert_eq!(errors(&outs), vec![Failure::VeryShortWatch]);
     assert!(outs.iter().all(|o| !matches!(o, Output::Request { .. })));
     let t = r.poll_timeout().unwrap();
     assert!(t >= at(999 + 800) && t < at(999 + 1600), "{t:?}");
@@ -416,7 +569,11 @@ fn conformance_22_backoff_exponential_capped_jittered_and_reset() {
     let mut now = at(10_000);
     let mut base = 800u64;
     for _ in 0..10 {
-        r.handle_failure(now, wid, Failure::ConnectionRefused("refused".into()));
+        r.handle_input(
+            now,
+            wid,
+            Input::Failed(Failure::ConnectionRefused("refused".into())),
+        );
         drain(&mut r);
         let until = r.poll_timeout().unwrap();
         let d = (until - now).as_millis() as u64;
@@ -428,7 +585,11 @@ fn conformance_22_backoff_exponential_capped_jittered_and_reset() {
     }
     // More than 2 min after the last backoff began: back to 800 ms.
     now = now + Duration::from_secs(121);
-    r.handle_failure(now, wid, Failure::ConnectionRefused("refused".into()));
+    r.handle_input(
+        now,
+        wid,
+        Input::Failed(Failure::ConnectionRefused("refused".into())),
+    );
     drain(&mut r);
     let d = (r.poll_timeout().unwrap() - now).as_millis();
     assert!((800..1600).contains(&d), "reset: {d}");
@@ -438,10 +599,10 @@ fn conformance_22_backoff_exponential_capped_jittered_and_reset() {
 fn conformance_22_connection_refused_and_429_rewatch_without_relist() {
     let mut r = R::new(ReflectorConfig::default());
     let wid = list_then_watch(&mut r, at(0), "10");
-    r.handle_failure(
+    r.handle_input(
         at(10),
         wid,
-        Failure::ConnectionRefused("econnrefused".into()),
+        Input::Failed(Failure::ConnectionRefused("econnrefused".into())),
     );
     drain(&mut r);
     let (t, outs) = fire(&mut r);
@@ -453,7 +614,7 @@ fn conformance_22_connection_refused_and_429_rewatch_without_relist() {
     );
     let mut st = status(429, "TooManyRequests");
     st.retry_after = Some(Duration::from_secs(45));
-    r.handle_failure(t, wid, Failure::TooManyRequests(st.clone()));
+    r.handle_input(t, wid, Input::Failed(Failure::TooManyRequests(st.clone())));
     drain(&mut r);
     assert!(
         r.poll_timeout().unwrap() >= t + Duration::from_secs(45),
@@ -463,7 +624,11 @@ fn conformance_22_connection_refused_and_429_rewatch_without_relist() {
     let (wid, req) = request(&outs);
     assert_eq!(watch_req(&req).resource_version, "10");
     // A 429 as a watch ERROR event too.
-    r.handle_watch_event(t, wid, WatchEvent::Error(Failure::TooManyRequests(st)));
+    r.handle_input(
+        t,
+        wid,
+        Input::Event(WatchEvent::Error(Failure::TooManyRequests(st))),
+    );
     drain(&mut r);
     let (_, outs) = fire(&mut r);
     assert!(matches!(request(&outs).1, Request::Watch(_)));
@@ -484,23 +649,23 @@ fn conformance_23_every_failure_is_reported_typed() {
         let mut r = R::new(ReflectorConfig::default());
         r.start(at(0));
         let (id, _) = request(&drain(&mut r));
-        r.handle_failure(at(1), id, f.clone());
+        r.handle_input(at(1), id, Input::Failed(f.clone()));
         assert_eq!(errors(&drain(&mut r)), vec![f.clone()]);
         // As a watch request failure and as a watch ERROR event.
         let mut r = R::new(ReflectorConfig::default());
         let wid = list_then_watch(&mut r, at(0), "1");
-        r.handle_failure(at(1), wid, f.clone());
+        r.handle_input(at(1), wid, Input::Failed(f.clone()));
         assert_eq!(errors(&drain(&mut r)), vec![f.clone()]);
         let mut r = R::new(ReflectorConfig::default());
         let wid = list_then_watch(&mut r, at(0), "1");
-        r.handle_watch_event(at(1), wid, WatchEvent::Error(f.clone()));
+        r.handle_input(at(1), wid, Input::Event(WatchEvent::Error(f.clone())));
         assert_eq!(errors(&drain(&mut r)), vec![f.clone()]);
     }
     // A list at "0" that fails with 410: reported, then the consistent retry.
     let mut r = R::new(ReflectorConfig::default());
     r.start(at(0));
     let (id, _) = request(&drain(&mut r));
-    r.handle_failure(at(1), id, expired());
+    r.handle_input(at(1), id, Input::Failed(expired()));
     let outs = drain(&mut r);
     assert_eq!(errors(&outs), vec![expired()]);
     assert_eq!(list_req(&request(&outs).1).resource_version, None);
@@ -512,18 +677,18 @@ fn conformance_24_last_sync_resource_version() {
     assert_eq!(r.last_sync_resource_version(), "");
     let wid = list_then_watch(&mut r, at(0), "10");
     assert_eq!(r.last_sync_resource_version(), "10");
-    r.handle_watch_event(at(1), wid, WatchEvent::Added(obj("x", 11)));
+    r.handle_input(at(1), wid, Input::Event(WatchEvent::Added(obj("x", 11))));
     assert_eq!(r.last_sync_resource_version(), "11");
-    r.handle_watch_event(at(1), wid, WatchEvent::Modified(obj("x", 12)));
-    r.handle_watch_event(at(1), wid, WatchEvent::Deleted(obj("x", 13)));
+    r.handle_input(at(1), wid, Input::Event(WatchEvent::Modified(obj("x", 12))));
+    r.handle_input(at(1), wid, Input::Event(WatchEvent::Deleted(obj("x", 13))));
     assert_eq!(r.last_sync_resource_version(), "13");
-    r.handle_watch_event(
+    r.handle_input(
         at(1),
         wid,
-        WatchEvent::Bookmark {
+        Input::Event(WatchEvent::Bookmark {
             resource_version: "20".into(),
             initial_events_end: false,
-        },
+        }),
     );
     assert_eq!(r.last_sync_resource_version(), "20");
     let ops = drain(&mut r);
@@ -549,29 +714,29 @@ fn streaming_list_applies_one_replace_at_initial_events_end() {
         Some(ResourceVersionMatch::NotOlderThan)
     );
     assert_eq!(w.resource_version, "");
-    r.handle_watch_event(at(1), id, WatchEvent::Added(obj("a", 3)));
-    r.handle_watch_event(at(1), id, WatchEvent::Added(obj("b", 4)));
-    r.handle_watch_event(at(1), id, WatchEvent::Deleted(obj("a", 5)));
-    r.handle_watch_event(at(1), id, WatchEvent::Added(obj("c", 6)));
-    r.handle_watch_event(
+    r.handle_input(at(1), id, Input::Event(WatchEvent::Added(obj("a", 3))));
+    r.handle_input(at(1), id, Input::Event(WatchEvent::Added(obj("b", 4))));
+    r.handle_input(at(1), id, Input::Event(WatchEvent::Deleted(obj("a", 5))));
+    r.handle_input(at(1), id, Input::Event(WatchEvent::Added(obj("c", 6))));
+    r.handle_input(
         at(1),
         id,
-        WatchEvent::Bookmark {
+        Input::Event(WatchEvent::Bookmark {
             resource_version: "8".into(),
             initial_events_end: false,
-        },
+        }),
     );
     assert!(
         drain(&mut r).is_empty(),
         "the store never sees a half-built state"
     );
-    r.handle_watch_event(
+    r.handle_input(
         at(2),
         id,
-        WatchEvent::Bookmark {
+        Input::Event(WatchEvent::Bookmark {
             resource_version: "9".into(),
             initial_events_end: true,
-        },
+        }),
     );
     let outs = drain(&mut r);
     match stores(&outs).as_slice() {
@@ -593,12 +758,12 @@ fn streaming_list_applies_one_replace_at_initial_events_end() {
     );
     assert_eq!(r.last_sync_resource_version(), "9");
     // The stream goes on as the watch.
-    r.handle_watch_event(at(3), id, WatchEvent::Modified(obj("b", 10)));
+    r.handle_input(at(3), id, Input::Event(WatchEvent::Modified(obj("b", 10))));
     assert!(matches!(
         stores(&drain(&mut r)).as_slice(),
         [StoreOp::Modified(_)]
     ));
-    r.handle_stream_end(at(400_000), id);
+    r.handle_input(at(400_000), id, Input::StreamEnd);
     let outs = drain(&mut r);
     let w = watch_req(&request(&outs).1).clone();
     assert_eq!(w.resource_version, "10");
@@ -611,14 +776,18 @@ fn streaming_list_falls_back_to_paged_list_when_refused() {
     r.start(at(0));
     let (id, _) = request(&drain(&mut r));
     let refusal = Failure::StreamingListUnsupported(status(400, "BadRequest"));
-    r.handle_failure(at(1), id, refusal.clone());
+    r.handle_input(at(1), id, Input::Failed(refusal.clone()));
     let outs = drain(&mut r);
     assert_eq!(errors(&outs), vec![refusal]);
     let (id, req) = request(&outs);
     let l = list_req(&req);
     assert_eq!(l.resource_version.as_deref(), Some("0"));
     assert_eq!(l.limit, Some(DEFAULT_PAGE_SIZE));
-    r.handle_list_page(at(2), id, page(vec![obj("a", 1)], "5", None));
+    r.handle_input(
+        at(2),
+        id,
+        Input::ListPage(page(vec![obj("a", 1)], "5", None)),
+    );
     let outs = drain(&mut r);
     assert_eq!(stores(&outs).len(), 1);
     assert_eq!(watch_req(&request(&outs).1).resource_version, "5");
@@ -633,23 +802,31 @@ fn streaming_list_ignored_by_the_server_falls_back_to_list_for_good() {
     r.start(at(0));
     let (id, req) = request(&drain(&mut r));
     assert!(watch_req(&req).send_initial_events);
-    r.handle_watch_event(at(1), id, WatchEvent::Added(obj("a", 1)));
-    r.handle_stream_end(at(400), id);
+    r.handle_input(at(1), id, Input::Event(WatchEvent::Added(obj("a", 1))));
+    r.handle_input(at(400), id, Input::StreamEnd);
     let outs = drain(&mut r);
     assert!(
         stores(&outs).is_empty(),
         "nothing half-built may be applied"
     );
-    assert_eq!(errors(&outs), vec![Failure::other(STREAMING_LIST_IGNORED)]);
+    assert_eq!(errors(&outs), vec![Failure::StreamingListIgnored]);
     let (id, req) = request(&outs);
     assert_eq!(list_req(&req).resource_version.as_deref(), Some("0"));
-    r.handle_list_page(at(401), id, page(vec![obj("a", 1)], "5", None));
+    r.handle_input(
+        at(401),
+        id,
+        Input::ListPage(page(vec![obj("a", 1)], "5", None)),
+    );
     let outs = drain(&mut r);
     assert_eq!(stores(&outs).len(), 1);
     let (id, req) = request(&outs);
     assert!(!watch_req(&req).send_initial_events);
     // A 410 on the watch forces a relist: still a list, not a stream.
-    r.handle_failure(at(402), id, Failure::Expired(status(410, "Expired")));
+    r.handle_input(
+        at(402),
+        id,
+        Input::Failed(Failure::Expired(status(410, "Expired"))),
+    );
     let mut outs = drain(&mut r);
     let mut t = 402;
     // Skip any backoff wait.
@@ -667,22 +844,22 @@ fn streaming_list_expired_retries_with_consistent_rv() {
     let mut r = streaming();
     r.start(at(0));
     let (id, _) = request(&drain(&mut r));
-    r.handle_watch_event(
+    r.handle_input(
         at(1),
         id,
-        WatchEvent::Bookmark {
+        Input::Event(WatchEvent::Bookmark {
             resource_version: "5".into(),
             initial_events_end: true,
-        },
+        }),
     );
     drain(&mut r);
-    r.handle_watch_event(at(5000), id, WatchEvent::Error(expired()));
+    r.handle_input(at(5000), id, Input::Event(WatchEvent::Error(expired())));
     drain(&mut r);
     let (t, outs) = fire(&mut r);
     let (id, req) = request(&outs);
     assert_eq!(watch_req(&req).resource_version, "5");
     assert!(watch_req(&req).send_initial_events);
-    r.handle_failure(t, id, expired());
+    r.handle_input(t, id, Input::Failed(expired()));
     let outs = drain(&mut r);
     let (id, req) = request(&outs);
     assert_eq!(
@@ -691,7 +868,7 @@ fn streaming_list_expired_retries_with_consistent_rv() {
         "retry at once, consistent"
     );
     // A 410 for "" cannot be fixed by retrying: fall back to a list.
-    r.handle_failure(t, id, expired());
+    r.handle_input(t, id, Input::Failed(expired()));
     let outs = drain(&mut r);
     assert!(matches!(request(&outs).1, Request::List(_)));
 }
@@ -700,18 +877,26 @@ fn streaming_list_expired_retries_with_consistent_rv() {
 fn stale_and_unexpected_inputs_are_ignored() {
     let mut r = R::new(ReflectorConfig::default());
     // Before start.
-    r.handle_list_page(at(0), RequestId(1), page(vec![], "1", None));
-    r.handle_stream_end(at(0), RequestId(1));
-    r.handle_failure(at(0), RequestId(1), expired());
+    r.handle_input(
+        at(0),
+        RequestId(1),
+        Input::ListPage(page(vec![], "1", None)),
+    );
+    r.handle_input(at(0), RequestId(1), Input::StreamEnd);
+    r.handle_input(at(0), RequestId(1), Input::Failed(expired()));
     r.handle_timeout(at(0));
     assert!(drain(&mut r).is_empty());
     let wid = list_then_watch(&mut r, at(0), "3");
     // A watch event tagged with the (old) list id.
-    r.handle_watch_event(at(1), RequestId(wid.0 - 1), WatchEvent::Added(obj("q", 9)));
-    r.handle_list_page(at(1), wid, page(vec![], "1", None));
+    r.handle_input(
+        at(1),
+        RequestId(wid.0 - 1),
+        Input::Event(WatchEvent::Added(obj("q", 9))),
+    );
+    r.handle_input(at(1), wid, Input::ListPage(page(vec![], "1", None)));
     assert!(drain(&mut r).is_empty());
     r.stop();
-    r.handle_watch_event(at(1), wid, WatchEvent::Added(obj("q", 9)));
+    r.handle_input(at(1), wid, Input::Event(WatchEvent::Added(obj("q", 9))));
     assert!(drain(&mut r).is_empty());
     assert!(!r.is_running());
 }
@@ -754,41 +939,51 @@ fn random_inputs_never_panic() {
             };
             let rv = ["", "0", "5", "18446744073709551616", "x"][rng.below(5) as usize];
             match rng.below(9) {
-                0 => r.handle_list_page(
+                0 => r.handle_input(
                     now,
                     id,
-                    page(
+                    Input::ListPage(page(
                         vec![obj("a", rng.below(10))],
                         rv,
                         [None, Some(""), Some("c")][rng.below(3) as usize],
-                    ),
+                    )),
                 ),
-                1 => r.handle_watch_event(now, id, WatchEvent::Added(obj("a", rng.below(10)))),
-                2 => r.handle_watch_event(now, id, WatchEvent::Deleted(obj("a", rng.below(10)))),
-                3 => r.handle_watch_event(
+                1 => r.handle_input(
                     now,
                     id,
-                    WatchEvent::Bookmark {
+                    Input::Event(WatchEvent::Added(obj("a", rng.below(10)))),
+                ),
+                2 => r.handle_input(
+                    now,
+                    id,
+                    Input::Event(WatchEvent::Deleted(obj("a", rng.below(10)))),
+                ),
+                3 => r.handle_input(
+                    now,
+                    id,
+                    Input::Event(WatchEvent::Bookmark {
                         resource_version: rv.into(),
                         initial_events_end: rng.chance(0.5),
-                    },
+                    }),
                 ),
-                4 => r.handle_watch_event(now, id, WatchEvent::Error(expired())),
-                5 => r.handle_stream_end(now, id),
-                6 => r.handle_failure(
+                4 => r.handle_input(now, id, Input::Event(WatchEvent::Error(expired()))),
+                5 => r.handle_input(now, id, Input::StreamEnd),
+                6 => r.handle_input(
                     now,
                     id,
-                    [
-                        expired(),
-                        Failure::ConnectionRefused("x".into()),
-                        Failure::TooManyRequests(Status {
-                            retry_after: Some(Duration::MAX),
-                            ..status(429, "")
-                        }),
-                        Failure::StreamingListUnsupported(status(400, "")),
-                        Failure::TooLargeResourceVersion(status(504, "")),
-                    ][rng.below(5) as usize]
-                        .clone(),
+                    Input::Failed(
+                        [
+                            expired(),
+                            Failure::ConnectionRefused("x".into()),
+                            Failure::TooManyRequests(Status {
+                                retry_after: Some(Duration::MAX),
+                                ..status(429, "")
+                            }),
+                            Failure::StreamingListUnsupported(status(400, "")),
+                            Failure::TooLargeResourceVersion(status(504, "")),
+                        ][rng.below(5) as usize]
+                            .clone(),
+                    ),
                 ),
                 7 => {
                     if let Some(t) = r.poll_timeout() {
@@ -810,7 +1005,7 @@ fn random_inputs_never_panic() {
 fn hung_watch_is_abandoned_after_its_timeout_plus_grace() {
     let mut r = R::new(ReflectorConfig::default());
     let wid = list_then_watch(&mut r, at(0), "10");
-    r.handle_watch_event(at(5), wid, WatchEvent::Added(obj("b", 11)));
+    r.handle_input(at(5), wid, Input::Event(WatchEvent::Added(obj("b", 11))));
     drain(&mut r);
     let deadline = r.poll_timeout().unwrap();
     assert!(deadline >= at(360_000) && deadline < at(660_000));
@@ -820,7 +1015,7 @@ fn hung_watch_is_abandoned_after_its_timeout_plus_grace() {
     assert!(drain(&mut r).is_empty());
     r.handle_timeout(deadline);
     let outs = drain(&mut r);
-    assert_eq!(errors(&outs), vec![Failure::other(HUNG_WATCH)]);
+    assert_eq!(errors(&outs), vec![Failure::HungWatch]);
     let (wid2, req) = request(&outs);
     assert_ne!(wid2, wid);
     assert_eq!(
@@ -829,7 +1024,7 @@ fn hung_watch_is_abandoned_after_its_timeout_plus_grace() {
         "re-watch, no relist"
     );
     // Late events of the abandoned watch are ignored.
-    r.handle_watch_event(deadline, wid, WatchEvent::Added(obj("z", 99)));
+    r.handle_input(deadline, wid, Input::Event(WatchEvent::Added(obj("z", 99))));
     assert!(drain(&mut r).is_empty());
     // Without a grace, no watchdog.
     let mut r = R::new(ReflectorConfig {
@@ -846,7 +1041,11 @@ fn unanswered_list_fails_at_its_deadline() {
     r.start(at(0));
     let (id, _) = request(&drain(&mut r));
     assert_eq!(r.poll_timeout(), Some(at(90_000)));
-    r.handle_list_page(at(1000), id, page(vec![obj("a", 1)], "5", Some("c")));
+    r.handle_input(
+        at(1000),
+        id,
+        Input::ListPage(page(vec![obj("a", 1)], "5", Some("c"))),
+    );
     drain(&mut r);
     assert_eq!(
         r.poll_timeout(),
@@ -855,7 +1054,7 @@ fn unanswered_list_fails_at_its_deadline() {
     );
     r.handle_timeout(at(91_000));
     let outs = drain(&mut r);
-    assert_eq!(errors(&outs), vec![Failure::other(LIST_TIMEOUT)]);
+    assert_eq!(errors(&outs), vec![Failure::ListTimeout]);
     let (_, outs) = fire(&mut r);
     assert_eq!(
         list_req(&request(&outs).1).resource_version.as_deref(),
@@ -870,7 +1069,7 @@ fn conformance_22_list_429_honours_retry_after() {
     let (id, _) = request(&drain(&mut r));
     let mut st = status(429, "TooManyRequests");
     st.retry_after = Some(Duration::from_secs(20));
-    r.handle_failure(at(0), id, Failure::TooManyRequests(st));
+    r.handle_input(at(0), id, Input::Failed(Failure::TooManyRequests(st)));
     drain(&mut r);
     assert!(r.poll_timeout().unwrap() >= at(20_000));
     let (_, outs) = fire(&mut r);

@@ -33,7 +33,7 @@ use core::time::Duration;
 use crate::informer::{InformerConfig, Output, SharedIndexInformer};
 use crate::object::{Key, Object};
 use crate::processor::{HandlerId, Notification};
-use crate::protocol::{Failure, ListPage, ListRequest, Request, Status, WatchEvent, WatchRequest};
+use crate::protocol::{self, Failure, ListRequest, Request, Status, WatchEvent, WatchRequest};
 use crate::reflector::{ReflectorConfig, RequestId};
 use crate::rng::SplitMix64;
 use crate::time::Instant;
@@ -223,12 +223,9 @@ enum Flight {
     Hung,
 }
 
-enum Input {
-    Page(RequestId, ListPage<SimObject>),
-    Event(RequestId, WatchEvent<SimObject>),
-    End(RequestId),
-    Fail(RequestId, Failure),
-}
+/// What the model server's transport feeds back: the core's one input type, tagged with the
+/// request it answers.
+type Input = (RequestId, protocol::Input<SimObject>);
 
 struct SimHandler {
     id: HandlerId,
@@ -782,33 +779,20 @@ impl Sim {
         Ok(())
     }
 
-    fn feed(&mut self, input: Input) {
+    fn feed(&mut self, (id, input): Input) {
         let now = self.now;
-        match input {
-            Input::Page(id, p) => {
-                self.log(|| {
-                    format!(
-                        "page {id:?} rv={} n={} continue={:?}",
-                        p.resource_version,
-                        p.items.len(),
-                        p.continue_token
-                    )
-                });
-                self.inf.handle_list_page(now, id, p)
-            }
-            Input::Event(id, e) => {
-                self.log(|| format!("event {id:?} {}", describe_event(&e)));
-                self.inf.handle_watch_event(now, id, e)
-            }
-            Input::End(id) => {
-                self.log(|| format!("end {id:?}"));
-                self.inf.handle_stream_end(now, id)
-            }
-            Input::Fail(id, f) => {
-                self.log(|| format!("fail {id:?} {f}"));
-                self.inf.handle_failure(now, id, f)
-            }
-        }
+        self.log(|| match &input {
+            protocol::Input::ListPage(p) => format!(
+                "page {id:?} rv={} n={} continue={:?}",
+                p.resource_version,
+                p.items.len(),
+                p.continue_token
+            ),
+            protocol::Input::Event(e) => format!("event {id:?} {}", describe_event(e)),
+            protocol::Input::StreamEnd => format!("end {id:?}"),
+            protocol::Input::Failed(f) => format!("fail {id:?} {f}"),
+        });
+        self.inf.handle_input(now, id, input);
     }
 
     fn work(&mut self) {
@@ -916,7 +900,7 @@ impl Sim {
             Flight::Watch(mut w) => {
                 let mut open = true;
                 while let Some(e) = w.queued.pop_front() {
-                    out.push(Input::Event(w.id, e));
+                    out.push((w.id, protocol::Input::Event(e)));
                 }
                 if w.deliver_at.is_some_and(|t| t <= now) {
                     w.deliver_at = None;
@@ -926,7 +910,7 @@ impl Sim {
                             (Some(_), Some(_)) => WatchEvent::Modified(e.event.clone()),
                             _ => WatchEvent::Deleted(e.event.clone()),
                         };
-                        out.push(Input::Event(w.id, ev));
+                        out.push((w.id, protocol::Input::Event(ev)));
                     }
                     w.cursor = self.server.rv;
                 }
@@ -934,12 +918,12 @@ impl Sim {
                     if w.deliver_at.is_none() {
                         // Everything is delivered: the bookmark may claim the current RV.
                         w.cursor = w.cursor.max(self.server.rv);
-                        out.push(Input::Event(
+                        out.push((
                             w.id,
-                            WatchEvent::Bookmark {
+                            protocol::Input::Event(WatchEvent::Bookmark {
                                 resource_version: w.cursor.to_string(),
                                 initial_events_end: false,
-                            },
+                            }),
                         ));
                     }
                     w.next_bookmark = Some(now + ms(1_000 + self.rng_net.below(60_000)));
@@ -970,14 +954,14 @@ impl Sim {
                             })),
                         };
                         if let Some(f) = ev {
-                            out.push(Input::Event(w.id, WatchEvent::Error(f)));
+                            out.push((w.id, protocol::Input::Event(WatchEvent::Error(f))));
                         }
-                        out.push(Input::End(w.id));
+                        out.push((w.id, protocol::Input::StreamEnd));
                     }
                 }
                 if open && w.end_at <= now {
                     open = false;
-                    out.push(Input::End(w.id));
+                    out.push((w.id, protocol::Input::StreamEnd));
                 }
                 if open {
                     self.flight = Flight::Watch(w);
@@ -1043,11 +1027,11 @@ impl Sim {
                     })
                 }
             };
-            return Some(Input::Fail(id, f));
+            return Some((id, protocol::Input::Failed(f)));
         }
         Some(match self.server.list(req) {
-            Ok(p) => Input::Page(id, p),
-            Err(f) => Input::Fail(id, f),
+            Ok(p) => (id, protocol::Input::ListPage(p)),
+            Err(f) => (id, protocol::Input::Failed(f)),
         })
     }
 
@@ -1061,45 +1045,47 @@ impl Sim {
                 }
                 0 => {
                     self.fault("watch connection refused");
-                    out.push(Input::Fail(
+                    out.push((
                         id,
-                        Failure::ConnectionRefused("connect: connection refused".into()),
+                        protocol::Input::Failed(Failure::ConnectionRefused(
+                            "connect: connection refused".into(),
+                        )),
                     ));
                 }
                 1 => {
                     self.fault("watch 429");
-                    out.push(Input::Fail(
+                    out.push((
                         id,
-                        Failure::TooManyRequests(Status {
+                        protocol::Input::Failed(Failure::TooManyRequests(Status {
                             code: 429,
                             reason: "TooManyRequests".into(),
                             retry_after: Some(Duration::from_secs(self.rng_fault.below(3))),
                             ..Status::default()
-                        }),
+                        })),
                     ));
                 }
                 2 => {
                     self.fault("very short watch");
-                    out.push(Input::End(id));
+                    out.push((id, protocol::Input::StreamEnd));
                 }
                 3 => {
                     self.fault("watch ERROR 410 at open");
-                    out.push(Input::Event(
+                    out.push((
                         id,
-                        WatchEvent::Error(Failure::Expired(Status {
+                        protocol::Input::Event(WatchEvent::Error(Failure::Expired(Status {
                             code: 410,
                             reason: "Expired".into(),
                             message: "too old resource version".into(),
                             ..Status::default()
-                        })),
+                        }))),
                     ));
-                    out.push(Input::End(id));
+                    out.push((id, protocol::Input::StreamEnd));
                 }
                 _ => {
                     self.fault("watch request 500");
-                    out.push(Input::Fail(
+                    out.push((
                         id,
-                        Failure::other("stream error: INTERNAL_ERROR"),
+                        protocol::Input::Failed(Failure::other("stream error: INTERNAL_ERROR")),
                     ));
                 }
             }
@@ -1114,7 +1100,7 @@ impl Sim {
                         .entry("streaming list refused")
                         .or_default() += 1;
                 }
-                out.push(Input::Fail(id, f));
+                out.push((id, protocol::Input::Failed(f)));
             }
             Ok(WatchOpen::ErrorThenEnd(f)) => {
                 *self
@@ -1122,8 +1108,8 @@ impl Sim {
                     .faults
                     .entry("watch 410 (compacted)")
                     .or_default() += 1;
-                out.push(Input::Event(id, WatchEvent::Error(f)));
-                out.push(Input::End(id));
+                out.push((id, protocol::Input::Event(WatchEvent::Error(f))));
+                out.push((id, protocol::Input::StreamEnd));
             }
             Ok(WatchOpen::Stream { initial, cursor }) => {
                 let timeout = Duration::from_secs(u64::from(req.timeout_seconds.unwrap_or(600)));
@@ -1220,7 +1206,7 @@ impl Sim {
                 h.id.0,
                 h.removed,
                 h.busy_until,
-                self.inf.pipeline().processor().pending(h.id),
+                self.inf.pending(h.id),
                 self.inf.handler_has_synced(h.id),
                 diff(&view_of(h), &cache)
             ));

@@ -1,5 +1,6 @@
 use super::*;
 use informer_core::object::{DynamicObject, Object};
+use informer_core::protocol::DecodeKind;
 use proptest::prelude::*;
 
 mod list;
@@ -156,7 +157,9 @@ fn undecodable_object_is_named_and_the_stream_goes_on() {
     assert_eq!(name.as_deref(), Some("broken"));
     assert!(e.to_string().contains("ConfigMap prod/broken"), "{e}");
     let f = e.to_failure();
-    assert!(matches!(&f, Failure::Other(s) if s.code == 0 && s.reason == "ObjectDecodeError"));
+    assert!(
+        matches!(&f, Failure::Decode(d) if d.kind == DecodeKind::Object && d.message.contains("ConfigMap prod/broken"))
+    );
     assert!(matches!(d.next_event(), Some(Ok(WatchEvent::Added(o))) if o.name() == "ok"));
     assert!(matches!(
         d.next_event(),

@@ -1,6 +1,7 @@
 use super::*;
 use crate::config::{Auth, Secret};
 use informer_core::object::DynamicObject;
+use informer_core::protocol::DecodeKind;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -144,15 +145,15 @@ fn list_errors_map_to_failures() {
         Err(Failure::ConnectionRefused(_))
     ));
     assert!(
-        matches!(run(api.list_page(&req)), Err(Failure::Other(s)) if s.reason == "MalformedEvent")
+        matches!(run(api.list_page(&req)), Err(Failure::Decode(d)) if d.kind == DecodeKind::Malformed)
     );
 }
 
 #[test]
-fn watch_streams_events_and_survives_bad_lines() {
+fn watch_streams_events_whatever_the_chunking() {
     let c = client(vec![ok(vec![
         r#"{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"1"}}}"#,
-        "\n{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":7}}}\n{\"type\":\"MODI",
+        "\n{\"type\":\"MODI",
         r#"FIED","object":{"metadata":{"name":"a","resourceVersion":"2"}}}"#,
         "\n{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"3\",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}\n",
     ])]);
@@ -162,9 +163,6 @@ fn watch_streams_events_and_survives_bad_lines() {
         allow_watch_bookmarks: true,
         ..Default::default()
     };
-    let reported = Arc::new(Mutex::new(Vec::new()));
-    let sink = reported.clone();
-    let api = api.on_decode_error(move |e| sink.lock().unwrap().push(e.clone()));
     let evs = run(async { drain(api.watch(&req).await.unwrap()).await });
     assert_eq!(evs.len(), 3, "{evs:?}");
     assert!(matches!(&evs[0], WatchEvent::Added(o) if o.name() == "a"));
@@ -176,16 +174,54 @@ fn watch_streams_events_and_survives_bad_lines() {
             ..
         }
     ));
-    let reported = reported.lock().unwrap();
-    assert_eq!(reported.len(), 1);
-    assert!(matches!(
-        &reported[0],
-        DecodeError::Object { event_type: Some(t), .. } if t == "ADDED"
-    ));
     assert_eq!(
         c.backend().seen.lock().unwrap()[0].uri(),
         "/api/v1/configmaps?watch=true&resourceVersion=0&allowWatchBookmarks=true"
     );
+}
+
+/// Regression (faults probe): an undecodable watch line used to be skipped in silence, so a
+/// BOOKMARK after it moved the informer past a change it never applied. Each kind of bad line
+/// now ends the stream with a typed `Failure::Decode`; nothing after it is delivered.
+#[test]
+fn an_undecodable_line_ends_the_watch_with_a_typed_failure() {
+    let added = r#"{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"1"}}}"#;
+    let bookmark = r#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}}"#;
+    let cases: Vec<(String, DecodeKind)> = vec![
+        // A label value that is a number: the object does not decode.
+        (
+            r#"{"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"2","labels":{"x":1}}}}"#.into(),
+            DecodeKind::Object,
+        ),
+        (
+            r#"{"type":"FOO","object":{"metadata":{"name":"a"}}}"#.into(),
+            DecodeKind::UnknownEventType,
+        ),
+        (r#"{"type":"ERROR","object":"boom"}"#.into(), DecodeKind::Malformed),
+        ("not json".into(), DecodeKind::Malformed),
+        (
+            r#"{"type":"BOOKMARK","object":{"metadata":{}}}"#.into(),
+            DecodeKind::Object,
+        ),
+        (
+            format!(r#"{{"type":"ADDED","object":{{"metadata":{{"name":"{}"}}}}}}"#, "z".repeat(300)),
+            DecodeKind::TooLarge,
+        ),
+    ];
+    for (bad, kind) in cases {
+        let body = format!("{added}\n{bad}\n{bookmark}\n");
+        let c = client(vec![ok(vec![body.as_str()])]);
+        let api = c
+            .api::<DynamicObject>(Resource::CONFIGMAPS, None)
+            .with_max_line(200);
+        let evs = run(async { drain(api.watch(&WatchRequest::default()).await.unwrap()).await });
+        assert_eq!(evs.len(), 2, "{bad}: {evs:?}");
+        assert!(matches!(&evs[0], WatchEvent::Added(_)));
+        assert!(
+            matches!(&evs[1], WatchEvent::Error(Failure::Decode(d)) if d.kind == kind),
+            "{bad}: {evs:?}"
+        );
+    }
 }
 
 #[test]
@@ -213,12 +249,9 @@ fn watch_failures() {
             status: 200,
             headers: vec![],
             chunks: vec![br#"{"type":"ADDED","object":{"metadata":{"name":"a"}}}"#.to_vec(), b"\n".to_vec()],
-            fail_after: Some(Failure::Other(Status {
-                reason: REASON_CONNECTION_CLOSED.into(),
-                message: "reset".into(),
-                ..Status::default()
-            })),
+            fail_after: Some(Failure::ConnectionClosed("reset".into())),
         }),
+        ok(vec!["not json\n", r#"{"type":"ADDED","object":{"metadata":{"name":"a"}}}"#]),
         ok(vec!["not json\n", r#"{"type":"ADDED","object":{"metadata":{"name":"a"}}}"#]),
     ]);
     let api = c.api::<DynamicObject>(Resource::PODS, None);
@@ -238,7 +271,12 @@ fn watch_failures() {
     // A reset connection just ends the stream (client-go's "probable EOF").
     let evs = run(async { drain(api.watch_stream(&WatchRequest::default()).await.unwrap()).await });
     assert_eq!(evs.len(), 1, "{evs:?}");
-    // watch_results shows the undecodable line that the event stream skips.
+    // The event stream ends at the undecodable line; watch_results shows every line's result.
+    let evs = run(async { drain(api.watch_stream(&WatchRequest::default()).await.unwrap()).await });
+    assert!(
+        matches!(&evs[..], [WatchEvent::Error(Failure::Decode(d))] if d.kind == DecodeKind::Malformed),
+        "{evs:?}"
+    );
     let results = run(async {
         api.watch_results(&WatchRequest::default())
             .await
