@@ -918,11 +918,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                 match o {
                     Output::Request { id, request } => self.start_request(id, request),
                     Output::WatchError(f) => {
-                        self.shared
-                            .counters
-                            .watch_errors
-                            .fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(informer = %name, error = %f, "list/watch failed");
+                        self.shared.counters.watch_error(&f);
+                        tracing::warn!(informer = %name, kind = f.kind(), error = %f, "list/watch failed");
                         if let Some(h) = &self.watch_error {
                             let caught =
                                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h(&f)));

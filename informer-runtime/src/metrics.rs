@@ -1,6 +1,10 @@
 //! Counters a user can read.
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use informer_core::protocol::Failure;
 
 /// The live counters of one informer.
 #[derive(Debug, Default)]
@@ -11,6 +15,8 @@ pub(crate) struct Counters {
     pub(crate) watches: AtomicU64,
     pub(crate) watch_restarts: AtomicU64,
     pub(crate) watch_errors: AtomicU64,
+    /// Failures are rare: a lock per failure costs nothing on the event path.
+    watch_errors_by_kind: Mutex<BTreeMap<&'static str, u64>>,
     pub(crate) backoffs: AtomicU64,
     pub(crate) handler_panics: AtomicU64,
 }
@@ -32,6 +38,9 @@ pub struct Metrics {
     pub watch_restarts: u64,
     /// List or watch failures reported to the watch-error hook.
     pub watch_errors: u64,
+    /// The same failures counted by kind ([`Failure::kind`]: `"decode"`, `"expired"`,
+    /// `"very_short_watch"`, …).
+    pub watch_errors_by_kind: BTreeMap<&'static str, u64>,
     /// Backoffs entered after a failure.
     pub backoffs: u64,
     /// Handler panics caught.
@@ -39,6 +48,16 @@ pub struct Metrics {
 }
 
 impl Counters {
+    /// Counts one failure reported to the watch-error hook.
+    pub(crate) fn watch_error(&self, failure: &Failure) {
+        self.watch_errors.fetch_add(1, Ordering::Relaxed);
+        let mut by_kind = self
+            .watch_errors_by_kind
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *by_kind.entry(failure.kind()).or_insert(0) += 1;
+    }
+
     pub(crate) fn snapshot(&self) -> Metrics {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Metrics {
@@ -48,6 +67,11 @@ impl Counters {
             watches: g(&self.watches),
             watch_restarts: g(&self.watch_restarts),
             watch_errors: g(&self.watch_errors),
+            watch_errors_by_kind: self
+                .watch_errors_by_kind
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
             backoffs: g(&self.backoffs),
             handler_panics: g(&self.handler_panics),
         }
