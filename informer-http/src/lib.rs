@@ -6,6 +6,9 @@
 
 pub use informer_core as core;
 
+pub mod api;
+pub mod backend;
+pub mod client;
 pub mod config;
 pub mod decode;
 pub mod request;

@@ -1,5 +1,10 @@
 use super::*;
+use crate::config::Config;
 use crate::config::{Auth, Secret};
+use crate::decode::DecodeError;
+use crate::resource::Resource;
+use bytes::Bytes;
+use futures_util::stream::{self, StreamExt};
 use informer_core::object::DynamicObject;
 use informer_core::protocol::DecodeKind;
 use std::collections::VecDeque;

@@ -1,0 +1,254 @@
+//! [`Api`]: list and watch of one resource through a [`Client`], decoded as the informer's
+//! object type.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::stream::{self, StreamExt};
+use informer_core::object::{DynamicObject, Object};
+use informer_core::protocol::{Failure, ListPage, ListRequest, WatchEvent, WatchRequest};
+use serde::de::DeserializeOwned;
+
+use crate::backend::{Backend, BoxStream};
+use crate::client::{Client, error_failure};
+use crate::decode::{DEFAULT_MAX_LINE, DecodeError, ListDecoder, WatchDecoder};
+use crate::request::{list_url, watch_url};
+use crate::resource::Resource;
+
+/// Largest list body accepted (1 GiB).
+pub const MAX_LIST_BODY: usize = 1 << 30;
+
+/// List and watch of one resource (in one namespace or all), decoding objects as `K`: the
+/// [`Transport`] the runtime adapters use.
+pub struct Api<K, B> {
+    client: Client<B>,
+    resource: Resource,
+    namespace: Option<String>,
+    max_line: usize,
+    _k: PhantomData<fn() -> K>,
+}
+
+impl<K, B> Clone for Api<K, B> {
+    fn clone(&self) -> Self {
+        Api {
+            client: self.client.clone(),
+            resource: self.resource.clone(),
+            namespace: self.namespace.clone(),
+            max_line: self.max_line,
+            _k: PhantomData,
+        }
+    }
+}
+
+impl<K, B> fmt::Debug for Api<K, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Api")
+            .field("resource", &self.resource)
+            .field("namespace", &self.namespace)
+            .field("max_line", &self.max_line)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K, B> Api<K, B> {
+    /// An [`Api`] for `resource` in `namespace` (`None` or `""`: all namespaces, or
+    /// cluster-scoped); [`Client::api`] is the usual way to get one.
+    pub fn new(client: Client<B>, resource: Resource, namespace: Option<&str>) -> Api<K, B> {
+        Api {
+            client,
+            resource,
+            namespace: namespace.filter(|n| !n.is_empty()).map(str::to_string),
+            max_line: DEFAULT_MAX_LINE,
+            _k: PhantomData,
+        }
+    }
+
+    /// Sets the bound on one watch event's line (default [`DEFAULT_MAX_LINE`], 16 MiB). A
+    /// longer line is never held whole: it is discarded as it arrives and ends the watch with
+    /// `Failure::Decode` of kind `TooLarge`.
+    pub fn with_max_line(mut self, max_line: usize) -> Self {
+        self.max_line = max_line;
+        self
+    }
+
+    /// The resource.
+    pub fn resource(&self) -> &Resource {
+        &self.resource
+    }
+
+    /// The namespace, `None` for all namespaces.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// The client.
+    pub fn client(&self) -> &Client<B> {
+        &self.client
+    }
+}
+
+impl<K, B> Api<K, B>
+where
+    K: DeserializeOwned + Object + Send + Sync + 'static,
+    B: Backend,
+{
+    /// Fetches one list page.
+    pub async fn list_page(&self, request: &ListRequest) -> Result<ListPage<K>, Failure> {
+        let url = list_url(&self.resource, self.namespace.as_deref(), request);
+        let resp = self.client.send(http::Method::GET, &url, None).await?;
+        if !resp.status.is_success() {
+            return Err(error_failure(resp).await);
+        }
+        // Decoded while it arrives: a first list can be tens of megabytes, and only the item
+        // being received needs to be held, never the whole body.
+        let mut body = resp.body;
+        let mut decoder = ListDecoder::<K>::new();
+        let mut received = 0usize;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk?;
+            received += chunk.len();
+            if received > MAX_LIST_BODY {
+                return Err(Failure::other(format!(
+                    "response body larger than {MAX_LIST_BODY} bytes"
+                )));
+            }
+            decoder.feed(&chunk).map_err(|e| e.to_failure())?;
+        }
+        let mut page = decoder.finish().map_err(|e| e.to_failure())?;
+        self.fill_type_meta(&mut page.items);
+        Ok(page)
+    }
+
+    /// kube-apiserver leaves `apiVersion` and `kind` out of list items (they are on the list);
+    /// watch events carry them. So that cached [`DynamicObject`]s look the same whichever way
+    /// they arrived, list items of that type get them from the resource.
+    fn fill_type_meta(&self, items: &mut [Arc<K>]) {
+        use std::any::Any;
+        if std::any::TypeId::of::<K>() != std::any::TypeId::of::<DynamicObject>() {
+            return;
+        }
+        let api_version = self.resource.api_version();
+        for item in items {
+            let Some(obj) = Arc::get_mut(item) else {
+                continue;
+            };
+            if let Some(d) = (obj as &mut dyn Any).downcast_mut::<DynamicObject>() {
+                if d.api_version.is_none() {
+                    d.api_version = Some(api_version.clone());
+                }
+                if d.kind.is_none() {
+                    d.kind = Some(self.resource.kind.to_string());
+                }
+            }
+        }
+    }
+
+    /// Opens a watch whose stream yields every line's result: events, and the
+    /// [`DecodeError`]s of lines that could not be decoded (the stream goes on after them).
+    pub async fn watch_results(
+        &self,
+        request: &WatchRequest,
+    ) -> Result<BoxStream<'static, Result<WatchEvent<K>, DecodeError>>, Failure> {
+        let url = watch_url(&self.resource, self.namespace.as_deref(), request);
+        let resp = self.client.send(http::Method::GET, &url, None).await?;
+        if !resp.status.is_success() {
+            let failure = error_failure(resp).await;
+            return Err(match failure {
+                Failure::Other(s) | Failure::Forbidden(s)
+                    if request.send_initial_events
+                        && matches!(s.code, 400 | 403 | 422)
+                        && s.message.contains("sendInitialEvents") =>
+                {
+                    Failure::StreamingListUnsupported(s)
+                }
+                f => f,
+            });
+        }
+        Ok(watch_results(resp.body, WatchDecoder::new(self.max_line)))
+    }
+
+    /// Opens a watch stream of events, as [`Transport::watch`] hands it out: the first line
+    /// that cannot be decoded becomes `WatchEvent::Error(Failure::Decode(..))` and ends the
+    /// stream (see [`Transport`]).
+    pub async fn watch_stream(
+        &self,
+        request: &WatchRequest,
+    ) -> Result<BoxStream<'static, WatchEvent<K>>, Failure> {
+        let results = self.watch_results(request).await?;
+        Ok(end_at_first_decode_error(results))
+    }
+}
+
+/// Turns every line's result into events, ending after the first [`DecodeError`] (yielded as
+/// `WatchEvent::Error(Failure::Decode(..))`).
+pub fn end_at_first_decode_error<K: Send + Sync + 'static>(
+    results: BoxStream<'static, Result<WatchEvent<K>, DecodeError>>,
+) -> BoxStream<'static, WatchEvent<K>> {
+    Box::pin(
+        results
+            .scan(false, |ended, r| {
+                if *ended {
+                    return std::future::ready(None);
+                }
+                let ev = match r {
+                    Ok(ev) => ev,
+                    Err(e) => {
+                        *ended = true;
+                        WatchEvent::Error(e.to_failure())
+                    }
+                };
+                std::future::ready(Some(ev))
+            })
+            .fuse(),
+    )
+}
+
+/// Turns a body stream into the results its lines decode to: events, and [`DecodeError`]s for
+/// lines that could not be decoded (the stream goes on after them).
+///
+/// A transport error while reading ends the stream: silently when the connection was closed or
+/// reset (as client-go treats a probable EOF: the reflector watches again from where it was),
+/// else after a [`WatchEvent::Error`] carrying it.
+pub fn watch_results<K: DeserializeOwned + Send + 'static>(
+    body: BoxStream<'static, Result<Bytes, Failure>>,
+    decoder: WatchDecoder<K>,
+) -> BoxStream<'static, Result<WatchEvent<K>, DecodeError>> {
+    struct State<K> {
+        body: BoxStream<'static, Result<Bytes, Failure>>,
+        decoder: WatchDecoder<K>,
+        done: bool,
+    }
+    let state = State {
+        body,
+        decoder,
+        done: false,
+    };
+    Box::pin(stream::unfold(state, move |mut st| async move {
+        loop {
+            if let Some(r) = st.decoder.next_event() {
+                return Some((r, st));
+            }
+            if st.done {
+                return None;
+            }
+            match st.body.next().await {
+                Some(Ok(chunk)) => st.decoder.feed(&chunk),
+                Some(Err(f)) => {
+                    st.done = true;
+                    if !matches!(f, Failure::ConnectionClosed(_)) {
+                        return Some((Ok(WatchEvent::Error(f)), st));
+                    }
+                }
+                None => {
+                    st.done = true;
+                    if let Some(r) = st.decoder.finish() {
+                        return Some((r, st));
+                    }
+                    return None;
+                }
+            }
+        }
+    }))
+}

@@ -1,0 +1,107 @@
+//! The byte-moving layer: [`Backend`] sends one HTTP request and hands back the response as it
+//! arrives; [`transport_failure`] maps a backend's errors to [`Failure`]s.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use futures_util::stream::{Stream, StreamExt};
+use informer_core::protocol::Failure;
+
+/// A boxed, `Send` future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed, `Send` stream.
+pub type BoxStream<'a, T> = Pin<Box<dyn Stream<Item = T> + Send + 'a>>;
+
+/// An HTTP response whose body is still arriving.
+pub struct HttpResponse {
+    /// The status code.
+    pub status: http::StatusCode,
+    /// The headers.
+    pub headers: http::HeaderMap,
+    /// The body, chunk by chunk. A transport error while reading ends it with an `Err`.
+    pub body: BoxStream<'static, Result<Bytes, Failure>>,
+}
+
+impl fmt::Debug for HttpResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpResponse")
+            .field("status", &self.status)
+            .field("headers", &self.headers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpResponse {
+    /// Reads the whole body, failing once it exceeds `limit` bytes.
+    pub async fn collect(self, limit: usize) -> Result<Vec<u8>, Failure> {
+        let mut body = self.body;
+        let mut out = Vec::new();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk?;
+            if out.len() + chunk.len() > limit {
+                return Err(Failure::other(format!(
+                    "response body larger than {limit} bytes"
+                )));
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(out)
+    }
+}
+
+/// Moves bytes: sends one HTTP request to the API server and hands back the response as it
+/// arrives. Everything Kubernetes-specific lives above it, in [`Client`] and [`Api`].
+///
+/// The request's URI is a path and query (`/api/v1/pods?watch=true`); the backend knows the
+/// server's address and TLS settings. It maps a refused connection to
+/// [`Failure::ConnectionRefused`] and other transport errors to [`Failure::Other`].
+pub trait Backend: Send + Sync + 'static {
+    /// Sends `request`.
+    fn send(&self, request: http::Request<Bytes>) -> BoxFuture<'_, Result<HttpResponse, Failure>>;
+}
+
+/// A transport error (connecting, TLS, reading) as a failure: [`Failure::ConnectionRefused`]
+/// when an `io::Error` of kind `ConnectionRefused` is in its source chain,
+/// [`Failure::ConnectionClosed`] when the connection was reset, aborted or closed early, else
+/// [`Failure::Other`] with code 0. For custom [`Backend`]s.
+pub fn transport_failure(what: &str, err: &(dyn std::error::Error + 'static)) -> Failure {
+    let mut msg = format!("{what}: {err}");
+    let mut src = err.source();
+    let mut refused = false;
+    let mut closed = false;
+    let mut note = |io: &std::io::Error| {
+        use std::io::ErrorKind::*;
+        refused |= io.kind() == ConnectionRefused;
+        closed |= matches!(
+            io.kind(),
+            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+        );
+    };
+    while let Some(e) = src {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            note(io);
+        }
+        let s = e.to_string();
+        if !msg.contains(&s) {
+            msg.push_str(": ");
+            msg.push_str(&s);
+        }
+        src = e.source();
+    }
+    if let Some(io) = err.downcast_ref::<std::io::Error>() {
+        note(io);
+    }
+    #[cfg(feature = "smol")]
+    if let Some(h1) = err.downcast_ref::<crate::h1::H1Error>() {
+        closed |= *h1 == crate::h1::H1Error::UnexpectedEof;
+    }
+    if refused {
+        Failure::ConnectionRefused(msg)
+    } else if closed {
+        Failure::ConnectionClosed(msg)
+    } else {
+        Failure::other(msg)
+    }
+}

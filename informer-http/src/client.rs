@@ -1,0 +1,227 @@
+//! [`Client`]: a [`Backend`] plus the configuration it serves (authentication, headers, error
+//! answers mapped to [`Failure`]s), and the [`ServerAddr`] a backend connects to.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use informer_core::protocol::Failure;
+
+use crate::api::{Api, MAX_LIST_BODY};
+use crate::backend::{Backend, HttpResponse};
+use crate::config::{Config, ConfigError};
+use crate::resource::Resource;
+use crate::status::failure_from_response;
+
+/// Why a client could not be built.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The configuration is unusable.
+    Config(ConfigError),
+    /// TLS settings (CA, client certificate, server name) are unusable.
+    Tls(String),
+    /// The server URL is unusable.
+    InvalidServer(String),
+    /// The HTTP library refused to build a client.
+    Backend(String),
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::Config(e) => write!(f, "configuration: {e}"),
+            ClientError::Tls(m) => write!(f, "TLS: {m}"),
+            ClientError::InvalidServer(m) => write!(f, "server URL: {m}"),
+            ClientError::Backend(m) => write!(f, "HTTP client: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ClientError::Config(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for ClientError {
+    fn from(e: ConfigError) -> Self {
+        ClientError::Config(e)
+    }
+}
+
+/// The `scheme`, `host` and `port` of a server URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerAddr {
+    /// `https` (or `http`).
+    pub tls: bool,
+    /// Host name or IP address (IPv6 without brackets).
+    pub host: String,
+    /// Port (443 / 80 by default).
+    pub port: u16,
+    /// The `Host` header value (`host:port`, IPv6 bracketed).
+    pub authority: String,
+    /// A path prefix in the server URL (e.g. behind a proxy), without trailing `/`.
+    pub path_prefix: String,
+}
+
+impl ServerAddr {
+    /// Parses `https://host:port[/prefix]`.
+    pub fn parse(server: &str) -> Result<ServerAddr, ClientError> {
+        let uri: http::Uri = server
+            .parse()
+            .map_err(|e| ClientError::InvalidServer(format!("{server:?}: {e}")))?;
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => {
+                return Err(ClientError::InvalidServer(format!(
+                    "{server:?}: scheme must be https or http"
+                )));
+            }
+        };
+        let host = uri
+            .host()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| ClientError::InvalidServer(format!("{server:?}: no host")))?;
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let bare = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let authority = if bare.contains(':') {
+            format!("[{bare}]:{port}")
+        } else {
+            format!("{bare}:{port}")
+        };
+        Ok(ServerAddr {
+            tls,
+            host: bare,
+            port,
+            authority,
+            path_prefix: uri.path().trim_end_matches('/').to_string(),
+        })
+    }
+}
+
+/// The user agent sent with every request.
+pub const USER_AGENT: &str = concat!("informer-rs/", env!("CARGO_PKG_VERSION"));
+
+/// Largest error body read (1 MiB).
+const MAX_ERROR_BODY: usize = 1 << 20;
+
+/// A backend plus the configuration it serves: adds authentication and the usual headers, maps
+/// error answers to [`Failure`]s, and hands out [`Api`]s. Cheap to clone.
+pub struct Client<B> {
+    backend: Arc<B>,
+    config: Arc<Config>,
+}
+
+impl<B> Clone for Client<B> {
+    fn clone(&self) -> Self {
+        Client {
+            backend: self.backend.clone(),
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<B> fmt::Debug for Client<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Client<B> {
+    /// A client sending through `backend`, authenticating as `config` says.
+    pub fn new(backend: B, config: Config) -> Client<B> {
+        Client {
+            backend: Arc::new(backend),
+            config: Arc::new(config),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Sends one request with authentication, `Accept: application/json` and a JSON body if
+    /// any. The answer's status is not checked.
+    pub async fn send(
+        &self,
+        method: http::Method,
+        path_and_query: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<HttpResponse, Failure> {
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(path_and_query)
+            .header(http::header::ACCEPT, "application/json")
+            .header(http::header::USER_AGENT, USER_AGENT);
+        if let Some(auth) = self
+            .config
+            .authorization()
+            .map_err(|e| Failure::other(e.to_string()))?
+        {
+            let mut value = http::HeaderValue::from_str(auth.expose())
+                .map_err(|_| Failure::other("credential is not a valid header value"))?;
+            value.set_sensitive(true);
+            req = req.header(http::header::AUTHORIZATION, value);
+        }
+        if body.is_some() {
+            req = req.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        let req = req
+            .body(Bytes::from(body.unwrap_or_default()))
+            .map_err(|e| Failure::other(format!("bad request {path_and_query:?}: {e}")))?;
+        self.backend.send(req).await
+    }
+
+    /// Sends one request and reads the whole answer; a non-2xx status becomes its [`Failure`].
+    pub async fn request(
+        &self,
+        method: http::Method,
+        path_and_query: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, Failure> {
+        let resp = self.send(method, path_and_query, body).await?;
+        if !resp.status.is_success() {
+            return Err(error_failure(resp).await);
+        }
+        resp.collect(MAX_LIST_BODY).await
+    }
+
+    /// An [`Api`] for `resource` in `namespace` (`None`: all namespaces, or cluster-scoped).
+    pub fn api<K>(&self, resource: Resource, namespace: Option<&str>) -> Api<K, B> {
+        Api::new(self.clone(), resource, namespace)
+    }
+}
+
+/// Turns an error answer into its failure.
+pub(crate) async fn error_failure(resp: HttpResponse) -> Failure {
+    let code = resp.status.as_u16();
+    let retry_after = resp
+        .headers
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = match resp.collect(MAX_ERROR_BODY).await {
+        Ok(b) => b,
+        Err(f) => f
+            .status()
+            .map(|s| s.message.clone().into_bytes())
+            .unwrap_or_default(),
+    };
+    failure_from_response(code, retry_after.as_deref(), &body)
+}
