@@ -9,11 +9,10 @@ use core::fmt;
 use crate::hash::{HashMap, HashSet};
 use smallvec::SmallVec;
 
+use crate::hash::IDLE_CAPACITY;
 use crate::indexer::Indexer;
 use crate::object::{Key, KeyRef, Object, ObjectOrTombstone, Tombstone};
 
-/// Capacity kept by an empty queue; larger tables are shrunk back to it when drained.
-pub(crate) const IDLE_CAPACITY: usize = 64;
 
 /// What happened to an object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

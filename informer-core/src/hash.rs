@@ -12,3 +12,8 @@ pub(crate) type HashState = foldhash::fast::FixedState;
 
 pub(crate) type HashMap<K, V> = hashbrown::HashMap<K, V, HashState>;
 pub(crate) type HashSet<K> = hashbrown::HashSet<K, HashState>;
+
+/// Capacity kept by an empty queue (the FIFO's, a handler's); larger tables are shrunk back to
+/// it when drained, so that a burst (an initial list of 100k objects) does not leave every later
+/// insert probing a cold, mostly empty table.
+pub(crate) const IDLE_CAPACITY: usize = 64;

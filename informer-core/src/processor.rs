@@ -9,7 +9,7 @@ use core::time::Duration;
 
 use crate::hash::HashMap;
 
-use crate::fifo::IDLE_CAPACITY;
+use crate::hash::IDLE_CAPACITY;
 use crate::object::{Key, ObjectOrTombstone};
 use crate::time::Instant;
 
