@@ -13,7 +13,6 @@ use crate::hash::IDLE_CAPACITY;
 use crate::indexer::Indexer;
 use crate::object::{Key, KeyRef, Object, ObjectOrTombstone, Tombstone};
 
-
 /// What happened to an object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DeltaType {

@@ -176,7 +176,10 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         }
         self.started = true;
         self.pipeline.start(now);
-        self.reflector.start(now);
+        // The reflector's outputs are drained after every input (apply_reflector_outputs), so
+        // the drain rule always holds here.
+        let applied = self.reflector.start(now);
+        debug_assert!(applied.is_ok());
         self.apply_reflector_outputs();
     }
 
@@ -189,13 +192,18 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     /// What the transport observed for request `id` (see [`Input`] for what a request yields).
     /// Inputs for a request that was superseded are ignored.
     pub fn handle_input(&mut self, now: Instant, id: RequestId, input: Input<K>) {
-        self.reflector.handle_input(now, id, input);
+        let applied = self.reflector.handle_input(now, id, input);
+        debug_assert!(
+            applied.is_ok(),
+            "reflector outputs are drained after every input"
+        );
         self.apply_reflector_outputs();
     }
 
     /// The clock reached `now`: ends an expired backoff, runs a due resync check.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.reflector.handle_timeout(now);
+        let applied = self.reflector.handle_timeout(now);
+        debug_assert!(applied.is_ok());
         self.pipeline.handle_timeout(now);
         self.apply_reflector_outputs();
     }

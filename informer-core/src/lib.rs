@@ -10,8 +10,21 @@
 //! - [`DeltaFifo`]: per-key delta lists in arrival order, with the indexer as known objects.
 //! - [`Processor`]: handlers, resync bookkeeping and bounded, coalescing per-handler queues.
 //!
+//! - [`SharedIndexInformer`]: a [`Reflector`] feeding the pipeline behind one step/poll API;
+//!   [`protocol::Input`] is the one type for what a transport feeds back.
+//!
 //! The crate is `#![no_std]` + `alloc`; the `std` feature (on by default) only enables std in
-//! its dependencies.
+//! its dependencies. Two small no_std crates earn their place:
+//!
+//! - `heapless`: the Reflector's output queue is a fixed-size deque of
+//!   [`reflector::MAX_OUTPUTS_PER_INPUT`] entries, because the bound is part of the contract:
+//!   one input produces at most that many outputs, and an input fed before the previous one's
+//!   outputs were drained is refused ([`reflector::Undrained`]) rather than piling up requests
+//!   the caller never saw. "Drain after every input" is a checked rule, not a comment.
+//! - `spin` (feature `spin`): `shared::LockedInformer` and `shared::CacheReader` let other
+//!   cores of a no_std target read the cache while one core steps the informer. Without std
+//!   there is no OS to park a thread on, so a spinning reader-writer lock is the right tool
+//!   there; with std, the runtime crates use std's locks instead.
 #![no_std]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]
@@ -31,6 +44,8 @@ pub mod protocol;
 pub mod raw;
 pub mod reflector;
 pub mod rng;
+#[cfg(any(test, feature = "spin"))]
+pub mod shared;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod string_map;

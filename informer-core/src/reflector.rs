@@ -12,7 +12,10 @@
 //!   (the end of a backoff, or the watchdog of an open list or watch).
 //!
 //! After every input, drain [`poll`](Reflector::poll) until it returns `None`, then wait for
-//! the next input or the deadline.
+//! the next input or the deadline. The rule is checked: one input produces at most
+//! [`MAX_OUTPUTS_PER_INPUT`] outputs, held in a fixed-size queue (`heapless`), and an input fed
+//! while outputs are still pending is refused with [`Undrained`] instead of piling up requests
+//! the caller has not seen.
 //!
 //! At most one request is in flight. Each request carries a [`RequestId`]; when the Reflector
 //! hands out a new request, the previous one is abandoned (the runtime drops it) and late inputs
@@ -72,7 +75,7 @@
 //!   `k8s.io/initial-events-end`, after which the same stream goes on as the watch. A refusal
 //!   (or any error other than 410, connection refused and 429) falls back to a paged list.
 
-use alloc::collections::{BTreeMap, VecDeque};
+use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -88,6 +91,28 @@ use crate::time::Instant;
 
 #[cfg(test)]
 mod tests;
+
+/// The most outputs one input ([`Reflector::start`], [`Reflector::handle_input`],
+/// [`Reflector::handle_timeout`]) produces: a failure report, a store change and a request at
+/// most, with room to spare. The output queue has exactly this capacity.
+pub const MAX_OUTPUTS_PER_INPUT: usize = 4;
+
+/// An input was fed to a [`Reflector`] whose outputs from the previous input were not all
+/// drained with [`Reflector::poll`]: the input was not applied, and is handed back. Drain, then
+/// feed it again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Undrained<I = ()> {
+    /// The input that was not applied.
+    pub input: I,
+}
+
+impl<I> core::fmt::Display for Undrained<I> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("the reflector's outputs were not drained before the next input")
+    }
+}
+
+impl<I: core::fmt::Debug> core::error::Error for Undrained<I> {}
 
 /// client-go's default page size (`pager.defaultPageSize`).
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
@@ -335,7 +360,8 @@ pub struct Reflector<K> {
     /// ignores `sendInitialEvents` (Kubernetes before 1.27 does, silently), so every later sync
     /// lists instead.
     streaming_unsupported: bool,
-    outputs: VecDeque<Output<K>>,
+    /// Bounded by the drain rule (see [`MAX_OUTPUTS_PER_INPUT`]).
+    outputs: heapless::Deque<Output<K>, MAX_OUTPUTS_PER_INPUT>,
 }
 
 impl<K> core::fmt::Debug for Reflector<K> {
@@ -369,7 +395,7 @@ impl<K: Object> Reflector<K> {
             last_sync_rv_unavailable: false,
             streaming_unsupported: false,
             paginated_result: false,
-            outputs: VecDeque::new(),
+            outputs: heapless::Deque::new(),
         }
     }
 
@@ -409,10 +435,31 @@ impl<K: Object> Reflector<K> {
     }
 
     /// Starts listing and watching. Does nothing when already started or stopped.
-    pub fn start(&mut self, now: Instant) {
+    pub fn start(&mut self, now: Instant) -> Result<(), Undrained> {
+        self.check_drained(())?;
         if matches!(self.phase, Phase::Idle) {
             self.begin_sync(now);
         }
+        Ok(())
+    }
+
+    /// Refuses an input while outputs are pending (the drain rule).
+    fn check_drained<I>(&self, input: I) -> Result<I, Undrained<I>> {
+        if self.outputs.is_empty() {
+            Ok(input)
+        } else {
+            Err(Undrained { input })
+        }
+    }
+
+    /// Queues an output. The drain rule and [`MAX_OUTPUTS_PER_INPUT`] make room certain
+    /// (checked by the tests and the simulation, where a miss fails loudly).
+    fn push(&mut self, output: Output<K>) {
+        let full = self.outputs.push_back(output).is_err();
+        debug_assert!(
+            !full,
+            "more than MAX_OUTPUTS_PER_INPUT outputs for one input"
+        );
     }
 
     /// Stops: the request in flight is abandoned and no new one is issued.
@@ -441,7 +488,8 @@ impl<K: Object> Reflector<K> {
 
     /// The clock reached `now`: a backoff that has expired ends and the next request is issued;
     /// a watch open well past its timeout is abandoned and re-opened.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), Undrained> {
+        self.check_drained(())?;
         match self.phase {
             Phase::Waiting { until, then } if now >= until => match then {
                 After::Sync => self.begin_sync(now),
@@ -466,17 +514,24 @@ impl<K: Object> Reflector<K> {
             }) if now >= d => self.list_failed(now, Failure::ListTimeout),
             _ => {}
         }
+        Ok(())
     }
 
     /// What the transport observed for request `id`. Inputs for a request that is no longer
     /// the one in flight are ignored.
-    pub fn handle_input(&mut self, now: Instant, id: RequestId, input: Input<K>) {
-        match input {
+    pub fn handle_input(
+        &mut self,
+        now: Instant,
+        id: RequestId,
+        input: Input<K>,
+    ) -> Result<(), Undrained<Input<K>>> {
+        match self.check_drained(input)? {
             Input::ListPage(page) => self.list_page(now, id, page),
             Input::Event(event) => self.watch_event(now, id, event),
             Input::StreamEnd => self.stream_end(now, id),
             Input::Failed(failure) => self.failed(now, id, failure),
         }
+        Ok(())
     }
 
     fn list_page(&mut self, now: Instant, id: RequestId, page: ListPage<K>) {
@@ -527,7 +582,7 @@ impl<K: Object> Reflector<K> {
         let rv = listing.list_rv.unwrap_or_default();
         self.last_sync_rv_unavailable = false;
         self.last_sync_rv = rv.clone();
-        self.outputs.push_back(Output::Store(StoreOp::Replace {
+        self.push(Output::Store(StoreOp::Replace {
             items: listing.items,
             resource_version: rv,
         }));
@@ -559,16 +614,15 @@ impl<K: Object> Reflector<K> {
         match event {
             WatchEvent::Added(obj) => {
                 self.note_rv(&*obj);
-                self.outputs.push_back(Output::Store(StoreOp::Added(obj)));
+                self.push(Output::Store(StoreOp::Added(obj)));
             }
             WatchEvent::Modified(obj) => {
                 self.note_rv(&*obj);
-                self.outputs
-                    .push_back(Output::Store(StoreOp::Modified(obj)));
+                self.push(Output::Store(StoreOp::Modified(obj)));
             }
             WatchEvent::Deleted(obj) => {
                 self.note_rv(&*obj);
-                self.outputs.push_back(Output::Store(StoreOp::Deleted(obj)));
+                self.push(Output::Store(StoreOp::Deleted(obj)));
             }
             WatchEvent::Bookmark {
                 resource_version, ..
@@ -674,12 +728,12 @@ impl<K: Object> Reflector<K> {
     fn issue(&mut self, request: Request) -> RequestId {
         self.next_id = self.next_id.wrapping_add(1);
         let id = RequestId(self.next_id);
-        self.outputs.push_back(Output::Request { id, request });
+        self.push(Output::Request { id, request });
         id
     }
 
     fn report(&mut self, failure: Failure) {
-        self.outputs.push_back(Output::Error(failure));
+        self.push(Output::Error(failure));
     }
 
     /// client-go `relistResourceVersion`.
@@ -850,7 +904,7 @@ impl<K: Object> Reflector<K> {
         };
         self.last_sync_rv_unavailable = false;
         self.last_sync_rv = s.rv.clone();
-        self.outputs.push_back(Output::Store(StoreOp::Replace {
+        self.push(Output::Store(StoreOp::Replace {
             items: s.items.into_values().collect(),
             resource_version: s.rv,
         }));

@@ -61,3 +61,25 @@ pub fn raw(json: &str) -> usize {
         .map(|r| r.get().len())
         .unwrap_or(0)
 }
+
+/// The spin-locked cache reader works without std: the owner steps the informer, a reader on
+/// another core answers from its cache.
+pub fn shared_reader() -> usize {
+    use informer_core::informer::InformerConfig;
+    use informer_core::shared::LockedInformer;
+    use informer_core::SharedIndexInformer;
+    let locked = LockedInformer::new(SharedIndexInformer::<DynamicObject>::new(
+        InformerConfig::default(),
+    ));
+    let reader = locked.reader();
+    locked.with(|inf| {
+        inf.start(Instant::ZERO);
+        while inf.poll().is_some() {}
+    });
+    reader.len()
+        + reader.list().len()
+        + reader.get("ns/a").map_or(0, |_| 1)
+        + reader
+            .by_index(informer_core::indexer::NAMESPACE_INDEX, "ns")
+            .map_or(0, |v| v.len())
+}

@@ -112,10 +112,11 @@ fn expired() -> Failure {
 
 /// Starts `r` and completes a one-page list at `rv`; returns the watch's id.
 fn list_then_watch(r: &mut R, now: Instant, rv: &str) -> RequestId {
-    r.start(now);
+    r.start(now).unwrap();
     let (id, req) = request(&drain(r));
     assert!(matches!(req, Request::List(_)));
-    r.handle_input(now, id, Input::ListPage(page(vec![obj("a", 1)], rv, None)));
+    r.handle_input(now, id, Input::ListPage(page(vec![obj("a", 1)], rv, None)))
+        .unwrap();
     let (wid, req) = request(&drain(r));
     assert_eq!(watch_req(&req).resource_version, rv);
     wid
@@ -124,14 +125,14 @@ fn list_then_watch(r: &mut R, now: Instant, rv: &str) -> RequestId {
 /// Fires the pending backoff timer, returning the outputs.
 fn fire(r: &mut R) -> (Instant, Vec<Output<DynamicObject>>) {
     let t = r.poll_timeout().expect("a backoff is pending");
-    r.handle_timeout(t);
+    r.handle_timeout(t).unwrap();
     (t, drain(r))
 }
 
 #[test]
 fn conformance_18_first_list_rv_zero_then_last_synced() {
     let mut r = R::new(ReflectorConfig::default());
-    r.start(at(0));
+    r.start(at(0)).unwrap();
     let (id, req) = request(&drain(&mut r));
     let l = list_req(&req);
     assert_eq!(l.resource_version.as_deref(), Some("0"));
@@ -140,14 +141,18 @@ fn conformance_18_first_list_rv_zero_then_last_synced() {
         at(5),
         id,
         Input::ListPage(page(vec![obj("a", 3)], "10", None)),
-    );
+    )
+    .unwrap();
     let (wid, _) = request(&drain(&mut r));
     r.handle_input(
         at(2000),
         wid,
         Input::Event(WatchEvent::Modified(obj("a", 12))),
-    );
-    r.handle_input(at(2000), wid, Input::Event(WatchEvent::Error(expired())));
+    )
+    .unwrap();
+    drain(&mut r);
+    r.handle_input(at(2000), wid, Input::Event(WatchEvent::Error(expired())))
+        .unwrap();
     let outs = drain(&mut r);
     assert_eq!(errors(&outs).len(), 1);
     let (_, outs) = fire(&mut r);
@@ -169,12 +174,14 @@ fn conformance_18_relist_expired_or_too_large_retries_at_once_with_consistent_re
     ] {
         let mut r = R::new(ReflectorConfig::default());
         let wid = list_then_watch(&mut r, at(0), "10");
-        r.handle_input(at(5000), wid, Input::Failed(Failure::other("boom")));
+        r.handle_input(at(5000), wid, Input::Failed(Failure::other("boom")))
+            .unwrap();
         drain(&mut r);
         let (t, outs) = fire(&mut r);
         let (lid, req) = request(&outs);
         assert_eq!(list_req(&req).resource_version.as_deref(), Some("10"));
-        r.handle_input(t, lid, Input::Failed(failure.clone()));
+        r.handle_input(t, lid, Input::Failed(failure.clone()))
+            .unwrap();
         let outs = drain(&mut r);
         assert_eq!(errors(&outs), vec![failure.clone()]);
         assert_eq!(
@@ -185,7 +192,8 @@ fn conformance_18_relist_expired_or_too_large_retries_at_once_with_consistent_re
         let (lid2, req) = request(&outs);
         assert_eq!(list_req(&req).resource_version, None, "consistent read");
         // A second failure of the consistent list backs off.
-        r.handle_input(t, lid2, Input::Failed(failure.clone()));
+        r.handle_input(t, lid2, Input::Failed(failure.clone()))
+            .unwrap();
         let outs = drain(&mut r);
         assert_eq!(errors(&outs).len(), 1);
         assert!(r.poll_timeout().is_some());
@@ -202,13 +210,14 @@ fn conformance_18_relist_expired_or_too_large_retries_at_once_with_consistent_re
 #[test]
 fn conformance_19_paged_list_applied_once_complete() {
     let mut r = R::new(ReflectorConfig::default());
-    r.start(at(0));
+    r.start(at(0)).unwrap();
     let (id, _) = request(&drain(&mut r));
     r.handle_input(
         at(1),
         id,
         Input::ListPage(page(vec![obj("a", 1), obj("b", 2)], "7", Some("c1"))),
-    );
+    )
+    .unwrap();
     let outs = drain(&mut r);
     assert!(stores(&outs).is_empty(), "never a half list");
     let (id2, req) = request(&outs);
@@ -221,13 +230,15 @@ fn conformance_19_paged_list_applied_once_complete() {
         at(1),
         id,
         Input::ListPage(page(vec![obj("z", 1)], "7", None)),
-    );
+    )
+    .unwrap();
     assert!(drain(&mut r).is_empty());
     r.handle_input(
         at(2),
         id2,
         Input::ListPage(page(vec![obj("c", 5)], "7", None)),
-    );
+    )
+    .unwrap();
     let outs = drain(&mut r);
     match stores(&outs).as_slice() {
         [
@@ -248,17 +259,19 @@ fn conformance_19_paged_list_applied_once_complete() {
 #[test]
 fn conformance_19_expired_continue_token_restarts_the_list() {
     let mut r = R::new(ReflectorConfig::default());
-    r.start(at(0));
+    r.start(at(0)).unwrap();
     let (id, _) = request(&drain(&mut r));
     r.handle_input(
         at(1),
         id,
         Input::ListPage(page(vec![obj("a", 1)], "7", Some("c1"))),
-    );
+    )
+    .unwrap();
     let (id2, _) = request(&drain(&mut r));
     let mut st = status(410, "Expired");
     st.continue_token = Some("inconsistent".into());
-    r.handle_input(at(2), id2, Input::Failed(Failure::Expired(st)));
+    r.handle_input(at(2), id2, Input::Failed(Failure::Expired(st)))
+        .unwrap();
     let outs = drain(&mut r);
     assert_eq!(errors(&outs).len(), 1);
     let (id3, req) = request(&outs);
@@ -273,7 +286,8 @@ fn conformance_19_expired_continue_token_restarts_the_list() {
         at(3),
         id3,
         Input::ListPage(page(vec![obj("b", 9)], "9", None)),
-    );
+    )
+    .unwrap();
     let outs = drain(&mut r);
     match stores(&outs).as_slice() {
         [
@@ -294,7 +308,8 @@ fn conformance_19_paging_off_at_specific_rv_unless_page_size_set() {
     // Default: a relist at a specific RV is unpaged.
     let mut r = R::new(ReflectorConfig::default());
     let wid = list_then_watch(&mut r, at(0), "10");
-    r.handle_input(at(10), wid, Input::Event(WatchEvent::Error(expired())));
+    r.handle_input(at(10), wid, Input::Event(WatchEvent::Error(expired())))
+        .unwrap();
     drain(&mut r);
     let (_, outs) = fire(&mut r);
     assert_eq!(list_req(&request(&outs).1).limit, None);
@@ -304,12 +319,14 @@ fn conformance_19_paging_off_at_specific_rv_unless_page_size_set() {
         page_size: Some(3),
         ..ReflectorConfig::default()
     });
-    r.start(at(0));
+    r.start(at(0)).unwrap();
     let (id, req) = request(&drain(&mut r));
     assert_eq!(list_req(&req).limit, Some(3));
-    r.handle_input(at(1), id, Input::ListPage(page(vec![], "10", None)));
+    r.handle_input(at(1), id, Input::ListPage(page(vec![], "10", None)))
+        .unwrap();
     let (wid, _) = request(&drain(&mut r));
-    r.handle_input(at(10), wid, Input::Event(WatchEvent::Error(expired())));
+    r.handle_input(at(10), wid, Input::Event(WatchEvent::Error(expired())))
+        .unwrap();
     drain(&mut r);
     let (_, outs) = fire(&mut r);
     let req = request(&outs).1;
@@ -318,21 +335,24 @@ fn conformance_19_paging_off_at_specific_rv_unless_page_size_set() {
 
     // A list at "0" that came back paginated: the server honours paging; keep it on.
     let mut r = R::new(ReflectorConfig::default());
-    r.start(at(0));
+    r.start(at(0)).unwrap();
     let (id, _) = request(&drain(&mut r));
     r.handle_input(
         at(1),
         id,
         Input::ListPage(page(vec![obj("a", 1)], "10", Some("c"))),
-    );
+    )
+    .unwrap();
     let (id, _) = request(&drain(&mut r));
     r.handle_input(
         at(1),
         id,
         Input::ListPage(page(vec![obj("b", 2)], "10", None)),
-    );
+    )
+    .unwrap();
     let (wid, _) = request(&drain(&mut r));
-    r.handle_input(at(10), wid, Input::Event(WatchEvent::Error(expired())));
+    r.handle_input(at(10), wid, Input::Event(WatchEvent::Error(expired())))
+        .unwrap();
     drain(&mut r);
     let (_, outs) = fire(&mut r);
     assert_eq!(list_req(&request(&outs).1).limit, Some(DEFAULT_PAGE_SIZE));
@@ -347,9 +367,10 @@ fn conformance_20_watch_at_list_rv_with_bookmarks_and_random_timeout() {
             seed,
             ..ReflectorConfig::default()
         });
-        r.start(at(0));
+        r.start(at(0)).unwrap();
         let (id, _) = request(&drain(&mut r));
-        r.handle_input(at(0), id, Input::ListPage(page(vec![], "42", None)));
+        r.handle_input(at(0), id, Input::ListPage(page(vec![], "42", None)))
+            .unwrap();
         let (_, req) = request(&drain(&mut r));
         let w = watch_req(&req);
         assert_eq!(w.resource_version, "42");
@@ -374,11 +395,12 @@ fn conformance_20_bookmark_advances_rv_and_emits_nothing() {
             resource_version: "55".into(),
             initial_events_end: false,
         }),
-    );
+    )
+    .unwrap();
     assert!(drain(&mut r).is_empty());
     assert_eq!(r.last_sync_resource_version(), "55");
     // Resume after a normal end starts at the bookmark's RV.
-    r.handle_input(at(2000), wid, Input::StreamEnd);
+    r.handle_input(at(2000), wid, Input::StreamEnd).unwrap();
     let outs = drain(&mut r);
     assert_eq!(watch_req(&request(&outs).1).resource_version, "55");
 }
@@ -387,9 +409,10 @@ fn conformance_20_bookmark_advances_rv_and_emits_nothing() {
 fn conformance_21_normal_end_resumes_watch_without_relist() {
     let mut r = R::new(ReflectorConfig::default());
     let wid = list_then_watch(&mut r, at(0), "10");
-    r.handle_input(at(1500), wid, Input::Event(WatchEvent::Added(obj("b", 11))));
+    r.handle_input(at(1500), wid, Input::Event(WatchEvent::Added(obj("b", 11))))
+        .unwrap();
     drain(&mut r);
-    r.handle_input(at(2000), wid, Input::StreamEnd);
+    r.handle_input(at(2000), wid, Input::StreamEnd).unwrap();
     let outs = drain(&mut r);
     assert!(errors(&outs).is_empty());
     let (wid2, req) = request(&outs);
@@ -401,7 +424,8 @@ fn conformance_21_normal_end_resumes_watch_without_relist() {
     );
     assert_eq!(watch_req(&req).resource_version, "11");
     // A long quiet watch ending normally also resumes.
-    r.handle_input(at(2000 + 300_000), wid2, Input::StreamEnd);
+    r.handle_input(at(2000 + 300_000), wid2, Input::StreamEnd)
+        .unwrap();
     let outs = drain(&mut r);
     assert_eq!(watch_req(&request(&outs).1).resource_version, "11");
 }
@@ -413,15 +437,16 @@ fn conformance_21_normal_end_resumes_watch_without_relist() {
 fn conformance_21_quick_end_after_objects_rewatches_through_the_backoff() {
     let mut r = R::new(ReflectorConfig::default());
     let wid = list_then_watch(&mut r, at(0), "10");
-    r.handle_input(at(500), wid, Input::Event(WatchEvent::Added(obj("b", 11))));
+    r.handle_input(at(500), wid, Input::Event(WatchEvent::Added(obj("b", 11))))
+        .unwrap();
     drain(&mut r);
-    r.handle_input(at(600), wid, Input::StreamEnd);
+    r.handle_input(at(600), wid, Input::StreamEnd).unwrap();
     let outs = drain(&mut r);
     assert!(errors(&outs).is_empty(), "{outs:?}");
     assert!(requests(&outs).is_empty(), "waits: {outs:?}");
     let until = r.backing_off_until().expect("backing off");
     assert!(until >= at(600) + Duration::from_millis(800));
-    r.handle_timeout(until);
+    r.handle_timeout(until).unwrap();
     let outs = drain(&mut r);
     let (_, req) = request(&outs);
     assert_eq!(
@@ -456,8 +481,9 @@ fn bookmark_only_watches_that_end_at_once_back_off() {
                 resource_version: rv.to_string(),
                 initial_events_end: false,
             }),
-        );
-        r.handle_input(now, id, Input::StreamEnd);
+        )
+        .unwrap();
+        r.handle_input(now, id, Input::StreamEnd).unwrap();
         loop {
             let outs = drain(&mut r);
             very_short += errors(&outs)
@@ -472,13 +498,14 @@ fn bookmark_only_watches_that_end_at_once_back_off() {
                         now,
                         id,
                         Input::ListPage(page(vec![], &rv.to_string(), None)),
-                    );
+                    )
+                    .unwrap();
                     continue;
                 }
                 break;
             }
             now = r.poll_timeout().expect("a deadline");
-            r.handle_timeout(now);
+            r.handle_timeout(now).unwrap();
         }
     }
     // 800 ms doubling to 30 s (with jitter in [d, 2d)): about 6 backoffs in a minute, each
@@ -502,7 +529,9 @@ fn an_undecodable_event_ends_the_watch_and_never_advances_the_resource_version()
         kind: crate::protocol::DecodeKind::Object,
         message: "cannot decode MODIFIED event object ConfigMap ns/a".into(),
     });
-    r.handle_input(at(5000), wid, Input::Event(WatchEvent::Error(bad.clone())));
+    r.handle_input(at(5000), wid, Input::Event(WatchEvent::Error(bad.clone())))
+        .unwrap();
+    let outs = drain(&mut r);
     r.handle_input(
         at(5000),
         wid,
@@ -510,13 +539,17 @@ fn an_undecodable_event_ends_the_watch_and_never_advances_the_resource_version()
             resource_version: "99".into(),
             initial_events_end: false,
         }),
+    )
+    .unwrap();
+    assert!(
+        drain(&mut r).is_empty(),
+        "the bookmark after the bad line is ignored"
     );
-    let outs = drain(&mut r);
     assert_eq!(errors(&outs), vec![bad]);
     assert!(requests(&outs).is_empty());
     assert_eq!(r.last_sync_resource_version(), "10");
     let until = r.backing_off_until().expect("backing off");
-    r.handle_timeout(until);
+    r.handle_timeout(until).unwrap();
     let (_, req) = request(&drain(&mut r));
     assert!(matches!(req, Request::List(_)), "a relist: {req:?}");
 }
@@ -527,16 +560,22 @@ fn conformance_21_watch_error_or_410_relists() {
         let mut r = R::new(ReflectorConfig::default());
         let wid = list_then_watch(&mut r, at(0), "10");
         match how {
-            0 => r.handle_input(at(5000), wid, Input::Event(WatchEvent::Error(expired()))),
-            1 => r.handle_input(at(5000), wid, Input::Failed(expired())),
-            _ => r.handle_input(
-                at(5000),
-                wid,
-                Input::Event(WatchEvent::Error(Failure::Other(status(
-                    500,
-                    "InternalError",
-                )))),
-            ),
+            0 => r
+                .handle_input(at(5000), wid, Input::Event(WatchEvent::Error(expired())))
+                .unwrap(),
+            1 => r
+                .handle_input(at(5000), wid, Input::Failed(expired()))
+                .unwrap(),
+            _ => r
+                .handle_input(
+                    at(5000),
+                    wid,
+                    Input::Event(WatchEvent::Error(Failure::Other(status(
+                        500,
+                        "InternalError",
+                    )))),
+                )
+                .unwrap(),
         }
         let outs = drain(&mut r);
         assert_eq!(errors(&outs).len(), 1);
@@ -549,7 +588,7 @@ fn conformance_21_watch_error_or_410_relists() {
 fn conformance_21_very_short_watch_is_an_error_and_backs_off() {
     let mut r = R::new(ReflectorConfig::default());
     let wid = list_then_watch(&mut r, at(0), "10");
-    r.handle_input(at(999), wid, Input::StreamEnd);
+    r.handle_input(at(999), wid, Input::StreamEnd).unwrap();
     let outs = drain(&mut r);
     assert_eq!(errors(&outs), vec![Failure::VeryShortWatch]);
     assert!(outs.iter().all(|o| !matches!(o, Output::Request { .. })));
@@ -573,7 +612,8 @@ fn conformance_22_backoff_exponential_capped_jittered_and_reset() {
             now,
             wid,
             Input::Failed(Failure::ConnectionRefused("refused".into())),
-        );
+        )
+        .unwrap();
         drain(&mut r);
         let until = r.poll_timeout().unwrap();
         let d = (until - now).as_millis() as u64;
@@ -589,7 +629,8 @@ fn conformance_22_backoff_exponential_capped_jittered_and_reset() {
         now,
         wid,
         Input::Failed(Failure::ConnectionRefused("refused".into())),
-    );
+    )
+    .unwrap();
     drain(&mut r);
     let d = (r.poll_timeout().unwrap() - now).as_millis();
     assert!((800..1600).contains(&d), "reset: {d}");
@@ -603,7 +644,8 @@ fn conformance_22_connection_refused_and_429_rewatch_without_relist() {
         at(10),
         wid,
         Input::Failed(Failure::ConnectionRefused("econnrefused".into())),
-    );
+    )
+    .unwrap();
     drain(&mut r);
     let (t, outs) = fire(&mut r);
     let (wid, req) = request(&outs);
@@ -614,7 +656,8 @@ fn conformance_22_connection_refused_and_429_rewatch_without_relist() {
     );
     let mut st = status(429, "TooManyRequests");
     st.retry_after = Some(Duration::from_secs(45));
-    r.handle_input(t, wid, Input::Failed(Failure::TooManyRequests(st.clone())));
+    r.handle_input(t, wid, Input::Failed(Failure::TooManyRequests(st.clone())))
+        .unwrap();
     drain(&mut r);
     assert!(
         r.poll_timeout().unwrap() >= t + Duration::from_secs(45),
@@ -628,7 +671,8 @@ fn conformance_22_connection_refused_and_429_rewatch_without_relist() {
         t,
         wid,
         Input::Event(WatchEvent::Error(Failure::TooManyRequests(st))),
-    );
+    )
+    .unwrap();
     drain(&mut r);
     let (_, outs) = fire(&mut r);
     assert!(matches!(request(&outs).1, Request::Watch(_)));
@@ -647,25 +691,27 @@ fn conformance_23_every_failure_is_reported_typed() {
     for f in failures {
         // As a list failure.
         let mut r = R::new(ReflectorConfig::default());
-        r.start(at(0));
+        r.start(at(0)).unwrap();
         let (id, _) = request(&drain(&mut r));
-        r.handle_input(at(1), id, Input::Failed(f.clone()));
+        r.handle_input(at(1), id, Input::Failed(f.clone())).unwrap();
         assert_eq!(errors(&drain(&mut r)), vec![f.clone()]);
         // As a watch request failure and as a watch ERROR event.
         let mut r = R::new(ReflectorConfig::default());
         let wid = list_then_watch(&mut r, at(0), "1");
-        r.handle_input(at(1), wid, Input::Failed(f.clone()));
+        r.handle_input(at(1), wid, Input::Failed(f.clone()))
+            .unwrap();
         assert_eq!(errors(&drain(&mut r)), vec![f.clone()]);
         let mut r = R::new(ReflectorConfig::default());
         let wid = list_then_watch(&mut r, at(0), "1");
-        r.handle_input(at(1), wid, Input::Event(WatchEvent::Error(f.clone())));
+        r.handle_input(at(1), wid, Input::Event(WatchEvent::Error(f.clone())))
+            .unwrap();
         assert_eq!(errors(&drain(&mut r)), vec![f.clone()]);
     }
     // A list at "0" that fails with 410: reported, then the consistent retry.
     let mut r = R::new(ReflectorConfig::default());
-    r.start(at(0));
+    r.start(at(0)).unwrap();
     let (id, _) = request(&drain(&mut r));
-    r.handle_input(at(1), id, Input::Failed(expired()));
+    r.handle_input(at(1), id, Input::Failed(expired())).unwrap();
     let outs = drain(&mut r);
     assert_eq!(errors(&outs), vec![expired()]);
     assert_eq!(list_req(&request(&outs).1).resource_version, None);
@@ -677,10 +723,16 @@ fn conformance_24_last_sync_resource_version() {
     assert_eq!(r.last_sync_resource_version(), "");
     let wid = list_then_watch(&mut r, at(0), "10");
     assert_eq!(r.last_sync_resource_version(), "10");
-    r.handle_input(at(1), wid, Input::Event(WatchEvent::Added(obj("x", 11))));
+    r.handle_input(at(1), wid, Input::Event(WatchEvent::Added(obj("x", 11))))
+        .unwrap();
     assert_eq!(r.last_sync_resource_version(), "11");
-    r.handle_input(at(1), wid, Input::Event(WatchEvent::Modified(obj("x", 12))));
-    r.handle_input(at(1), wid, Input::Event(WatchEvent::Deleted(obj("x", 13))));
+    let mut ops = drain(&mut r);
+    r.handle_input(at(1), wid, Input::Event(WatchEvent::Modified(obj("x", 12))))
+        .unwrap();
+    ops.extend(drain(&mut r));
+    r.handle_input(at(1), wid, Input::Event(WatchEvent::Deleted(obj("x", 13))))
+        .unwrap();
+    ops.extend(drain(&mut r));
     assert_eq!(r.last_sync_resource_version(), "13");
     r.handle_input(
         at(1),
@@ -689,9 +741,10 @@ fn conformance_24_last_sync_resource_version() {
             resource_version: "20".into(),
             initial_events_end: false,
         }),
-    );
+    )
+    .unwrap();
     assert_eq!(r.last_sync_resource_version(), "20");
-    let ops = drain(&mut r);
+    ops.extend(drain(&mut r));
     assert_eq!(stores(&ops).len(), 3);
 }
 
@@ -705,7 +758,7 @@ fn streaming() -> R {
 #[test]
 fn streaming_list_applies_one_replace_at_initial_events_end() {
     let mut r = streaming();
-    r.start(at(0));
+    r.start(at(0)).unwrap();
     let (id, req) = request(&drain(&mut r));
     let w = watch_req(&req);
     assert!(w.send_initial_events && w.allow_watch_bookmarks);
@@ -714,10 +767,14 @@ fn streaming_list_applies_one_replace_at_initial_events_end() {
         Some(ResourceVersionMatch::NotOlderThan)
     );
     assert_eq!(w.resource_version, "");
-    r.handle_input(at(1), id, Input::Event(WatchEvent::Added(obj("a", 3))));
-    r.handle_input(at(1), id, Input::Event(WatchEvent::Added(obj("b", 4))));
-    r.handle_input(at(1), id, Input::Event(WatchEvent::Deleted(obj("a", 5))));
-    r.handle_input(at(1), id, Input::Event(WatchEvent::Added(obj("c", 6))));
+    r.handle_input(at(1), id, Input::Event(WatchEvent::Added(obj("a", 3))))
+        .unwrap();
+    r.handle_input(at(1), id, Input::Event(WatchEvent::Added(obj("b", 4))))
+        .unwrap();
+    r.handle_input(at(1), id, Input::Event(WatchEvent::Deleted(obj("a", 5))))
+        .unwrap();
+    r.handle_input(at(1), id, Input::Event(WatchEvent::Added(obj("c", 6))))
+        .unwrap();
     r.handle_input(
         at(1),
         id,
@@ -725,7 +782,8 @@ fn streaming_list_applies_one_replace_at_initial_events_end() {
             resource_version: "8".into(),
             initial_events_end: false,
         }),
-    );
+    )
+    .unwrap();
     assert!(
         drain(&mut r).is_empty(),
         "the store never sees a half-built state"
@@ -737,7 +795,8 @@ fn streaming_list_applies_one_replace_at_initial_events_end() {
             resource_version: "9".into(),
             initial_events_end: true,
         }),
-    );
+    )
+    .unwrap();
     let outs = drain(&mut r);
     match stores(&outs).as_slice() {
         [
@@ -758,12 +817,13 @@ fn streaming_list_applies_one_replace_at_initial_events_end() {
     );
     assert_eq!(r.last_sync_resource_version(), "9");
     // The stream goes on as the watch.
-    r.handle_input(at(3), id, Input::Event(WatchEvent::Modified(obj("b", 10))));
+    r.handle_input(at(3), id, Input::Event(WatchEvent::Modified(obj("b", 10))))
+        .unwrap();
     assert!(matches!(
         stores(&drain(&mut r)).as_slice(),
         [StoreOp::Modified(_)]
     ));
-    r.handle_input(at(400_000), id, Input::StreamEnd);
+    r.handle_input(at(400_000), id, Input::StreamEnd).unwrap();
     let outs = drain(&mut r);
     let w = watch_req(&request(&outs).1).clone();
     assert_eq!(w.resource_version, "10");
@@ -773,10 +833,11 @@ fn streaming_list_applies_one_replace_at_initial_events_end() {
 #[test]
 fn streaming_list_falls_back_to_paged_list_when_refused() {
     let mut r = streaming();
-    r.start(at(0));
+    r.start(at(0)).unwrap();
     let (id, _) = request(&drain(&mut r));
     let refusal = Failure::StreamingListUnsupported(status(400, "BadRequest"));
-    r.handle_input(at(1), id, Input::Failed(refusal.clone()));
+    r.handle_input(at(1), id, Input::Failed(refusal.clone()))
+        .unwrap();
     let outs = drain(&mut r);
     assert_eq!(errors(&outs), vec![refusal]);
     let (id, req) = request(&outs);
@@ -787,7 +848,8 @@ fn streaming_list_falls_back_to_paged_list_when_refused() {
         at(2),
         id,
         Input::ListPage(page(vec![obj("a", 1)], "5", None)),
-    );
+    )
+    .unwrap();
     let outs = drain(&mut r);
     assert_eq!(stores(&outs).len(), 1);
     assert_eq!(watch_req(&request(&outs).1).resource_version, "5");
@@ -799,11 +861,12 @@ fn streaming_list_falls_back_to_paged_list_when_refused() {
 #[test]
 fn streaming_list_ignored_by_the_server_falls_back_to_list_for_good() {
     let mut r = streaming();
-    r.start(at(0));
+    r.start(at(0)).unwrap();
     let (id, req) = request(&drain(&mut r));
     assert!(watch_req(&req).send_initial_events);
-    r.handle_input(at(1), id, Input::Event(WatchEvent::Added(obj("a", 1))));
-    r.handle_input(at(400), id, Input::StreamEnd);
+    r.handle_input(at(1), id, Input::Event(WatchEvent::Added(obj("a", 1))))
+        .unwrap();
+    r.handle_input(at(400), id, Input::StreamEnd).unwrap();
     let outs = drain(&mut r);
     assert!(
         stores(&outs).is_empty(),
@@ -816,7 +879,8 @@ fn streaming_list_ignored_by_the_server_falls_back_to_list_for_good() {
         at(401),
         id,
         Input::ListPage(page(vec![obj("a", 1)], "5", None)),
-    );
+    )
+    .unwrap();
     let outs = drain(&mut r);
     assert_eq!(stores(&outs).len(), 1);
     let (id, req) = request(&outs);
@@ -826,13 +890,14 @@ fn streaming_list_ignored_by_the_server_falls_back_to_list_for_good() {
         at(402),
         id,
         Input::Failed(Failure::Expired(status(410, "Expired"))),
-    );
+    )
+    .unwrap();
     let mut outs = drain(&mut r);
     let mut t = 402;
     // Skip any backoff wait.
     while request_opt(&outs).is_none() {
         t += 31;
-        r.handle_timeout(at(t));
+        r.handle_timeout(at(t)).unwrap();
         outs = drain(&mut r);
     }
     let (_, req) = request(&outs);
@@ -842,7 +907,7 @@ fn streaming_list_ignored_by_the_server_falls_back_to_list_for_good() {
 #[test]
 fn streaming_list_expired_retries_with_consistent_rv() {
     let mut r = streaming();
-    r.start(at(0));
+    r.start(at(0)).unwrap();
     let (id, _) = request(&drain(&mut r));
     r.handle_input(
         at(1),
@@ -851,15 +916,17 @@ fn streaming_list_expired_retries_with_consistent_rv() {
             resource_version: "5".into(),
             initial_events_end: true,
         }),
-    );
+    )
+    .unwrap();
     drain(&mut r);
-    r.handle_input(at(5000), id, Input::Event(WatchEvent::Error(expired())));
+    r.handle_input(at(5000), id, Input::Event(WatchEvent::Error(expired())))
+        .unwrap();
     drain(&mut r);
     let (t, outs) = fire(&mut r);
     let (id, req) = request(&outs);
     assert_eq!(watch_req(&req).resource_version, "5");
     assert!(watch_req(&req).send_initial_events);
-    r.handle_input(t, id, Input::Failed(expired()));
+    r.handle_input(t, id, Input::Failed(expired())).unwrap();
     let outs = drain(&mut r);
     let (id, req) = request(&outs);
     assert_eq!(
@@ -868,7 +935,7 @@ fn streaming_list_expired_retries_with_consistent_rv() {
         "retry at once, consistent"
     );
     // A 410 for "" cannot be fixed by retrying: fall back to a list.
-    r.handle_input(t, id, Input::Failed(expired()));
+    r.handle_input(t, id, Input::Failed(expired())).unwrap();
     let outs = drain(&mut r);
     assert!(matches!(request(&outs).1, Request::List(_)));
 }
@@ -881,10 +948,13 @@ fn stale_and_unexpected_inputs_are_ignored() {
         at(0),
         RequestId(1),
         Input::ListPage(page(vec![], "1", None)),
-    );
-    r.handle_input(at(0), RequestId(1), Input::StreamEnd);
-    r.handle_input(at(0), RequestId(1), Input::Failed(expired()));
-    r.handle_timeout(at(0));
+    )
+    .unwrap();
+    r.handle_input(at(0), RequestId(1), Input::StreamEnd)
+        .unwrap();
+    r.handle_input(at(0), RequestId(1), Input::Failed(expired()))
+        .unwrap();
+    r.handle_timeout(at(0)).unwrap();
     assert!(drain(&mut r).is_empty());
     let wid = list_then_watch(&mut r, at(0), "3");
     // A watch event tagged with the (old) list id.
@@ -892,11 +962,14 @@ fn stale_and_unexpected_inputs_are_ignored() {
         at(1),
         RequestId(wid.0 - 1),
         Input::Event(WatchEvent::Added(obj("q", 9))),
-    );
-    r.handle_input(at(1), wid, Input::ListPage(page(vec![], "1", None)));
+    )
+    .unwrap();
+    r.handle_input(at(1), wid, Input::ListPage(page(vec![], "1", None)))
+        .unwrap();
     assert!(drain(&mut r).is_empty());
     r.stop();
-    r.handle_input(at(1), wid, Input::Event(WatchEvent::Added(obj("q", 9))));
+    r.handle_input(at(1), wid, Input::Event(WatchEvent::Added(obj("q", 9))))
+        .unwrap();
     assert!(drain(&mut r).is_empty());
     assert!(!r.is_running());
 }
@@ -923,10 +996,12 @@ fn random_inputs_never_panic() {
             ..ReflectorConfig::default()
         });
         let mut now = at(0);
-        r.start(now);
+        r.start(now).unwrap();
         let mut last_id = RequestId(0);
         for _ in 0..400 {
-            for o in drain(&mut r) {
+            let outs = drain(&mut r);
+            assert!(outs.len() <= MAX_OUTPUTS_PER_INPUT, "{outs:?}");
+            for o in outs {
                 if let Output::Request { id, .. } = o {
                     last_id = id;
                 }
@@ -939,59 +1014,71 @@ fn random_inputs_never_panic() {
             };
             let rv = ["", "0", "5", "18446744073709551616", "x"][rng.below(5) as usize];
             match rng.below(9) {
-                0 => r.handle_input(
-                    now,
-                    id,
-                    Input::ListPage(page(
-                        vec![obj("a", rng.below(10))],
-                        rv,
-                        [None, Some(""), Some("c")][rng.below(3) as usize],
-                    )),
-                ),
-                1 => r.handle_input(
-                    now,
-                    id,
-                    Input::Event(WatchEvent::Added(obj("a", rng.below(10)))),
-                ),
-                2 => r.handle_input(
-                    now,
-                    id,
-                    Input::Event(WatchEvent::Deleted(obj("a", rng.below(10)))),
-                ),
-                3 => r.handle_input(
-                    now,
-                    id,
-                    Input::Event(WatchEvent::Bookmark {
-                        resource_version: rv.into(),
-                        initial_events_end: rng.chance(0.5),
-                    }),
-                ),
-                4 => r.handle_input(now, id, Input::Event(WatchEvent::Error(expired()))),
-                5 => r.handle_input(now, id, Input::StreamEnd),
-                6 => r.handle_input(
-                    now,
-                    id,
-                    Input::Failed(
-                        [
-                            expired(),
-                            Failure::ConnectionRefused("x".into()),
-                            Failure::TooManyRequests(Status {
-                                retry_after: Some(Duration::MAX),
-                                ..status(429, "")
-                            }),
-                            Failure::StreamingListUnsupported(status(400, "")),
-                            Failure::TooLargeResourceVersion(status(504, "")),
-                        ][rng.below(5) as usize]
-                            .clone(),
-                    ),
-                ),
+                0 => r
+                    .handle_input(
+                        now,
+                        id,
+                        Input::ListPage(page(
+                            vec![obj("a", rng.below(10))],
+                            rv,
+                            [None, Some(""), Some("c")][rng.below(3) as usize],
+                        )),
+                    )
+                    .unwrap(),
+                1 => r
+                    .handle_input(
+                        now,
+                        id,
+                        Input::Event(WatchEvent::Added(obj("a", rng.below(10)))),
+                    )
+                    .unwrap(),
+                2 => r
+                    .handle_input(
+                        now,
+                        id,
+                        Input::Event(WatchEvent::Deleted(obj("a", rng.below(10)))),
+                    )
+                    .unwrap(),
+                3 => r
+                    .handle_input(
+                        now,
+                        id,
+                        Input::Event(WatchEvent::Bookmark {
+                            resource_version: rv.into(),
+                            initial_events_end: rng.chance(0.5),
+                        }),
+                    )
+                    .unwrap(),
+                4 => r
+                    .handle_input(now, id, Input::Event(WatchEvent::Error(expired())))
+                    .unwrap(),
+                5 => r.handle_input(now, id, Input::StreamEnd).unwrap(),
+                6 => r
+                    .handle_input(
+                        now,
+                        id,
+                        Input::Failed(
+                            [
+                                expired(),
+                                Failure::ConnectionRefused("x".into()),
+                                Failure::TooManyRequests(Status {
+                                    retry_after: Some(Duration::MAX),
+                                    ..status(429, "")
+                                }),
+                                Failure::StreamingListUnsupported(status(400, "")),
+                                Failure::TooLargeResourceVersion(status(504, "")),
+                            ][rng.below(5) as usize]
+                                .clone(),
+                        ),
+                    )
+                    .unwrap(),
                 7 => {
                     if let Some(t) = r.poll_timeout() {
                         now = now.max(t);
                     }
-                    r.handle_timeout(now)
+                    r.handle_timeout(now).unwrap()
                 }
-                _ => r.handle_timeout(now),
+                _ => r.handle_timeout(now).unwrap(),
             }
             assert!(
                 r.in_flight().is_some() || r.poll_timeout().is_some(),
@@ -1005,15 +1092,17 @@ fn random_inputs_never_panic() {
 fn hung_watch_is_abandoned_after_its_timeout_plus_grace() {
     let mut r = R::new(ReflectorConfig::default());
     let wid = list_then_watch(&mut r, at(0), "10");
-    r.handle_input(at(5), wid, Input::Event(WatchEvent::Added(obj("b", 11))));
+    r.handle_input(at(5), wid, Input::Event(WatchEvent::Added(obj("b", 11))))
+        .unwrap();
     drain(&mut r);
     let deadline = r.poll_timeout().unwrap();
     assert!(deadline >= at(360_000) && deadline < at(660_000));
     r.handle_timeout(Instant::from_epoch(
         deadline.since_epoch() - Duration::from_millis(1),
-    ));
+    ))
+    .unwrap();
     assert!(drain(&mut r).is_empty());
-    r.handle_timeout(deadline);
+    r.handle_timeout(deadline).unwrap();
     let outs = drain(&mut r);
     assert_eq!(errors(&outs), vec![Failure::HungWatch]);
     let (wid2, req) = request(&outs);
@@ -1024,7 +1113,8 @@ fn hung_watch_is_abandoned_after_its_timeout_plus_grace() {
         "re-watch, no relist"
     );
     // Late events of the abandoned watch are ignored.
-    r.handle_input(deadline, wid, Input::Event(WatchEvent::Added(obj("z", 99))));
+    r.handle_input(deadline, wid, Input::Event(WatchEvent::Added(obj("z", 99))))
+        .unwrap();
     assert!(drain(&mut r).is_empty());
     // Without a grace, no watchdog.
     let mut r = R::new(ReflectorConfig {
@@ -1038,21 +1128,22 @@ fn hung_watch_is_abandoned_after_its_timeout_plus_grace() {
 #[test]
 fn unanswered_list_fails_at_its_deadline() {
     let mut r = R::new(ReflectorConfig::default());
-    r.start(at(0));
+    r.start(at(0)).unwrap();
     let (id, _) = request(&drain(&mut r));
     assert_eq!(r.poll_timeout(), Some(at(90_000)));
     r.handle_input(
         at(1000),
         id,
         Input::ListPage(page(vec![obj("a", 1)], "5", Some("c"))),
-    );
+    )
+    .unwrap();
     drain(&mut r);
     assert_eq!(
         r.poll_timeout(),
         Some(at(91_000)),
         "each page has its own deadline"
     );
-    r.handle_timeout(at(91_000));
+    r.handle_timeout(at(91_000)).unwrap();
     let outs = drain(&mut r);
     assert_eq!(errors(&outs), vec![Failure::ListTimeout]);
     let (_, outs) = fire(&mut r);
@@ -1065,11 +1156,12 @@ fn unanswered_list_fails_at_its_deadline() {
 #[test]
 fn conformance_22_list_429_honours_retry_after() {
     let mut r = R::new(ReflectorConfig::default());
-    r.start(at(0));
+    r.start(at(0)).unwrap();
     let (id, _) = request(&drain(&mut r));
     let mut st = status(429, "TooManyRequests");
     st.retry_after = Some(Duration::from_secs(20));
-    r.handle_input(at(0), id, Input::Failed(Failure::TooManyRequests(st)));
+    r.handle_input(at(0), id, Input::Failed(Failure::TooManyRequests(st)))
+        .unwrap();
     drain(&mut r);
     assert!(r.poll_timeout().unwrap() >= at(20_000));
     let (_, outs) = fire(&mut r);
@@ -1077,4 +1169,27 @@ fn conformance_22_list_429_honours_retry_after() {
         list_req(&request(&outs).1).resource_version.as_deref(),
         Some("0")
     );
+}
+
+/// The drain rule is checked: an input fed while outputs are pending is refused and handed
+/// back, never applied behind the caller's back.
+#[test]
+fn an_input_before_the_outputs_are_drained_is_refused_and_handed_back() {
+    let mut r = R::new(ReflectorConfig::default());
+    r.start(at(0)).unwrap();
+    let err = r.start(at(0)).unwrap_err();
+    assert_eq!(err, Undrained { input: () });
+    assert!(r.handle_timeout(at(0)).is_err());
+    let id = match r.poll() {
+        Some(Output::Request { id, .. }) => id,
+        other => panic!("{other:?}"),
+    };
+    r.handle_input(at(1), id, Input::ListPage(page(vec![], "3", None)))
+        .unwrap();
+    let refused = r
+        .handle_input(at(1), id, Input::Event(WatchEvent::Added(obj("a", 4))))
+        .unwrap_err();
+    assert!(matches!(refused.input, Input::Event(WatchEvent::Added(_))));
+    let outs = drain(&mut r);
+    assert_eq!(stores(&outs).len(), 1, "the list, not the refused event");
 }
