@@ -37,6 +37,7 @@ pub mod fifo;
 mod hash;
 pub mod indexer;
 pub mod informer;
+mod key;
 pub mod object;
 pub mod pipeline;
 pub mod processor;

@@ -3,7 +3,6 @@
 use alloc::string::String;
 use alloc::sync::Arc;
 use core::fmt;
-use core::hash::{Hash, Hasher};
 
 use alloc::borrow::Cow;
 
@@ -11,6 +10,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub use crate::key::{Key, KeyRef};
 use crate::raw::{RawFields, RawFieldsBuilder};
 use crate::string_map::StringMap;
 
@@ -47,209 +47,6 @@ impl<T: Object + ?Sized> Object for Arc<T> {
     }
     fn uid(&self) -> Option<&str> {
         (**self).uid()
-    }
-}
-
-/// The cache key of an object: `namespace/name`, or `name` for a cluster-scoped object.
-///
-/// A `Key` is a shared immutable string: cloning it bumps a reference count, so the same key
-/// can sit in the store, in every index bucket and in every queue without new allocations.
-/// Lookups by an object's borrowed [`KeyRef`] need no allocation either: both hash the
-/// namespace and name parts the same way (see the `Hash` impls).
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Key(Arc<str>);
-
-impl Key {
-    /// The key for `name` in `namespace` (`None` or `""`: cluster-scoped).
-    pub fn new(namespace: Option<&str>, name: &str) -> Key {
-        KeyRef::new(namespace, name).to_key()
-    }
-
-    /// The key of `obj`.
-    pub fn of<K: Object + ?Sized>(obj: &K) -> Key {
-        obj.key_ref().to_key()
-    }
-
-    /// Parses `namespace/name` or `name`. Kubernetes names and namespaces never contain `/`, so
-    /// the first `/` separates them.
-    pub fn parse(s: &str) -> Key {
-        Key(Arc::from(s))
-    }
-
-    /// The key as `namespace/name` or `name`.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// The namespace part, `None` for a cluster-scoped key.
-    pub fn namespace(&self) -> Option<&str> {
-        self.as_ref_parts().namespace
-    }
-
-    /// The name part.
-    pub fn name(&self) -> &str {
-        self.as_ref_parts().name
-    }
-
-    /// This key as a borrowed [`KeyRef`].
-    pub fn as_ref_parts(&self) -> KeyRef<'_> {
-        match self.0.split_once('/') {
-            Some((ns, name)) => KeyRef {
-                namespace: Some(ns),
-                name,
-            },
-            None => KeyRef {
-                namespace: None,
-                name: &self.0,
-            },
-        }
-    }
-}
-
-/// Keys up to this length hash as one contiguous write; `KeyRef` assembles the same bytes in a
-/// stack buffer of this size. A longer key (not a valid Kubernetes name) hashes its first
-/// `INLINE_KEY_HASH` joined bytes and its length: the same on both sides, whatever the
-/// namespace/name split, so no lookup can miss (equality still compares every byte).
-const INLINE_KEY_HASH: usize = 320;
-
-impl Hash for Key {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        let bytes = self.0.as_bytes();
-        if bytes.len() <= INLINE_KEY_HASH {
-            state.write(bytes);
-            state.write_u8(0xff);
-        } else {
-            state.write(&bytes[..INLINE_KEY_HASH]);
-            state.write_usize(bytes.len());
-        }
-    }
-}
-
-impl fmt::Debug for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
-    }
-}
-
-impl fmt::Display for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl From<KeyRef<'_>> for Key {
-    fn from(k: KeyRef<'_>) -> Key {
-        k.to_key()
-    }
-}
-
-/// A borrowed key: the namespace and name of an object, not joined.
-///
-/// Hashes and compares equal to the [`Key`] it stands for, so maps keyed by `Key` can be
-/// queried with a `KeyRef` without building the joined string.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct KeyRef<'a> {
-    /// The namespace, `None` when cluster-scoped (an empty namespace is normalised to `None`).
-    pub namespace: Option<&'a str>,
-    /// The name.
-    pub name: &'a str,
-}
-
-impl<'a> KeyRef<'a> {
-    /// A borrowed key; an empty namespace means cluster-scoped.
-    pub fn new(namespace: Option<&'a str>, name: &'a str) -> Self {
-        KeyRef {
-            namespace: namespace.filter(|ns| !ns.is_empty()),
-            name,
-        }
-    }
-
-    /// Builds the owned, joined [`Key`] (one allocation).
-    pub fn to_key(self) -> Key {
-        match self.namespace {
-            None => Key(Arc::from(self.name)),
-            Some(ns) if self.joined_len() <= INLINE_KEY_HASH => {
-                // Join on the stack so the `Arc` is the only allocation.
-                let mut buf = [0u8; INLINE_KEY_HASH];
-                let len = self.join_prefix(&mut buf);
-                match core::str::from_utf8(&buf[..len]) {
-                    Ok(joined) => Key(Arc::from(joined)),
-                    // Unreachable: the buffer holds two `str`s and an ASCII byte.
-                    Err(_) => Key(Arc::from(alloc::format!("{ns}/{}", self.name).as_str())),
-                }
-            }
-            Some(ns) => {
-                let mut s = String::with_capacity(ns.len() + 1 + self.name.len());
-                s.push_str(ns);
-                s.push('/');
-                s.push_str(self.name);
-                Key(Arc::from(s))
-            }
-        }
-    }
-}
-
-impl KeyRef<'_> {
-    /// Length of the joined key.
-    fn joined_len(&self) -> usize {
-        match self.namespace {
-            Some(ns) => ns.len() + 1 + self.name.len(),
-            None => self.name.len(),
-        }
-    }
-
-    /// Writes the first `buf.len()` bytes of the joined key into `buf`; returns how many.
-    fn join_prefix(&self, buf: &mut [u8; INLINE_KEY_HASH]) -> usize {
-        let mut n = 0;
-        let mut put = |bytes: &[u8]| {
-            let take = bytes.len().min(buf.len() - n);
-            buf[n..n + take].copy_from_slice(&bytes[..take]);
-            n += take;
-        };
-        if let Some(ns) = self.namespace {
-            put(ns.as_bytes());
-            put(b"/");
-        }
-        put(self.name.as_bytes());
-        n
-    }
-}
-
-impl Hash for KeyRef<'_> {
-    /// Hashes exactly as the [`Key`] it stands for: the joined bytes (their first
-    /// `INLINE_KEY_HASH` and the length, for an over-long key) in one write.
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        let len = self.joined_len();
-        match self.namespace {
-            None if len <= INLINE_KEY_HASH => state.write(self.name.as_bytes()),
-            None => state.write(&self.name.as_bytes()[..INLINE_KEY_HASH]),
-            Some(_) => {
-                let mut buf = [0u8; INLINE_KEY_HASH];
-                let n = self.join_prefix(&mut buf);
-                state.write(&buf[..n]);
-            }
-        }
-        if len <= INLINE_KEY_HASH {
-            state.write_u8(0xff);
-        } else {
-            state.write_usize(len);
-        }
-    }
-}
-
-impl hashbrown::Equivalent<Key> for KeyRef<'_> {
-    fn equivalent(&self, key: &Key) -> bool {
-        // Compare against the joined form without searching for the separator.
-        let k = key.as_str().as_bytes();
-        match self.namespace {
-            None => k == self.name.as_bytes(),
-            Some(ns) => {
-                k.len() == ns.len() + 1 + self.name.len()
-                    && k[ns.len()] == b'/'
-                    && k.ends_with(self.name.as_bytes())
-                    && k.starts_with(ns.as_bytes())
-            }
-        }
     }
 }
 
@@ -518,7 +315,6 @@ impl DynamicObject {
 mod tests {
     use super::*;
     use alloc::collections::BTreeMap;
-    use core::hash::BuildHasher;
     use serde_json::Value;
 
     fn meta(ns: Option<&str>, name: &str) -> DynamicObject {
@@ -542,59 +338,6 @@ mod tests {
         assert_eq!(k.namespace(), Some("kube-system"));
         assert_eq!(k.name(), "coredns");
         assert_eq!(Key::parse("n1").namespace(), None);
-    }
-
-    #[test]
-    fn key_ref_hashes_and_compares_like_key() {
-        let s = hashbrown::DefaultHashBuilder::default();
-        for (ns, name) in [
-            (Some("a"), "b"),
-            (None, "b"),
-            (Some("ab"), ""),
-            (Some(""), "x"),
-        ] {
-            let r = KeyRef::new(ns, name);
-            let k = r.to_key();
-            assert_eq!(s.hash_one(&k), s.hash_one(r));
-            assert!(hashbrown::Equivalent::equivalent(&r, &k));
-        }
-        let long_ns = "n".repeat(200);
-        let long_name = "x".repeat(300);
-        for (ns, name) in [
-            (Some(long_ns.as_str()), long_name.as_str()),
-            (None, long_name.as_str()),
-        ] {
-            let r = KeyRef::new(ns, name);
-            assert_eq!(s.hash_one(r.to_key()), s.hash_one(r));
-        }
-        // "a/bc" and "ab/c" must not collide structurally.
-        assert!(!hashbrown::Equivalent::equivalent(
-            &KeyRef::new(Some("ab"), "c"),
-            &Key::parse("a/bc")
-        ));
-    }
-
-    /// Regression (faults probe): a cluster-scoped name `"x/" + "y" * 400` used to hash as
-    /// namespace `x` + name `y…` on the `Key` side and as one name on the `KeyRef` side, so
-    /// `get` and `delete` missed it. Every split of an over-long key must hash alike.
-    #[test]
-    fn over_long_keys_with_a_slash_hash_alike_on_both_sides() {
-        let s = hashbrown::DefaultHashBuilder::default();
-        let name = alloc::format!("x/{}", "y".repeat(400));
-        let r = KeyRef::new(None, &name);
-        let k = r.to_key();
-        assert_eq!(s.hash_one(&k), s.hash_one(r));
-        assert!(hashbrown::Equivalent::equivalent(&r, &k));
-        let mut map: crate::hash::HashMap<Key, u32> = Default::default();
-        map.insert(k.clone(), 1);
-        assert_eq!(map.get(&r), Some(&1));
-        assert_eq!(map.remove(&r), Some(1));
-        for split in [1, 2, 100, 319, 320, 321, 399] {
-            let joined = "z".repeat(402);
-            let (ns, name) = joined.split_at(split);
-            let r = KeyRef::new(Some(ns), &name[1..]);
-            assert_eq!(s.hash_one(r.to_key()), s.hash_one(r), "split at {split}");
-        }
     }
 
     #[test]
