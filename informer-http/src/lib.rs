@@ -8,6 +8,7 @@ pub use informer_core as core;
 
 pub mod config;
 pub mod decode;
+pub mod redirect;
 pub mod request;
 pub mod resource;
 pub mod status;
