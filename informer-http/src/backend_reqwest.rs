@@ -12,6 +12,10 @@ use crate::transport::{Client, transport_failure};
 
 /// A [`Backend`] on reqwest: needs a tokio runtime. HTTP/1.1 over rustls (ring), honouring the
 /// configured CA, client certificate, `insecure-skip-tls-verify` and `tls-server-name`.
+///
+/// The TLS configuration always carries its crypto provider (ring), for `http://` servers too:
+/// building one never needs a process-wide default provider. Redirects are followed as
+/// [`crate::redirect`] says: within the server's origin only.
 #[derive(Clone, Debug)]
 pub struct ReqwestBackend {
     client: reqwest::Client,
@@ -26,10 +30,17 @@ impl ReqwestBackend {
             .connect_timeout(Duration::from_secs(30))
             .tcp_nodelay(true)
             .tcp_keepalive(Duration::from_secs(30))
-            .http1_only();
+            .http1_only()
+            .referer(false)
+            .redirect(redirect_policy());
         let scheme = if addr.tls { "https" } else { "http" };
         let mut base = format!("{scheme}://{}{}", addr.authority, addr.path_prefix);
-        if addr.tls {
+        if !addr.tls {
+            // reqwest builds a TLS configuration even for plain HTTP; without one given, it
+            // asks rustls for the process-wide default provider and panics when none is
+            // installed (reqwest is built with `rustls-no-provider`).
+            builder = builder.tls_backend_preconfigured(crate::tls::plain_http_config()?);
+        } else {
             let tls = crate::tls::client_config(config, &[b"http/1.1"])?;
             builder = builder.tls_backend_preconfigured(tls);
             if let Some(name) = config.tls_server_name.as_deref() {
@@ -65,10 +76,10 @@ impl Backend for ReqwestBackend {
             rb = rb.body(body);
         }
         Box::pin(async move {
-            let resp = rb
-                .send()
-                .await
-                .map_err(|e| transport_failure("request failed", &e))?;
+            let resp = rb.send().await.map_err(|e| match refused_redirect(&e) {
+                Some(f) => f,
+                None => transport_failure("request failed", &e),
+            })?;
             let status = resp.status();
             let headers = resp.headers().clone();
             let body = stream::unfold(Some(resp), |resp| async move {
@@ -86,6 +97,67 @@ impl Backend for ReqwestBackend {
             })
         })
     }
+}
+
+/// Follows redirects within the origin of the request's first URL, at most
+/// [`MAX_REDIRECTS`](crate::redirect::MAX_REDIRECTS) of them; anything else fails the request
+/// with a [`RedirectRefused`] carrying its failure. reqwest keeps the `Authorization` header on
+/// a redirect to the same origin.
+fn redirect_policy() -> reqwest::redirect::Policy {
+    use crate::redirect::{MAX_REDIRECTS, other_origin, too_many};
+    reqwest::redirect::Policy::custom(|attempt| {
+        let status = attempt.status();
+        let next = attempt.url();
+        let origin = |u: &reqwest::Url| {
+            (
+                u.scheme().to_ascii_lowercase(),
+                u.host_str().map(str::to_ascii_lowercase),
+                u.port_or_known_default(),
+            )
+        };
+        let same = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| origin(first) == origin(next));
+        if !same {
+            let target = format!(
+                "{}://{}:{}",
+                next.scheme(),
+                next.host_str().unwrap_or(""),
+                next.port_or_known_default().unwrap_or(0)
+            );
+            return attempt.error(RedirectRefused(other_origin(status, &target)));
+        }
+        // `previous` holds the first URL and every one redirected to so far.
+        if attempt.previous().len() > MAX_REDIRECTS {
+            return attempt.error(RedirectRefused(too_many(status)));
+        }
+        attempt.follow()
+    })
+}
+
+/// A redirect the policy refused, carried through reqwest's error to [`Backend::send`].
+#[derive(Debug)]
+struct RedirectRefused(Failure);
+
+impl std::fmt::Display for RedirectRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for RedirectRefused {}
+
+/// The failure of a redirect the policy refused, if that is what `err` is.
+fn refused_redirect(err: &reqwest::Error) -> Option<Failure> {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = src {
+        if let Some(r) = e.downcast_ref::<RedirectRefused>() {
+            return Some(r.0.clone());
+        }
+        src = e.source();
+    }
+    None
 }
 
 impl Client<ReqwestBackend> {

@@ -12,6 +12,7 @@ use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::config::Config;
 use crate::h1::{BodyDecoder, H1Error, Head, encode_request, parse_head};
+use crate::redirect::{self, MAX_REDIRECTS, Origin};
 use crate::transport::{
     Backend, BoxFuture, Client, ClientError, HttpResponse, ServerAddr, transport_failure,
 };
@@ -29,7 +30,8 @@ const READ_BUF: usize = 32 * 1024;
 /// configured CA, client certificate, `insecure-skip-tls-verify` and `tls-server-name`.
 ///
 /// Idle connections are kept for reuse (up to four); a watch holds its connection until its
-/// stream is dropped. Proxies (`HTTPS_PROXY`, kubeconfig `proxy-url`) are not supported.
+/// stream is dropped. Redirects are followed as [`crate::redirect`] says: within the server's
+/// origin only. Proxies (`HTTPS_PROXY`, kubeconfig `proxy-url`) are not supported.
 pub struct SmolBackend {
     addr: ServerAddr,
     tls: Option<(futures_rustls::TlsConnector, ServerName<'static>)>,
@@ -189,91 +191,171 @@ impl BodyState {
             }
         }
     }
+
+    /// The next piece of the body: `None` once it is complete, an `Err` (after which the
+    /// state is spent) when it cannot be read.
+    async fn next_chunk(&mut self) -> Option<Result<Bytes, Failure>> {
+        loop {
+            if self.decoder.is_done() {
+                return None;
+            }
+            let from_pending = !self.pending.is_empty();
+            if !from_pending {
+                let io = self.io.as_mut()?;
+                self.read_buf.resize(READ_BUF, 0);
+                match io.read(&mut self.read_buf).await {
+                    Ok(0) => {
+                        self.io = None;
+                        return match self.decoder.eof() {
+                            Ok(()) => None,
+                            Err(e) => Some(Err(transport_failure("reading the body", &e))),
+                        };
+                    }
+                    Ok(n) => self.read_buf.truncate(n),
+                    Err(e) => return Some(Err(transport_failure("reading the body", &e))),
+                }
+            }
+            let data = if from_pending {
+                std::mem::take(&mut self.pending)
+            } else {
+                std::mem::take(&mut self.read_buf)
+            };
+            let decoded = self.decode(&data);
+            if !from_pending {
+                self.read_buf = data;
+            }
+            match decoded {
+                Ok(out) if out.is_empty() => continue,
+                Ok(out) => return Some(Ok(Bytes::from(out))),
+                Err(e) => return Some(Err(transport_failure("reading the body", &e))),
+            }
+        }
+    }
+
+    /// Done with a redirect answer: its body is discarded. The connection goes back to the
+    /// pool when the whole body has already arrived; otherwise it is closed rather than waited
+    /// on.
+    fn discard(mut self) {
+        if !self.decoder.is_done() && !self.pending.is_empty() {
+            let pending = std::mem::take(&mut self.pending);
+            let _ = self.decode(&pending);
+        }
+    }
+}
+
+impl SmolBackend {
+    /// Sends one request on a pooled or new connection (a pooled one that turns out closed is
+    /// replaced once) and reads the answer's head.
+    async fn round_trip(
+        &self,
+        method: &http::Method,
+        path_and_query: &str,
+        headers: &http::HeaderMap,
+        body: &[u8],
+    ) -> Result<(Head, BodyState), Failure> {
+        let wire = encode_request(method, path_and_query, &self.addr.authority, headers, body);
+        let (mut io, pooled) = match self.checkout() {
+            Some(c) => (c, true),
+            None => (self.connect().await?, false),
+        };
+        let (head, pending) = match exchange(&mut io, &wire, method).await {
+            Ok(x) => x,
+            Err(e) if pooled && e.nothing_received => {
+                io = self.connect().await?;
+                exchange(&mut io, &wire, method)
+                    .await
+                    .map_err(|e| e.failure)?
+            }
+            Err(e) => return Err(e.failure),
+        };
+        let mut state = BodyState {
+            io: Some(io),
+            decoder: BodyDecoder::new(head.framing),
+            pending,
+            read_buf: Vec::new(),
+            keep_alive: head.keep_alive,
+            idle: self.idle.clone(),
+        };
+        if state.decoder.is_done() {
+            state.keep_alive &= state.pending.is_empty();
+            state.release();
+        }
+        Ok((head, state))
+    }
+
+    /// The server's origin.
+    fn origin(&self) -> Origin {
+        Origin {
+            tls: self.addr.tls,
+            host: self.addr.host.clone(),
+            port: self.addr.port,
+        }
+    }
+
+    /// Where a redirect answer leads, when it is one to follow: the path and query to ask
+    /// next. A `Location` elsewhere than the server's origin is a failure.
+    fn redirect_target(
+        &self,
+        head: &Head,
+        path_and_query: &str,
+    ) -> Result<Option<String>, Failure> {
+        if !redirect::is_redirect(head.status) {
+            return Ok(None);
+        }
+        let Some(location) = head
+            .headers
+            .get(http::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+        else {
+            return Ok(None);
+        };
+        let scheme = if self.addr.tls { "https" } else { "http" };
+        let Ok(current) =
+            format!("{scheme}://{}{path_and_query}", self.addr.authority).parse::<http::Uri>()
+        else {
+            return Ok(None);
+        };
+        let Some((origin, next)) = redirect::resolve(&current, location) else {
+            return Ok(None);
+        };
+        if origin != self.origin() {
+            return Err(redirect::other_origin(head.status, &origin.to_string()));
+        }
+        Ok(Some(next))
+    }
 }
 
 impl Backend for SmolBackend {
     fn send(&self, request: http::Request<Bytes>) -> BoxFuture<'_, Result<HttpResponse, Failure>> {
         Box::pin(async move {
-            let (parts, body) = request.into_parts();
-            let pq = format!("{}{}", self.addr.path_prefix, parts.uri);
-            let wire = encode_request(
-                &parts.method,
-                &pq,
-                &self.addr.authority,
-                &parts.headers,
-                &body,
-            );
-            let (mut io, pooled) = match self.checkout() {
-                Some(c) => (c, true),
-                None => (self.connect().await?, false),
-            };
-            let (head, pending) = match exchange(&mut io, &wire, &parts.method).await {
-                Ok(x) => x,
-                Err(e) if pooled && e.nothing_received => {
-                    io = self.connect().await?;
-                    exchange(&mut io, &wire, &parts.method)
-                        .await
-                        .map_err(|e| e.failure)?
+            let (parts, mut body) = request.into_parts();
+            let mut method = parts.method;
+            let mut headers = parts.headers;
+            let mut pq = format!("{}{}", self.addr.path_prefix, parts.uri);
+            let mut redirects = 0;
+            let (head, state) = loop {
+                let (head, state) = self.round_trip(&method, &pq, &headers, &body).await?;
+                let Some(next) = self.redirect_target(&head, &pq)? else {
+                    break (head, state);
+                };
+                redirects += 1;
+                if redirects > MAX_REDIRECTS {
+                    return Err(redirect::too_many(head.status));
                 }
-                Err(e) => return Err(e.failure),
+                state.discard();
+                let (next_method, keep_body) = redirect::method_after(head.status, &method);
+                if !keep_body {
+                    body = Bytes::new();
+                    headers.remove(http::header::CONTENT_TYPE);
+                }
+                method = next_method;
+                pq = next;
             };
-            let mut state = BodyState {
-                io: Some(io),
-                decoder: BodyDecoder::new(head.framing),
-                pending,
-                read_buf: Vec::new(),
-                keep_alive: head.keep_alive,
-                idle: self.idle.clone(),
-            };
-            if state.decoder.is_done() {
-                state.keep_alive &= state.pending.is_empty();
-                state.release();
-            }
             let body = stream::unfold(Some(state), |st| async move {
                 let mut st = st?;
-                loop {
-                    if st.decoder.is_done() {
-                        return None;
-                    }
-                    let from_pending = !st.pending.is_empty();
-                    if !from_pending {
-                        let io = st.io.as_mut()?;
-                        st.read_buf.resize(READ_BUF, 0);
-                        match io.read(&mut st.read_buf).await {
-                            Ok(0) => {
-                                st.io = None;
-                                return match st.decoder.eof() {
-                                    Ok(()) => None,
-                                    Err(e) => {
-                                        Some((Err(transport_failure("reading the body", &e)), None))
-                                    }
-                                };
-                            }
-                            Ok(n) => st.read_buf.truncate(n),
-                            Err(e) => {
-                                return Some((
-                                    Err(transport_failure("reading the body", &e)),
-                                    None,
-                                ));
-                            }
-                        }
-                    }
-                    let data = if from_pending {
-                        std::mem::take(&mut st.pending)
-                    } else {
-                        std::mem::take(&mut st.read_buf)
-                    };
-                    let decoded = st.decode(&data);
-                    if !from_pending {
-                        st.read_buf = data;
-                    }
-                    match decoded {
-                        Ok(out) if out.is_empty() => continue,
-                        Ok(out) => return Some((Ok(Bytes::from(out)), Some(st))),
-                        Err(e) => {
-                            return Some((Err(transport_failure("reading the body", &e)), None));
-                        }
-                    }
+                match st.next_chunk().await? {
+                    Ok(chunk) => Some((Ok(chunk), Some(st))),
+                    Err(f) => Some((Err(f), None)),
                 }
             });
             Ok(HttpResponse {

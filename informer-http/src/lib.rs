@@ -11,6 +11,7 @@ pub mod backend;
 pub mod client;
 pub mod config;
 pub mod decode;
+pub mod redirect;
 pub mod request;
 pub mod resource;
 pub mod status;

@@ -1,6 +1,8 @@
 //! The rustls client configuration both backends use: the configured CA (or the system's
 //! roots), an optional client certificate, and verification on unless the configuration
-//! explicitly turns it off. The crypto provider is ring; there is no OpenSSL anywhere.
+//! explicitly turns it off. The crypto provider is ring, passed explicitly to every
+//! configuration built here: nothing depends on a process-wide default provider being
+//! installed (rustls panics, through reqwest, when none is). There is no OpenSSL anywhere.
 
 use std::sync::Arc;
 
@@ -22,6 +24,12 @@ pub fn provider() -> Arc<CryptoProvider> {
 ///
 /// `alpn` is the list of ALPN protocols to offer (e.g. `[b"http/1.1"]`).
 pub fn client_config(config: &Config, alpn: &[&[u8]]) -> Result<rustls::ClientConfig, ClientError> {
+    if config.insecure_skip_tls_verify && config.root_ca_pem.is_some() {
+        // As client-go: which of the two was meant cannot be known.
+        return Err(ClientError::Tls(
+            "specifying a root certificates file with the insecure flag is not allowed".into(),
+        ));
+    }
     let provider = provider();
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -66,8 +74,9 @@ pub fn client_config(config: &Config, alpn: &[&[u8]]) -> Result<rustls::ClientCo
             let certs = CertificateDer::pem_slice_iter(&id.cert_pem)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ClientError::Tls(format!("client certificate: {e}")))?;
-            let key = PrivateKeyDer::from_pem_slice(id.key_pem.expose())
-                .map_err(|e| ClientError::Tls(format!("client key: {e}")))?;
+            let key = PrivateKeyDer::from_pem_slice(id.key_pem.expose()).map_err(|e| {
+                ClientError::Tls(format!("client key: {}", crate::config::pem_error(&e)))
+            })?;
             builder
                 .with_client_auth_cert(certs, key)
                 .map_err(|e| ClientError::Tls(format!("client certificate: {e}")))?
@@ -76,6 +85,17 @@ pub fn client_config(config: &Config, alpn: &[&[u8]]) -> Result<rustls::ClientCo
     };
     tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(tls)
+}
+
+/// A TLS configuration for a client whose server is plain `http://`: no connection ever uses
+/// it, but an HTTP library that supports TLS wants one, and without it would look for the
+/// process-wide default provider (and panic when there is none). Trusts no root at all.
+pub fn plain_http_config() -> Result<rustls::ClientConfig, ClientError> {
+    Ok(rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ClientError::Tls(e.to_string()))?
+        .with_root_certificates(RootCertStore::empty())
+        .with_no_client_auth())
 }
 
 /// The server name to verify: `tls-server-name` when set, else the URL's host.
@@ -132,6 +152,35 @@ mod tests {
     use crate::config::{ClientIdentity, Secret};
 
     #[test]
+    fn a_ca_with_the_insecure_flag_is_refused() {
+        let mut cfg = Config::new("https://127.0.0.1:6443");
+        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        cfg.insecure_skip_tls_verify = true;
+        let e = client_config(&cfg, &[]).unwrap_err();
+        assert!(
+            matches!(&e, ClientError::Tls(m) if m.contains("insecure flag is not allowed")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn client_key_errors_do_not_quote_the_key() {
+        let mut cfg = Config::new("https://127.0.0.1:6443");
+        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        let key = b"-----BEGIN PRIVATE KEY-----\nKEYSECRETKEYSECRET!!\n-----END PRIVATE KEY-----\n";
+        cfg.client_identity = Some(ClientIdentity {
+            cert_pem: include_bytes!("../tests/data/client.crt").to_vec(),
+            key_pem: Secret::new(key.to_vec()),
+        });
+        let e = client_config(&cfg, &[]).unwrap_err();
+        // The PEM parser would quote the offending base64 symbol: the message is fixed text.
+        assert!(
+            matches!(&e, ClientError::Tls(m) if m == "client key: a PEM section is not valid base64"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
     fn builds_with_ca_client_cert_and_insecure() {
         let mut cfg = Config::new("https://127.0.0.1:6443");
         cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
@@ -144,6 +193,7 @@ mod tests {
         cfg.root_ca_pem = Some(b"junk".to_vec());
         assert!(client_config(&cfg, &[]).is_err());
         cfg.insecure_skip_tls_verify = true;
+        cfg.root_ca_pem = None;
         assert!(client_config(&cfg, &[]).is_ok());
         assert!(server_name(&cfg, "127.0.0.1").is_ok());
         assert!(server_name(&cfg, "[::1]").is_ok());

@@ -36,7 +36,7 @@ struct RawCluster {
     tls_server_name: Option<String>,
 }
 
-#[derive(Deserialize, Default, Clone, Debug)]
+#[derive(Deserialize, Default, Clone)]
 #[serde(default, rename_all = "kebab-case")]
 struct RawUser {
     token: Option<Secret<String>>,
@@ -50,6 +50,67 @@ struct RawUser {
     password: Option<Secret<String>>,
     exec: Option<serde_norway::Value>,
     auth_provider: Option<serde_norway::Value>,
+}
+
+/// Shows the user entry without any credential: tokens, password and key data are
+/// [`Secret`]s; of an `exec` plugin only its command (its `args` and `env` can carry tokens, as
+/// client-go also redacts them); of an `auth-provider` only its name (its `config` holds
+/// client secrets and tokens).
+impl std::fmt::Debug for RawUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawUser")
+            .field("token", &self.token)
+            .field("token_file", &self.token_file)
+            .field("client_certificate", &self.client_certificate)
+            .field(
+                "client_certificate_data",
+                &self.client_certificate_data.as_ref().map(|_| "<present>"),
+            )
+            .field("client_key", &self.client_key)
+            .field("client_key_data", &self.client_key_data)
+            .field("username", &self.username)
+            .field("password", &self.password)
+            .field("exec", &self.exec.as_ref().map(ExecDebug))
+            .field(
+                "auth_provider",
+                &self.auth_provider.as_ref().map(AuthProviderDebug),
+            )
+            .finish()
+    }
+}
+
+const REDACTED: &str = "<redacted>";
+
+/// A scalar of a plugin section, shown only when it is a string.
+fn plugin_str<'a>(v: &'a serde_norway::Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(serde_norway::Value::as_str)
+}
+
+/// An `exec` section: `command` and `apiVersion` shown, `args` and `env` redacted.
+struct ExecDebug<'a>(&'a serde_norway::Value);
+
+impl std::fmt::Debug for ExecDebug<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let present = |key: &str| self.0.get(key).map(|_| REDACTED);
+        f.debug_struct("Exec")
+            .field("command", &plugin_str(self.0, "command"))
+            .field("api_version", &plugin_str(self.0, "apiVersion"))
+            .field("args", &present("args"))
+            .field("env", &present("env"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// An `auth-provider` section: `name` shown, `config` redacted.
+struct AuthProviderDebug<'a>(&'a serde_norway::Value);
+
+impl std::fmt::Debug for AuthProviderDebug<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthProvider")
+            .field("name", &plugin_str(self.0, "name"))
+            .field("config", &self.0.get("config").map(|_| REDACTED))
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Deserialize, Default, Clone, Debug)]
@@ -293,6 +354,19 @@ impl Kubeconfig {
         })?;
         let mut cfg = Config::new(server);
         cfg.insecure_skip_tls_verify = c.insecure_skip_tls_verify.unwrap_or(false);
+        let has_ca = c
+            .certificate_authority_data
+            .as_deref()
+            .is_some_and(|d| !d.trim().is_empty())
+            || c.certificate_authority
+                .as_deref()
+                .is_some_and(|p| !p.is_empty());
+        if cfg.insecure_skip_tls_verify && has_ca {
+            return Err(ConfigError::InsecureWithCertificateAuthority {
+                path: cfile.clone(),
+                cluster: cluster_name.clone(),
+            });
+        }
         cfg.tls_server_name = c.tls_server_name.clone().filter(|s| !s.is_empty());
         cfg.root_ca_pem = load(
             cfile,
@@ -376,7 +450,18 @@ impl Kubeconfig {
             &ufield("client-key"),
             u.client_key_data.as_ref().map(|k| k.expose().as_str()),
             u.client_key.as_deref(),
-        )?;
+        )
+        .map_err(|e| match e {
+            // The base64 decoder's message quotes the offending symbol: not for key data.
+            ConfigError::InvalidField { path, field, .. } if field.ends_with("-data") => {
+                ConfigError::InvalidField {
+                    path,
+                    field,
+                    message: "not base64 (the value is not shown)".into(),
+                }
+            }
+            e => e,
+        })?;
         match (cert, key) {
             (None, None) => {}
             (Some(_), None) => {

@@ -44,8 +44,13 @@ impl<T> fmt::Debug for Secret<T> {
 }
 
 impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Secret<T> {
+    /// Deserializes the value; an error does not repeat what was found (deserializers quote
+    /// an unexpected scalar in their messages, and this one is a secret).
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        T::deserialize(d).map(Secret)
+        use serde::de::Error as _;
+        T::deserialize(d)
+            .map(Secret)
+            .map_err(|_| D::Error::custom("invalid value (not shown: it is a credential)"))
     }
 }
 
@@ -70,8 +75,9 @@ pub enum Auth {
     },
 }
 
-/// A client certificate and its private key, both PEM.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A client certificate and its private key, both PEM. `Debug` shows neither (the key is a
+/// [`Secret`], the certificate only as its size).
+#[derive(Clone, PartialEq, Eq)]
 pub struct ClientIdentity {
     /// The certificate chain, PEM.
     pub cert_pem: Vec<u8>,
@@ -79,8 +85,29 @@ pub struct ClientIdentity {
     pub key_pem: Secret<Vec<u8>>,
 }
 
+impl fmt::Debug for ClientIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientIdentity")
+            .field("cert_pem", &Bytes(self.cert_pem.len()))
+            .field("key_pem", &self.key_pem)
+            .finish()
+    }
+}
+
+/// Shows a byte string as its length.
+struct Bytes(usize);
+
+impl fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<{} bytes>", self.0)
+    }
+}
+
 /// Everything needed to reach one API server as one user.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// `Debug` shows no credential: tokens, passwords and the client key are [`Secret`]s, PEM data
+/// appears as its size.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Config {
     /// The server's base URL, e.g. `https://127.0.0.1:6443` (no trailing slash).
@@ -97,6 +124,23 @@ pub struct Config {
     pub client_identity: Option<ClientIdentity>,
     /// The namespace of the context (or the service account), `default` when unset.
     pub default_namespace: String,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("server", &self.server)
+            .field(
+                "root_ca_pem",
+                &self.root_ca_pem.as_ref().map(|p| Bytes(p.len())),
+            )
+            .field("insecure_skip_tls_verify", &self.insecure_skip_tls_verify)
+            .field("tls_server_name", &self.tls_server_name)
+            .field("auth", &self.auth)
+            .field("client_identity", &self.client_identity)
+            .field("default_namespace", &self.default_namespace)
+            .finish()
+    }
 }
 
 impl Config {
@@ -232,6 +276,15 @@ pub enum ConfigError {
         /// The field, e.g. `users[gke].user.exec`.
         field: String,
     },
+    /// A cluster gives a certificate authority (`certificate-authority` or
+    /// `certificate-authority-data`) and also `insecure-skip-tls-verify: true`: which one was
+    /// meant is unknowable, so the configuration is refused, as kubectl refuses it.
+    InsecureWithCertificateAuthority {
+        /// The kubeconfig file defining the cluster.
+        path: PathBuf,
+        /// The cluster's name.
+        cluster: String,
+    },
     /// In-cluster configuration asked for outside a pod: an environment variable is unset.
     MissingEnv {
         /// The variable, e.g. `KUBERNETES_SERVICE_HOST`.
@@ -261,6 +314,13 @@ impl fmt::Display for ConfigError {
             ConfigError::Unsupported { path, field } => write!(
                 f,
                 "{}: {field}: credential plugins are not supported",
+                path.display()
+            ),
+            ConfigError::InsecureWithCertificateAuthority { path, cluster } => write!(
+                f,
+                "{}: clusters[{cluster}].cluster: specifying a root certificates file with the \
+                 insecure flag is not allowed: remove certificate-authority(-data) or \
+                 insecure-skip-tls-verify",
                 path.display()
             ),
             ConfigError::MissingEnv { var } => {
@@ -294,13 +354,27 @@ pub(crate) fn check_certs(pem: &[u8]) -> Result<usize, String> {
     Ok(n)
 }
 
-/// Checks that `pem` holds a private key.
+/// Checks that `pem` holds a private key. The message never quotes the key.
 pub(crate) fn check_key(pem: &[u8]) -> Result<(), String> {
     use rustls_pki_types::PrivateKeyDer;
     use rustls_pki_types::pem::PemObject;
     PrivateKeyDer::from_pem_slice(pem)
         .map(|_| ())
-        .map_err(|e| format!("no usable PEM private key: {e}"))
+        .map_err(|e| format!("no usable PEM private key: {}", pem_error(&e)))
+}
+
+/// What is wrong with a PEM private key, without any of its content (the PEM parser's own
+/// messages quote lines and base64 symbols of the input).
+pub(crate) fn pem_error(e: &rustls_pki_types::pem::Error) -> &'static str {
+    use rustls_pki_types::pem::Error;
+    match e {
+        Error::MissingSectionEnd { .. } => "a PEM section has no END line",
+        Error::IllegalSectionStart { .. } => "a PEM BEGIN line is malformed",
+        Error::Base64Decode(_) => "a PEM section is not valid base64",
+        Error::NoItemsFound => "no private key found",
+        Error::SectionTooLarge => "a PEM section is too large",
+        _ => "unreadable PEM",
+    }
 }
 
 #[cfg(test)]

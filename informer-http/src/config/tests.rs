@@ -408,3 +408,203 @@ fn in_cluster_from_a_temp_dir() {
         Err(ConfigError::Io { path, .. }) if path.ends_with("token")
     ));
 }
+
+/// A kubeconfig with a distinctive secret in every credential field kubeconfig has: none of
+/// them shows in the `Debug` of the kubeconfig, of the configurations and clients built from
+/// it, nor in any error it leads to.
+#[test]
+fn no_credential_reaches_debug_or_errors() {
+    // The private key's base64 body: secret too (the certificate is not).
+    let key_body: Vec<&str> = CLIENT_KEY
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
+    let secrets: Vec<String> = [
+        "SECRET-TOKEN-0001",
+        "SECRET-PASSWORD-0002",
+        "SECRET-CLIENT-SECRET-0003",
+        "SECRET-ID-TOKEN-0004",
+        "SECRET-REFRESH-TOKEN-0005",
+        "SECRET-EXEC-ARG-0006",
+        "SECRET-EXEC-ENV-0007",
+        "SECRET-BAD-KEY-DATA-0008",
+        "SECRET-NESTED-TOKEN-0009",
+        "SECRET-AP-ACCESS-TOKEN-0010",
+        "SECRET-NUMERIC-LOOKALIKE-0011",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain(key_body.iter().map(|l| l.to_string()))
+    .chain([b64(CLIENT_KEY)])
+    .collect();
+    let text = format!(
+        "apiVersion: v1
+kind: Config
+current-context: token
+clusters:
+- name: c1
+  cluster:
+    server: https://10.0.0.1:6443
+    certificate-authority-data: {ca}
+- name: both
+  cluster:
+    server: https://10.0.0.2:6443
+    certificate-authority-data: {ca}
+    insecure-skip-tls-verify: true
+users:
+- name: token
+  user:
+    token: SECRET-TOKEN-0001
+    client-certificate-data: {crt}
+    client-key-data: {key}
+- name: basic
+  user:
+    username: admin
+    password: SECRET-PASSWORD-0002
+- name: oidc
+  user:
+    auth-provider:
+      name: oidc
+      config:
+        client-id: kubernetes
+        client-secret: SECRET-CLIENT-SECRET-0003
+        id-token: SECRET-ID-TOKEN-0004
+        refresh-token: SECRET-REFRESH-TOKEN-0005
+        idp-issuer-url: https://issuer.example
+- name: gcp
+  user:
+    auth-provider:
+      name: gcp
+      config:
+        access-token: SECRET-AP-ACCESS-TOKEN-0010
+- name: exec
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: get-token
+      args: [\"--token=SECRET-EXEC-ARG-0006\"]
+      env:
+      - name: TOKEN
+        value: SECRET-EXEC-ENV-0007
+- name: badkey
+  user:
+    client-certificate-data: {crt}
+    client-key-data: SECRET-BAD-KEY-DATA-0008!!
+contexts:
+- {{name: token, context: {{cluster: c1, user: token}}}}
+- {{name: basic, context: {{cluster: c1, user: basic}}}}
+- {{name: oidc, context: {{cluster: c1, user: oidc}}}}
+- {{name: gcp, context: {{cluster: c1, user: gcp}}}}
+- {{name: exec, context: {{cluster: c1, user: exec}}}}
+- {{name: badkey, context: {{cluster: c1, user: badkey}}}}
+- {{name: both, context: {{cluster: both, user: token}}}}
+",
+        ca = b64(CA),
+        crt = b64(CLIENT_CRT),
+        key = b64(CLIENT_KEY),
+    );
+    let assert_clean = |what: &str, shown: &str| {
+        for s in &secrets {
+            assert!(!shown.contains(s.as_str()), "{what} shows {s:?}:\n{shown}");
+        }
+    };
+    let k = Kubeconfig::from_yaml("/kube/config", &text).unwrap();
+    assert_clean("Kubeconfig Debug", &format!("{k:?}"));
+    assert_clean("Kubeconfig Debug (alternate)", &format!("{k:#?}"));
+    // What is not secret still shows: the plugin's command and the provider's name.
+    let dbg = format!("{k:?}");
+    assert!(
+        dbg.contains("get-token") && dbg.contains("oidc") && dbg.contains("admin"),
+        "{dbg}"
+    );
+
+    let mut configs = Vec::new();
+    let mut errors = Vec::new();
+    for ctx in ["token", "basic", "oidc", "gcp", "exec", "badkey", "both"] {
+        match k.config(Some(ctx)) {
+            Ok(cfg) => configs.push(cfg),
+            Err(e) => errors.push(e),
+        }
+    }
+    assert_eq!((configs.len(), errors.len()), (2, 5), "{errors:?}");
+    assert_eq!(
+        configs[0].auth,
+        Auth::Token(Secret::new("SECRET-TOKEN-0001".into()))
+    );
+    assert!(
+        matches!(&configs[1].auth, Auth::Basic { password, .. } if password.expose() == "SECRET-PASSWORD-0002")
+    );
+    for cfg in &configs {
+        assert_clean("Config Debug", &format!("{cfg:?}"));
+        assert_clean("Config Debug (alternate)", &format!("{cfg:#?}"));
+        #[cfg(feature = "smol")]
+        {
+            let c = crate::Client::smol(cfg.clone()).unwrap();
+            assert_clean("smol Client Debug", &format!("{c:?} {c:#?}"));
+        }
+        #[cfg(feature = "tokio")]
+        {
+            let c = crate::Client::reqwest(cfg.clone()).unwrap();
+            assert_clean("reqwest Client Debug", &format!("{c:?} {c:#?}"));
+        }
+    }
+    for e in &errors {
+        assert_clean("ConfigError", &format!("{e} {e:?} {e:#?}"));
+    }
+
+    // Parse errors: a credential of the wrong type, and a file broken elsewhere.
+    for broken in [
+        "users:\n- name: u\n  user:\n    token: {nested: SECRET-NESTED-TOKEN-0009}\n".to_string(),
+        "users:\n- name: u\n  user:\n    password: [SECRET-NUMERIC-LOOKALIKE-0011]\n".to_string(),
+        format!("{text}\nclusters: [ {{name: x\n"),
+        text.replace(
+            "insecure-skip-tls-verify: true",
+            "insecure-skip-tls-verify: maybe",
+        ),
+    ] {
+        let e = Kubeconfig::from_yaml("/kube/config", &broken).unwrap_err();
+        assert!(matches!(e, ConfigError::Parse { .. }), "{e:?}");
+        assert_clean("Parse error", &format!("{e} {e:?}"));
+    }
+}
+
+/// client-go refuses a cluster with a certificate authority and `insecure-skip-tls-verify`
+/// ("specifying a root certificates file with the insecure flag is not allowed"): so does
+/// this crate, naming the file and the cluster.
+#[test]
+fn a_certificate_authority_with_the_insecure_flag_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "ca.crt", CA);
+    for ca in [
+        format!("    certificate-authority-data: {}\n", b64(CA)),
+        "    certificate-authority: ca.crt\n".to_string(),
+    ] {
+        let text = single(
+            &format!("    server: https://10.0.0.1:6443\n{ca}    insecure-skip-tls-verify: true\n"),
+            "    token: t\n",
+            "",
+        );
+        let p = write(dir.path(), "config", &text);
+        let e = Config::from_kubeconfig_file(&p, None).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::InsecureWithCertificateAuthority { path, cluster } if *path == p && cluster == "c1"),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("clusters[c1]") && msg.contains("insecure flag is not allowed"),
+            "{msg}"
+        );
+    }
+    // `insecure-skip-tls-verify: false` with a CA, or `true` alone, are fine.
+    let text = single(
+        &format!(
+            "    server: https://10.0.0.1:6443\n    certificate-authority-data: {}\n    insecure-skip-tls-verify: false\n",
+            b64(CA)
+        ),
+        "    token: t\n",
+        "",
+    );
+    let p = write(dir.path(), "config", &text);
+    assert!(Config::from_kubeconfig_file(&p, None).is_ok());
+}

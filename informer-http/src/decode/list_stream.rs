@@ -117,9 +117,11 @@ enum Target {
 /// well-formed), [`DecodeError::Malformed`] for a body that is not a JSON object, is not valid
 /// JSON, has trailing bytes or ends early.
 ///
-/// Everything outside the items is checked byte by byte as JSON; an item's end is found by
-/// counting brackets outside strings, and the item itself is then checked by `serde_json` as
-/// it decodes it.
+/// Everything outside the items is checked byte by byte as JSON, as strictly as `serde_json`
+/// parses a `serde_json::Value`, even where nothing is kept: strings must be valid UTF-8 with
+/// paired surrogate escapes, numbers within `f64` range. An item's end is found by counting
+/// brackets outside strings; the item must be UTF-8 and is then checked by `serde_json` as it
+/// decodes it.
 ///
 /// ```
 /// use informer_http::decode::ListDecoder;
@@ -158,8 +160,16 @@ pub struct ListDecoder<K> {
     seen_kind: bool,
     /// The first item that did not decode; the rest of the body is still checked.
     item_error: Option<DecodeError>,
-    /// Some item is not valid UTF-8.
-    non_utf8_item: bool,
+    /// UTF-8 validation of the string being scanned (outside the items).
+    utf8: Utf8Tail,
+    /// The `\u` escape being read, its hex digits so far.
+    unicode: u16,
+    /// The last escape was a leading surrogate: a `\u` escape of a trailing one must follow.
+    high_surrogate: bool,
+    /// The number being scanned outside the items, kept to check its range at its end.
+    num: Vec<u8>,
+    /// `num` is being filled.
+    num_check: bool,
     /// A fatal error: every later call returns it.
     error: Option<DecodeError>,
     /// Bytes fed so far.
@@ -175,6 +185,56 @@ impl<K: DeserializeOwned> Default for ListDecoder<K> {
 fn malformed(message: impl Into<String>) -> DecodeError {
     DecodeError::Malformed {
         message: message.into(),
+    }
+}
+
+/// UTF-8 validation of a string whose bytes arrive in pieces, without allocating: a multi-byte
+/// character cut by a chunk boundary is kept (at most three bytes) until the rest arrives.
+#[derive(Clone, Copy, Debug, Default)]
+struct Utf8Tail {
+    held: [u8; 4],
+    len: u8,
+}
+
+impl Utf8Tail {
+    /// Checks `bytes`, which continue the string's plain bytes checked so far.
+    fn feed(&mut self, mut bytes: &[u8]) -> bool {
+        if self.len > 0 {
+            let width = match self.held[0] {
+                0xC0..=0xDF => 2,
+                0xE0..=0xEF => 3,
+                _ => 4,
+            };
+            while usize::from(self.len) < width {
+                let Some((&b, rest)) = bytes.split_first() else {
+                    return true;
+                };
+                self.held[usize::from(self.len)] = b;
+                self.len += 1;
+                bytes = rest;
+            }
+            self.len = 0;
+            if std::str::from_utf8(&self.held[..width]).is_err() {
+                return false;
+            }
+        }
+        match std::str::from_utf8(bytes) {
+            Ok(_) => true,
+            // Only cut short: the start of a character that goes on in the next piece.
+            Err(e) if e.error_len().is_none() => {
+                let tail = &bytes[e.valid_up_to()..];
+                self.held[..tail.len()].copy_from_slice(tail);
+                self.len = tail.len() as u8;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The plain bytes end (an escape, the closing quote or a control byte follows): no
+    /// character may be left unfinished.
+    fn end(&mut self) -> bool {
+        std::mem::take(&mut self.len) == 0
     }
 }
 
@@ -203,7 +263,11 @@ impl<K: DeserializeOwned> ListDecoder<K> {
             kind: Ok(None),
             seen_kind: false,
             item_error: None,
-            non_utf8_item: false,
+            utf8: Utf8Tail::default(),
+            unicode: 0,
+            high_surrogate: false,
+            num: Vec::new(),
+            num_check: false,
             error: None,
             fed: 0,
         }
@@ -257,9 +321,6 @@ impl<K: DeserializeOwned> ListDecoder<K> {
             )));
         }
         if let Some(mut err) = self.item_error {
-            if self.non_utf8_item {
-                return Err(malformed("list item is not valid UTF-8"));
-            }
             let Ok(list_kind) = self.kind else {
                 return Err(malformed("list kind is not a string"));
             };
@@ -289,7 +350,32 @@ impl<K: DeserializeOwned> ListDecoder<K> {
         self.error = Some(e);
         self.items = Vec::new();
         self.buf = Vec::new();
+        self.num = Vec::new();
         self.capture = None;
+    }
+
+    /// Whether the scanner is inside a (scalar) item: its strings and numbers are checked by
+    /// `serde_json` as it decodes the item, not here.
+    fn in_item(&self) -> bool {
+        self.capture.is_some_and(|c| c.role == Target::Item)
+    }
+
+    /// One more byte of the number being scanned.
+    fn num_byte(&mut self, b: u8) {
+        if self.num_check {
+            self.num.push(b);
+        }
+    }
+
+    /// A number outside the items ended: it must be one `serde_json` can hold (`1e400` is
+    /// not), as a `serde_json::Value` would have to.
+    fn number_end(&mut self) -> Result<(), DecodeError> {
+        if std::mem::take(&mut self.num_check)
+            && serde_json::from_slice::<serde_json::Number>(&self.num).is_err()
+        {
+            return Err(malformed("number out of range"));
+        }
+        Ok(())
     }
 
     /// A value starts at `chunk[i]` (its first byte `b`), at the current depth.
@@ -355,22 +441,21 @@ impl<K: DeserializeOwned> ListDecoder<K> {
     fn captured(&mut self, role: Target, bytes: &[u8]) -> Result<(), DecodeError> {
         match role {
             Target::Item => {
-                // The previous decoder read the items as raw JSON text when one did not decode,
-                // so a list with an undecodable item and an item that is not UTF-8 (which the
-                // item type may ignore) is reported as broken, not as the item.
-                let text = std::str::from_utf8(bytes);
-                self.non_utf8_item |= text.is_err();
+                // JSON text is UTF-8: an item that is not is a broken body, even where the item
+                // type would ignore the bytes at fault (serde_json skips ignored strings
+                // unchecked).
+                let Ok(text) = std::str::from_utf8(bytes) else {
+                    return Err(malformed("list item is not valid UTF-8"));
+                };
                 if self.item_error.is_some() {
                     return check_syntax(bytes);
                 }
-                match serde_json::from_slice::<K>(bytes) {
+                // Already known to be UTF-8: `from_str` does not check it again.
+                match serde_json::from_str::<K>(text) {
                     Ok(obj) => self.items.push(Arc::new(obj)),
                     Err(e) => {
                         check_syntax(bytes)?;
-                        self.item_error = Some(match text {
-                            Ok(raw) => object_error(None, raw, e),
-                            Err(_) => malformed("list item is not valid UTF-8"),
-                        });
+                        self.item_error = Some(object_error(None, text, e));
                         self.items = Vec::new();
                     }
                 }
@@ -523,6 +608,17 @@ impl<K: DeserializeOwned> ListDecoder<K> {
                     if top_key {
                         self.key.extend_from_slice(&rest[..n]);
                     }
+                    let strict = !self.in_item();
+                    if strict {
+                        if self.high_surrogate
+                            && (n > 0 || rest.get(n).is_some_and(|&c| c != b'\\'))
+                        {
+                            return Err(malformed("lone leading surrogate in a \\u escape"));
+                        }
+                        if !self.utf8.feed(&rest[..n]) || (n < rest.len() && !self.utf8.end()) {
+                            return Err(malformed("string is not valid UTF-8"));
+                        }
+                    }
                     i += n;
                     let Some(&c) = chunk.get(i) else {
                         break;
@@ -552,11 +648,17 @@ impl<K: DeserializeOwned> ListDecoder<K> {
                     continue;
                 }
                 State::Escape { key } => {
+                    if self.high_surrogate && b != b'u' {
+                        return Err(malformed("lone leading surrogate in a \\u escape"));
+                    }
                     self.state = match b {
                         b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
                             State::Str { key }
                         }
-                        b'u' => State::Unicode { key, left: 4 },
+                        b'u' => {
+                            self.unicode = 0;
+                            State::Unicode { key, left: 4 }
+                        }
                         _ => return Err(malformed("invalid escape in a string")),
                     };
                     if key && self.stack.len() == 1 {
@@ -564,11 +666,20 @@ impl<K: DeserializeOwned> ListDecoder<K> {
                     }
                 }
                 State::Unicode { key, left } => {
-                    if !b.is_ascii_hexdigit() {
+                    let Some(digit) = (b as char).to_digit(16) else {
                         return Err(malformed("invalid \\u escape in a string"));
-                    }
+                    };
                     if key && self.stack.len() == 1 {
                         self.key.push(b);
+                    }
+                    self.unicode = self.unicode << 4 | digit as u16;
+                    if left == 1 && !self.in_item() {
+                        // As serde_json reads a string it keeps: surrogates come in pairs.
+                        let trailing = (0xDC00..=0xDFFF).contains(&self.unicode);
+                        if std::mem::take(&mut self.high_surrogate) != trailing {
+                            return Err(malformed("unpaired surrogate in a \\u escape"));
+                        }
+                        self.high_surrogate = (0xD800..=0xDBFF).contains(&self.unicode);
                     }
                     self.state = if left == 1 {
                         State::Str { key }
@@ -636,9 +747,7 @@ impl<K: DeserializeOwned> ListDecoder<K> {
                         continue;
                     }
                     self.value_start(b, i)?;
-                    if matches!(b, b'{' | b'[')
-                        && self.capture.is_some_and(|c| c.role == Target::Item)
-                    {
+                    if matches!(b, b'{' | b'[') && self.in_item() {
                         self.item_depth = 1;
                         self.state = State::Item;
                         i += 1;
@@ -648,9 +757,18 @@ impl<K: DeserializeOwned> ListDecoder<K> {
                         b'{' => self.push(true)?,
                         b'[' => self.push(false)?,
                         b'"' => self.state = State::Str { key: false },
-                        b'-' => self.state = State::NumMinus,
-                        b'0' => self.state = State::NumZero,
-                        b'1'..=b'9' => self.state = State::NumInt,
+                        b'-' | b'0'..=b'9' => {
+                            self.state = match b {
+                                b'-' => State::NumMinus,
+                                b'0' => State::NumZero,
+                                _ => State::NumInt,
+                            };
+                            self.num_check = !self.in_item();
+                            if self.num_check {
+                                self.num.clear();
+                                self.num.push(b);
+                            }
+                        }
                         b't' => {
                             self.state = State::Literal {
                                 word: b"true",
@@ -682,24 +800,36 @@ impl<K: DeserializeOwned> ListDecoder<K> {
                         self.state = State::Literal { word, at: at + 1 };
                     }
                 }
-                State::NumMinus => match b {
-                    b'0' => self.state = State::NumZero,
-                    b'1'..=b'9' => self.state = State::NumInt,
-                    _ => return Err(malformed("invalid number")),
-                },
-                State::NumDot => match b {
-                    b'0'..=b'9' => self.state = State::NumFrac,
-                    _ => return Err(malformed("invalid number")),
-                },
-                State::NumExp => match b {
-                    b'+' | b'-' => self.state = State::NumExpSign,
-                    b'0'..=b'9' => self.state = State::NumExpDigits,
-                    _ => return Err(malformed("invalid number")),
-                },
-                State::NumExpSign => match b {
-                    b'0'..=b'9' => self.state = State::NumExpDigits,
-                    _ => return Err(malformed("invalid number")),
-                },
+                State::NumMinus => {
+                    match b {
+                        b'0' => self.state = State::NumZero,
+                        b'1'..=b'9' => self.state = State::NumInt,
+                        _ => return Err(malformed("invalid number")),
+                    }
+                    self.num_byte(b);
+                }
+                State::NumDot => {
+                    match b {
+                        b'0'..=b'9' => self.state = State::NumFrac,
+                        _ => return Err(malformed("invalid number")),
+                    }
+                    self.num_byte(b);
+                }
+                State::NumExp => {
+                    match b {
+                        b'+' | b'-' => self.state = State::NumExpSign,
+                        b'0'..=b'9' => self.state = State::NumExpDigits,
+                        _ => return Err(malformed("invalid number")),
+                    }
+                    self.num_byte(b);
+                }
+                State::NumExpSign => {
+                    match b {
+                        b'0'..=b'9' => self.state = State::NumExpDigits,
+                        _ => return Err(malformed("invalid number")),
+                    }
+                    self.num_byte(b);
+                }
                 State::NumZero | State::NumInt | State::NumFrac | State::NumExpDigits => {
                     match (self.state, b) {
                         (State::NumInt, b'0'..=b'9') => {}
@@ -711,10 +841,12 @@ impl<K: DeserializeOwned> ListDecoder<K> {
                         }
                         _ => {
                             // The number ended before this byte; read it again as what follows.
+                            self.number_end()?;
                             self.after_value(chunk, i)?;
                             continue;
                         }
                     }
+                    self.num_byte(b);
                 }
             }
             i += 1;
