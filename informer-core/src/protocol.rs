@@ -178,6 +178,10 @@ pub enum Failure {
     /// A watch line or a list body could not be decoded: the watch ends (so the informer never
     /// moves past a change it did not apply) and, after a backoff, the informer relists.
     Decode(DecodeFailure),
+    /// A redirect the client does not follow: to another origin (credentials are only ever sent
+    /// to the configured server), or one too many. `status.code` is the 3xx answer and
+    /// `status.reason` says which (`RedirectToOtherOrigin`, `TooManyRedirects`).
+    Redirect(Status),
     /// An object the informer cannot key (an empty name, or a `/` in its name or namespace,
     /// which Kubernetes never issues): it is not stored, and the error says which.
     InvalidObject(String),
@@ -225,6 +229,7 @@ impl Failure {
             | Failure::Unauthorized(s)
             | Failure::Forbidden(s)
             | Failure::StreamingListUnsupported(s)
+            | Failure::Redirect(s)
             | Failure::Other(s) => Some(s),
             Failure::ConnectionRefused(_)
             | Failure::ConnectionClosed(_)
@@ -262,6 +267,7 @@ impl Failure {
             Failure::HungWatch => "hung_watch",
             Failure::ListTimeout => "list_timeout",
             Failure::Decode(_) => "decode",
+            Failure::Redirect(_) => "redirect",
             Failure::InvalidObject(_) => "invalid_object",
             Failure::Other(_) => "other",
         }
@@ -277,6 +283,7 @@ impl fmt::Display for Failure {
             Failure::Unauthorized(s) => ("unauthorized", s),
             Failure::Forbidden(s) => ("forbidden", s),
             Failure::StreamingListUnsupported(s) => ("streaming list unsupported", s),
+            Failure::Redirect(s) => ("redirect not followed", s),
             Failure::Other(s) => ("request failed", s),
             Failure::ConnectionRefused(m) => return write!(f, "connection refused: {m}"),
             Failure::ConnectionClosed(m) => return write!(f, "connection closed: {m}"),

@@ -1,7 +1,7 @@
 //! Redirects, the same way on every backend: followed only within the configured server's
 //! origin (scheme, host and port), at most [`MAX_REDIRECTS`] times, with the request's
 //! credentials kept. A redirect elsewhere is not followed (credentials are never sent to
-//! another origin): the request fails with reason [`REASON_REDIRECT_TO_OTHER_ORIGIN`]; too
+//! another origin): the request fails with `Failure::Redirect`, reason [`REASON_REDIRECT_TO_OTHER_ORIGIN`]; too
 //! long a chain fails with reason [`REASON_TOO_MANY_REDIRECTS`].
 //!
 //! kube-apiserver itself does not redirect; proxies and load balancers in front of it can.
@@ -11,10 +11,10 @@ use informer_core::protocol::{Failure, Status};
 /// Most redirects followed for one request (as reqwest's and Go's default limit).
 pub const MAX_REDIRECTS: usize = 10;
 
-/// The `reason` of the [`Failure::Other`] for a redirect to another origin: not followed.
+/// The `reason` of the [`Failure::Redirect`] for a redirect to another origin: not followed.
 pub const REASON_REDIRECT_TO_OTHER_ORIGIN: &str = "RedirectToOtherOrigin";
 
-/// The `reason` of the [`Failure::Other`] for a request redirected more than
+/// The `reason` of the [`Failure::Redirect`] for a request redirected more than
 /// [`MAX_REDIRECTS`] times.
 pub const REASON_TOO_MANY_REDIRECTS: &str = "TooManyRedirects";
 
@@ -94,7 +94,7 @@ impl std::fmt::Display for Origin {
 /// The failure for a redirect (answer `status`) to `target`, another origin. Names the origin
 /// only: the path and query of the `Location` may carry tokens.
 pub fn other_origin(status: http::StatusCode, target: &str) -> Failure {
-    Failure::Other(Status {
+    Failure::Redirect(Status {
         code: status.as_u16(),
         reason: REASON_REDIRECT_TO_OTHER_ORIGIN.to_string(),
         message: format!(
@@ -108,7 +108,7 @@ pub fn other_origin(status: http::StatusCode, target: &str) -> Failure {
 
 /// The failure for a redirect (answer `status`) past [`MAX_REDIRECTS`].
 pub fn too_many(status: http::StatusCode) -> Failure {
-    Failure::Other(Status {
+    Failure::Redirect(Status {
         code: status.as_u16(),
         reason: REASON_TOO_MANY_REDIRECTS.to_string(),
         message: format!("more than {MAX_REDIRECTS} redirects"),

@@ -92,7 +92,7 @@ async fn cases<B: Backend>(name: &str, client: &Client<B>, server: &Server, othe
     ] {
         let before = server.seen().len();
         let f = get(client, path).await.unwrap_err();
-        let Failure::Other(s) = &f else {
+        let Failure::Redirect(s) = &f else {
             panic!("[{name}] {path}: {f:?}")
         };
         assert_eq!(
@@ -118,7 +118,7 @@ async fn cases<B: Backend>(name: &str, client: &Client<B>, server: &Server, othe
     let before = server.seen().len();
     let f = get(client, "/loop/0").await.unwrap_err();
     assert!(
-        matches!(&f, Failure::Other(s) if s.reason == REASON_TOO_MANY_REDIRECTS && s.code == 302),
+        matches!(&f, Failure::Redirect(s) if s.reason == REASON_TOO_MANY_REDIRECTS && s.code == 302),
         "[{name}] {f:?}"
     );
     let loops: Vec<String> = server.seen()[before..]
