@@ -31,6 +31,7 @@ pub mod protocol;
 pub mod raw;
 pub mod reflector;
 pub mod rng;
+pub mod selector;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod string_map;
@@ -44,5 +45,6 @@ pub use pipeline::Pipeline;
 pub use processor::{HandlerId, Notification, Processor};
 pub use raw::RawFields;
 pub use reflector::{Reflector, ReflectorConfig};
+pub use selector::{Labels, Selector, SelectorError};
 pub use string_map::StringMap;
 pub use time::Instant;
