@@ -189,6 +189,16 @@ impl<'a> KeyRef<'a> {
     }
 }
 
+impl fmt::Display for KeyRef<'_> {
+    /// `namespace/name`, or `name` when cluster-scoped: the same text as the [`Key`].
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.namespace {
+            Some(ns) => write!(f, "{ns}/{}", self.name),
+            None => f.write_str(self.name),
+        }
+    }
+}
+
 impl KeyRef<'_> {
     /// Length of the joined key.
     fn joined_len(&self) -> usize {
@@ -542,6 +552,12 @@ mod tests {
         assert_eq!(k.namespace(), Some("kube-system"));
         assert_eq!(k.name(), "coredns");
         assert_eq!(Key::parse("n1").namespace(), None);
+        assert_eq!(
+            alloc::format!("{}", KeyRef::new(Some("default"), "cm")),
+            "default/cm"
+        );
+        assert_eq!(alloc::format!("{}", KeyRef::new(Some(""), "n")), "n");
+        assert_eq!(alloc::format!("{}", KeyRef::new(None, "node-1")), "node-1");
     }
 
     #[test]
