@@ -11,6 +11,7 @@ use crate::hash::{HashMap, HashSet};
 use smallvec::SmallVec;
 
 use crate::object::{Key, KeyRef, Object};
+use crate::selector::{Labels, Selector};
 
 /// The values an index function returns for one object. Up to two values are stored inline,
 /// and values borrowed from the object cost no allocation.
@@ -23,6 +24,14 @@ pub type IndexValues<'a> = SmallVec<[Cow<'a, str>; 2]>;
 pub trait IndexFunc<K>: Send + Sync {
     /// The index values of `obj`.
     fn index_values<'a>(&self, obj: &'a K) -> IndexValues<'a>;
+
+    /// `Some(key)` when this function is exactly "the value of label `key`, none when the
+    /// label is absent", as [`LabelIndex`] is. [`Indexer::select`] then answers `key=v` and
+    /// `key in (…)` terms from this index instead of scanning. `None` (the default) for any
+    /// other function: the indexer never guesses what a function computes.
+    fn label_key(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl<K, F> IndexFunc<K> for F
@@ -46,6 +55,44 @@ where
     F: for<'a> Fn(&'a K) -> IndexValues<'a> + Send + Sync,
 {
     f
+}
+
+/// The index function "the value of one label": one index value, the label's, or none when
+/// the label is absent. Indices built with it (see [`Indexer::add_label_index`]) let
+/// [`Indexer::select`] look up equality terms instead of scanning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelIndex {
+    key: Box<str>,
+}
+
+impl LabelIndex {
+    /// The index of label `key`.
+    pub fn new(key: &str) -> Self {
+        LabelIndex { key: key.into() }
+    }
+
+    /// The label key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl<K: Labels> IndexFunc<K> for LabelIndex {
+    fn index_values<'a>(&self, obj: &'a K) -> IndexValues<'a> {
+        obj.label(&self.key)
+            .map(Cow::Borrowed)
+            .into_iter()
+            .collect()
+    }
+
+    fn label_key(&self) -> Option<&str> {
+        Some(&self.key)
+    }
+}
+
+/// The name [`Indexer::add_label_index`] gives the index of label `key`: `label:<key>`.
+pub fn label_index_name(key: &str) -> String {
+    alloc::format!("label:{key}")
 }
 
 /// The name of the built-in namespace index (client-go `cache.NamespaceIndex`).
@@ -94,6 +141,8 @@ struct Index<K> {
     /// The built-in namespace index: an object's key contains its namespace, so an update
     /// (same key) can never move it between buckets.
     is_namespace: bool,
+    /// The label this index holds the values of ([`IndexFunc::label_key`]).
+    label_key: Option<Box<str>>,
     name: Box<str>,
     func: Box<dyn IndexFunc<K>>,
     buckets: Buckets,
@@ -176,6 +225,7 @@ impl<K: Object + 'static> Indexer<K> {
         };
         idx.indices.push(Index {
             is_namespace: true,
+            label_key: None,
             name: NAMESPACE_INDEX.into(),
             func: Box::new(namespace_index_values::<K>),
             buckets: HashMap::default(),
@@ -196,6 +246,7 @@ impl<K: Object + 'static> Indexer<K> {
         }
         let mut index = Index {
             is_namespace: false,
+            label_key: func.label_key().map(Into::into),
             name: name.into(),
             func: Box::new(func),
             buckets: HashMap::default(),
@@ -393,5 +444,165 @@ impl<K: Object + 'static> Indexer<K> {
     pub fn index_len(&self, name: &str, value: &str) -> Result<usize, IndexError> {
         let index = &self.indices[self.index_pos(name)?];
         Ok(index.buckets.get(value).map_or(0, HashSet::len))
+    }
+}
+
+impl<K: Object + Labels + 'static> Indexer<K> {
+    /// Adds the index of label `key` ([`LabelIndex`]) under the name
+    /// [`label_index_name(key)`](label_index_name), so that [`select`](Self::select) can use it.
+    ///
+    /// Fails with [`IndexError::IndexExists`] if that name is taken.
+    pub fn add_label_index(&mut self, key: &str) -> Result<(), IndexError> {
+        self.add_index(&label_index_name(key), LabelIndex::new(key))
+    }
+
+    /// The stored objects whose labels match `selector`, in `namespace` if given (`None`, or
+    /// `Some("")` as client-go's `NamespaceAll`: every namespace and cluster-scoped objects).
+    ///
+    /// Looks at as few objects as it can: when a term `key=v`, `key==v` or `key in (…)` has a
+    /// label index ([`IndexFunc::label_key`], e.g. from [`add_label_index`](Self::add_label_index)),
+    /// only the objects in that index's buckets are checked (the smallest such candidate set,
+    /// or the namespace's bucket if smaller); otherwise the namespace's objects, or every
+    /// object. Each match appears once. Allocates nothing.
+    pub fn select<'a>(
+        &'a self,
+        selector: &'a Selector,
+        namespace: Option<&'a str>,
+    ) -> Select<'a, K> {
+        let namespace = namespace.filter(|ns| !ns.is_empty());
+        let ns_bucket = namespace.map(|ns| self.indices[0].buckets.get(ns));
+        let mut best: Option<(usize, &'a Buckets, &'a [Box<str>])> = None;
+        for req in selector.requirements() {
+            let Some(values) = req.required_values() else {
+                continue;
+            };
+            let Some(index) = self
+                .indices
+                .iter()
+                .find(|i| i.label_key.as_deref() == Some(req.key()))
+            else {
+                continue;
+            };
+            let cost = values
+                .iter()
+                .map(|v| index.buckets.get(&**v).map_or(0, HashSet::len))
+                .sum();
+            if best.is_none_or(|(c, ..)| cost < c) {
+                best = Some((cost, &index.buckets, values));
+            }
+        }
+        let source = match (best, ns_bucket) {
+            (_, Some(None)) => Source::Empty,
+            (Some((cost, buckets, values)), ns) if ns.flatten().is_none_or(|b| cost <= b.len()) => {
+                Source::Buckets {
+                    buckets,
+                    values: values.iter(),
+                    keys: None,
+                }
+            }
+            (_, Some(Some(bucket))) => {
+                return Select {
+                    items: &self.items,
+                    selector,
+                    namespace: None,
+                    source: Source::Bucket(bucket.iter()),
+                };
+            }
+            (_, None) => Source::All(self.items.values()),
+        };
+        Select {
+            items: &self.items,
+            selector,
+            namespace,
+            source,
+        }
+    }
+}
+
+/// The iterator [`Indexer::select`] returns.
+pub struct Select<'a, K> {
+    items: &'a HashMap<Key, Arc<K>>,
+    selector: &'a Selector,
+    /// The namespace objects must be in, when the source does not guarantee it.
+    namespace: Option<&'a str>,
+    source: Source<'a, K>,
+}
+
+enum Source<'a, K> {
+    /// Nothing can match (an empty namespace).
+    Empty,
+    /// Every object.
+    All(hashbrown::hash_map::Values<'a, Key, Arc<K>>),
+    /// The keys of one namespace.
+    Bucket(hashbrown::hash_set::Iter<'a, Key>),
+    /// The keys in a label index's buckets for `values` (disjoint: one value per object).
+    Buckets {
+        buckets: &'a Buckets,
+        values: core::slice::Iter<'a, Box<str>>,
+        keys: Option<hashbrown::hash_set::Iter<'a, Key>>,
+    },
+}
+
+impl<K> fmt::Debug for Select<'_, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = match self.source {
+            Source::Empty => "empty",
+            Source::All(_) => "scan",
+            Source::Bucket(_) => "namespace index",
+            Source::Buckets { .. } => "label index",
+        };
+        f.debug_struct("Select")
+            .field("selector", self.selector)
+            .field("source", &source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> Select<'_, K> {
+    /// Whether this query is answered from a label index (rather than by scanning the
+    /// namespace or the whole store).
+    pub fn uses_label_index(&self) -> bool {
+        matches!(self.source, Source::Buckets { .. })
+    }
+}
+
+impl<'a, K: Object + Labels> Iterator for Select<'a, K> {
+    type Item = &'a Arc<K>;
+
+    fn next(&mut self) -> Option<&'a Arc<K>> {
+        loop {
+            let obj = match &mut self.source {
+                Source::Empty => return None,
+                Source::All(it) => it.next()?,
+                Source::Bucket(it) => {
+                    let key = it.next()?;
+                    match self.items.get(key) {
+                        Some(o) => o,
+                        None => continue,
+                    }
+                }
+                Source::Buckets {
+                    buckets,
+                    values,
+                    keys,
+                } => {
+                    let key = loop {
+                        if let Some(k) = keys.as_mut().and_then(Iterator::next) {
+                            break k;
+                        }
+                        let v = values.next()?;
+                        *keys = buckets.get(&**v).map(|set| set.iter());
+                    };
+                    match self.items.get(key) {
+                        Some(o) => o,
+                        None => continue,
+                    }
+                }
+            };
+            let in_namespace = self.namespace.is_none_or(|ns| obj.namespace() == Some(ns));
+            if in_namespace && self.selector.matches(&**obj) {
+                return Some(obj);
+            }
+        }
     }
 }

@@ -147,6 +147,16 @@ impl<'a> KeyRef<'a> {
     }
 }
 
+impl fmt::Display for KeyRef<'_> {
+    /// `namespace/name`, or `name` when cluster-scoped: the same text as the [`Key`].
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.namespace {
+            Some(ns) => write!(f, "{ns}/{}", self.name),
+            None => f.write_str(self.name),
+        }
+    }
+}
+
 impl KeyRef<'_> {
     /// Length of the joined key.
     fn joined_len(&self) -> usize {

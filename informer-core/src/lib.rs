@@ -45,6 +45,7 @@ pub mod protocol;
 pub mod raw;
 pub mod reflector;
 pub mod rng;
+pub mod selector;
 #[cfg(any(test, feature = "spin"))]
 pub mod shared;
 #[cfg(any(test, feature = "sim"))]
@@ -60,5 +61,6 @@ pub use pipeline::Pipeline;
 pub use processor::{HandlerId, Notification, Processor};
 pub use raw::RawFields;
 pub use reflector::{Reflector, ReflectorConfig};
+pub use selector::{Labels, Selector, SelectorError};
 pub use string_map::StringMap;
 pub use time::Instant;

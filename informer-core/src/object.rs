@@ -338,6 +338,12 @@ mod tests {
         assert_eq!(k.namespace(), Some("kube-system"));
         assert_eq!(k.name(), "coredns");
         assert_eq!(Key::parse("n1").namespace(), None);
+        assert_eq!(
+            alloc::format!("{}", KeyRef::new(Some("default"), "cm")),
+            "default/cm"
+        );
+        assert_eq!(alloc::format!("{}", KeyRef::new(Some(""), "n")), "n");
+        assert_eq!(alloc::format!("{}", KeyRef::new(None, "node-1")), "node-1");
     }
 
     #[test]

@@ -241,7 +241,26 @@ pub fn ensure_built() -> Result<Binaries, Error> {
         *built = Some(b.clone());
         return Ok(b);
     }
+    // Say why before the script's own stage lines ("[testcluster build] ...") follow.
+    let start = std::time::Instant::now();
+    if cached.is_none() {
+        eprintln!(
+            "testcluster: no complete kube-apiserver build in {}",
+            cache.join(VERSION_DIR).display()
+        );
+    }
+    if tools.is_none() {
+        let missing: Vec<&str> = ["etcd", "etcdctl", "curl", "openssl"]
+            .into_iter()
+            .filter(|t| which(t).is_none())
+            .collect();
+        eprintln!("testcluster: not installed: {}", missing.join(", "));
+    }
     run_build_script(&cache, cached.is_some())?;
+    eprintln!(
+        "testcluster: build step done in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
     let kube_apiserver = cached_apiserver(&cache).ok_or_else(|| Error::Build {
         status: format!(
             "the script succeeded but {} holds no complete build",

@@ -228,7 +228,7 @@ pub fn main(args: &[&str]) -> super::Result {
             cached.secs
         );
     }
-    eprintln!("\nbench e2e: done in {:.1?}", t_all.elapsed());
+    eprintln!("\nbench e2e: done in {}", super::secs(t_all.elapsed()));
     Ok(())
 }
 
@@ -317,7 +317,7 @@ fn client_run(
     let status = child.wait().map_err(|e| e.to_string())?;
     let row = result?;
     if !status.success() {
-        return Err(format!("sync-{runtime} exited with {status}"));
+        return Err(format!("sync-{runtime}: {}", super::outcome(status)));
     }
     Ok(row)
 }
@@ -399,7 +399,7 @@ fn build_clients() -> Result<Vec<(String, PathBuf)>, String> {
         .output()
         .map_err(|e| format!("{step}: {e}"))?;
     if !out.status.success() {
-        return Err(format!("{step} failed ({})", out.status));
+        return Err(format!("{step}: {}", super::outcome(out.status)));
     }
     let bins = String::from_utf8_lossy(&out.stdout)
         .lines()

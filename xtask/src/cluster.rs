@@ -41,7 +41,7 @@ fn build() -> super::Result {
     println!("kube-apiserver: {}", b.kube_apiserver.display());
     println!("etcd:           {}", b.etcd.display());
     println!("etcdctl:        {}", b.etcdctl.display());
-    eprintln!("cluster build: ready in {:.1?}", start.elapsed());
+    eprintln!("cluster build: ready in {}", super::secs(start.elapsed()));
     Ok(())
 }
 
@@ -77,7 +77,7 @@ fn up() -> super::Result {
     let start = Instant::now();
     let c = TestCluster::start_with(StartOptions::new().dir(&dir).new_process_group(true))
         .map_err(|e| e.to_string())?;
-    eprintln!("cluster up: ready in {:.1?}", start.elapsed());
+    eprintln!("cluster up: ready in {}", super::secs(start.elapsed()));
     print_info(&c);
     c.detach();
     Ok(())

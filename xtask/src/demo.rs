@@ -18,22 +18,26 @@ pub fn main(args: &[&str]) -> super::Result {
     let start = Instant::now();
 
     let mut c = super::cargo();
-    c.args(["build", "-q", "-p", "informer-tokio", "--example", "demo"]);
+    c.args(["build", "-p", "informer-tokio", "--example", "demo"]);
     super::run("build the demo (informer-tokio/examples/demo.rs)", c)?;
 
     eprintln!("\n==> local kube-apiserver v1.20.2 + etcd (installed and built once, then cached)");
     let t = Instant::now();
     let cluster = TestCluster::start().map_err(|e| e.to_string())?;
-    eprintln!("<== up at {} in {:.1?}", cluster.server, t.elapsed());
+    eprintln!(
+        "<== up at {}: ok in {}",
+        cluster.server,
+        super::secs(t.elapsed())
+    );
 
     let mut c = super::cargo();
-    c.args(["run", "-q", "-p", "informer-tokio", "--example", "demo"])
+    c.args(["run", "-p", "informer-tokio", "--example", "demo"])
         .env("KUBECONFIG", &cluster.kubeconfig);
     let result = super::run("informer-tokio demo", c);
 
     eprintln!("\n==> stopping the cluster");
     drop(cluster);
     result?;
-    eprintln!("demo: done in {:.1?}", start.elapsed());
+    eprintln!("demo: done in {}", super::secs(start.elapsed()));
     Ok(())
 }

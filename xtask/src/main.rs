@@ -1,11 +1,5 @@
-//! Project automation for informer-rs.
-//!
-//! ```text
-//! cargo xtask test-all          fmt, clippy, tests, no_std proof, docs, end-to-end suite
-//! cargo xtask nostd             only the no_std proof build
-//! cargo xtask bench core        the core pipeline benchmark
-//! cargo xtask cluster up|down   a local kube-apiserver + etcd (see cluster.rs)
-//! ```
+//! Project automation for informer-rs: `cargo xtask` (or `cargo xtask help`) lists every
+//! command (see [`HELP`]).
 
 mod bench_e2e;
 mod cluster;
@@ -13,8 +7,8 @@ mod demo;
 
 use std::env;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
-use std::time::Instant;
+use std::process::{Command, ExitCode, ExitStatus};
+use std::time::{Duration, Instant};
 
 type Result<T = ()> = std::result::Result<T, String>;
 
@@ -24,6 +18,9 @@ fn main() -> ExitCode {
     let result = match args.as_slice() {
         ["test-all"] => test_all(),
         ["nostd"] => nostd(),
+        ["package"] => package(),
+        ["publish-dry-run"] => publish_dry_run(),
+        ["msrv"] => msrv(),
         ["bench", "core"] => bench_core(),
         ["bench", "e2e", rest @ ..] => bench_e2e::main(rest),
         ["demo", rest @ ..] => demo::main(rest),
@@ -46,21 +43,43 @@ fn main() -> ExitCode {
     }
 }
 
+/// What `cargo xtask` (no arguments, `help`, `--help`, `-h`) prints: every command.
 const HELP: &str = "\
 usage: cargo xtask <command>
 
-  test-all        cargo fmt --check, clippy -D warnings, every crate's tests,
-                  the no_std proof build, docs with warnings denied
+checks
+  test-all        everything CI runs: cargo fmt --check; clippy -D warnings (which also
+                  rejects std APIs newer than rust-version); msrv; package; each published
+                  crate checked on its own; the no_std proof build; every test, including
+                  the end-to-end suite against a real kube-apiserver; docs with warnings
+                  denied
   nostd           build informer-core into a #![no_std] staticlib (fails on any std use)
+  msrv            no dependency of a published crate needs a newer Rust than its
+                  rust-version (reads cargo metadata; builds nothing)
+  package         cargo package --no-verify of the five published crates: manifests
+                  publishable (versions on path dependencies, metadata, README), no warning
+  publish-dry-run cargo publish --dry-run --workspace: packages every published crate and
+                  builds each from its package against its packaged siblings (needs the
+                  crates.io index; not part of test-all)
+
+benchmarks
   bench core      core pipeline benchmark (100k objects, 1M events)
-  bench e2e       end-to-end benchmark against a local kube-apiserver (tokio and smol)
-  demo            start a local cluster, run an informer, change objects, show what it saw
+  bench e2e [--objects N] [--namespaces N] [--updates N] [--writers N] [--runs N]
+            [--runtime tokio|smol] [--transform none|strip|both]
+                  end-to-end benchmark against a local kube-apiserver (tokio and smol)
+
+simulation
   sim --seeds N [--base B]
                   run N deterministic simulation seeds (model API server with faults,
                   virtual clock), optimised build; failures print their seed
   sim --replay S  replay one seed with a trace
-  cluster up      build (cached) and start kube-apiserver + etcd on loopback
-  cluster down    stop it
+
+local cluster (kube-apiserver v1.20.2 + etcd on loopback, built once and cached)
+  demo            start a cluster, run an informer, change objects, show what it saw, stop
+  cluster build   install (apt) and build kube-apiserver into the cache if needed
+  cluster up      build if needed, start it and leave it running (prints KUBECONFIG)
+  cluster status  say whether it runs
+  cluster down    stop it and remove its files
 ";
 
 /// The workspace root (xtask lives one level below it).
@@ -77,19 +96,49 @@ fn cargo() -> Command {
     c
 }
 
-/// Runs a command, failing with its description if it does not succeed.
+/// `12.3 s`.
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// `ok`, `failed (exit 101)` or `failed (killed by signal 9)`.
+fn outcome(status: ExitStatus) -> String {
+    if status.success() {
+        return "ok".into();
+    }
+    if let Some(code) = status.code() {
+        return format!("failed (exit {code})");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return format!("failed (killed by signal {signal})");
+        }
+    }
+    format!("failed ({status})")
+}
+
+/// Prints the end of a step: `<== step: ok in 12.3 s`, or an error saying how it failed.
+fn finish(step: &str, status: ExitStatus, start: Instant) -> Result {
+    let how = outcome(status);
+    eprintln!("<== {step}: {how} in {}", secs(start.elapsed()));
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{step}: {how}"))
+    }
+}
+
+/// Runs a command, its output passed through, failing with its description if it does not
+/// succeed.
 fn run(step: &str, mut cmd: Command) -> Result {
     eprintln!("\n==> {step}");
     let start = Instant::now();
     let status = cmd
         .status()
         .map_err(|e| format!("{step}: cannot start: {e}"))?;
-    eprintln!("<== {step}: {:?} in {:.1?}", status, start.elapsed());
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("{step} failed ({status})"))
-    }
+    finish(step, status, start)
 }
 
 fn test_all() -> Result {
@@ -109,6 +158,8 @@ fn test_all() -> Result {
     ]);
     run("cargo clippy --all-targets -D warnings", c)?;
 
+    msrv()?;
+    package()?;
     nostd()?;
 
     // Each published crate must build on its own: inside the workspace, cargo unifies
@@ -140,10 +191,11 @@ fn test_all() -> Result {
 
     // The end-to-end tests start their own kube-apiserver + etcd; build (or find cached) the
     // apiserver first so a cold machine shows that step on its own.
-    eprintln!("\n==> kube-apiserver + etcd (installed and built once, then cached)");
+    let step = "kube-apiserver + etcd (installed and built once, then cached)";
+    eprintln!("\n==> {step}");
     let t = Instant::now();
     cluster::main(&["build"])?;
-    eprintln!("<== kube-apiserver ready in {:.1?}", t.elapsed());
+    eprintln!("<== {step}: ok in {}", secs(t.elapsed()));
 
     let mut totals = Totals::default();
     let mut c = cargo();
@@ -159,7 +211,7 @@ fn test_all() -> Result {
         .env("RUSTDOCFLAGS", "-D warnings");
     run("cargo doc (warnings denied)", c)?;
 
-    eprintln!("\ntest-all: every step passed in {:.1?}", start.elapsed());
+    eprintln!("\ntest-all: every step passed in {}", secs(start.elapsed()));
     println!("{} passed, {} failed", totals.passed, totals.failed);
     Ok(())
 }
@@ -212,15 +264,169 @@ fn run_counting(step: &str, mut cmd: Command, totals: &mut Totals) -> Result {
     let status = child
         .wait()
         .map_err(|e| format!("{step}: cannot wait: {e}"))?;
-    eprintln!("<== {step}: {:?} in {:.1?}", status, start.elapsed());
-    if status.success() {
+    finish(step, status, start).map_err(|e| {
+        format!(
+            "{e}; {} passed, {} failed so far",
+            totals.passed, totals.failed
+        )
+    })
+}
+
+/// The crates published to the registry (every other member has `publish = false`).
+const PUBLISHED: [&str; 5] = [
+    "informer-core",
+    "informer-http",
+    "informer-runtime",
+    "informer-tokio",
+    "informer-smol",
+];
+
+/// `cargo package --no-verify` of the published crates: fails if a manifest cannot be
+/// published (a path dependency without a version, a missing README) and on any cargo warning
+/// (missing description, license, …). Offline, builds nothing: about a second. What it does
+/// not do (build each crate from its package) is `cargo xtask publish-dry-run`.
+fn package() -> Result {
+    let step = "cargo package --no-verify (published crates)";
+    eprintln!("\n==> {step}");
+    let start = Instant::now();
+    let mut c = cargo();
+    c.args(["package", "--no-verify", "--offline", "--allow-dirty"]);
+    for p in PUBLISHED {
+        c.args(["-p", p]);
+    }
+    let out = c
+        .output()
+        .map_err(|e| format!("{step}: cannot start: {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprint!("{stderr}");
+    let warnings = stderr
+        .lines()
+        .filter(|l| l.trim_start().starts_with("warning"))
+        .count();
+    if out.status.success() && warnings > 0 {
+        let how = format!("failed ({warnings} cargo warning(s) above)");
+        eprintln!("<== {step}: {how} in {}", secs(start.elapsed()));
+        return Err(format!("{step}: {how}"));
+    }
+    finish(step, out.status, start)
+}
+
+/// `cargo publish --dry-run --workspace`: packages the published crates and builds each from
+/// its package, resolving its unpublished siblings from a local registry of their packages.
+fn publish_dry_run() -> Result {
+    let mut c = cargo();
+    c.args(["publish", "--dry-run", "--workspace", "--allow-dirty"]);
+    run("cargo publish --dry-run --workspace", c)
+}
+
+/// A `rust-version` as (major, minor, patch).
+fn parse_rust_version(v: &str) -> Option<(u64, u64, u64)> {
+    let mut parts = v.split('.').map(str::parse::<u64>);
+    let major = parts.next()?.ok()?;
+    let minor = parts.next().unwrap_or(Ok(0)).ok()?;
+    let patch = parts.next().unwrap_or(Ok(0)).ok()?;
+    Some((major, minor, patch))
+}
+
+/// Checks that no dependency (normal or build, transitively) of a published crate declares a
+/// `rust-version` newer than that crate's. Together with clippy's `incompatible_msrv` lint
+/// (std APIs newer than `rust-version`, denied in the clippy step), this stands in for a build
+/// with the oldest supported toolchain, which this machine does not have. Language features
+/// newer than `rust-version` are not caught by either.
+fn msrv() -> Result {
+    let step = "rust-version: dependencies of the published crates";
+    eprintln!("\n==> {step}");
+    let start = Instant::now();
+    let out = cargo()
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{step}: cannot start cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{step}: cargo metadata {}", outcome(out.status)));
+    }
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("{step}: cargo metadata output: {e}"))?;
+    let problems = msrv_problems(&meta)?;
+    if problems.is_empty() {
+        eprintln!("<== {step}: ok in {}", secs(start.elapsed()));
         Ok(())
     } else {
-        Err(format!(
-            "{step} failed ({status}); {} passed, {} failed so far",
-            totals.passed, totals.failed
-        ))
+        Err(format!("{step}:\n  {}", problems.join("\n  ")))
     }
+}
+
+/// The dependencies of published crates whose `rust-version` exceeds the crate's, from
+/// `cargo metadata` output.
+fn msrv_problems(meta: &serde_json::Value) -> Result<Vec<String>> {
+    use std::collections::{HashMap, HashSet};
+    let packages: HashMap<&str, &serde_json::Value> = meta["packages"]
+        .as_array()
+        .ok_or("cargo metadata: no packages")?
+        .iter()
+        .filter_map(|p| Some((p["id"].as_str()?, p)))
+        .collect();
+    let nodes: HashMap<&str, &serde_json::Value> = meta["resolve"]["nodes"]
+        .as_array()
+        .ok_or("cargo metadata: no resolve graph")?
+        .iter()
+        .filter_map(|n| Some((n["id"].as_str()?, n)))
+        .collect();
+    let version = |id: &str| {
+        packages
+            .get(id)
+            .and_then(|p| p["rust_version"].as_str())
+            .and_then(parse_rust_version)
+    };
+    let name = |id: &str| {
+        packages.get(id).map_or(id.to_string(), |p| {
+            format!(
+                "{} {}",
+                p["name"].as_str().unwrap_or("?"),
+                p["version"].as_str().unwrap_or("?")
+            )
+        })
+    };
+    let mut problems = Vec::new();
+    for root in meta["workspace_members"].as_array().into_iter().flatten() {
+        let Some(root) = root.as_str() else { continue };
+        let root_name = packages.get(root).and_then(|p| p["name"].as_str());
+        if !root_name.is_some_and(|n| PUBLISHED.contains(&n)) {
+            continue;
+        }
+        let Some(limit) = version(root) else {
+            problems.push(format!("{} declares no rust-version", name(root)));
+            continue;
+        };
+        let mut seen = HashSet::from([root]);
+        let mut todo = vec![root];
+        while let Some(id) = todo.pop() {
+            let deps = nodes.get(id).and_then(|n| n["deps"].as_array());
+            for dep in deps.into_iter().flatten() {
+                let runtime = dep["dep_kinds"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|k| k["kind"].as_str() != Some("dev"));
+                let Some(dep_id) = dep["pkg"].as_str() else {
+                    continue;
+                };
+                if runtime && seen.insert(dep_id) {
+                    todo.push(dep_id);
+                    if version(dep_id).is_some_and(|v| v > limit) {
+                        problems.push(format!(
+                            "{} (rust-version {}) needs {} (rust-version {})",
+                            name(root),
+                            packages[root]["rust_version"].as_str().unwrap_or("?"),
+                            name(dep_id),
+                            packages[dep_id]["rust_version"].as_str().unwrap_or("?"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(problems)
 }
 
 /// Builds `nostd-check`, a `#![no_std]` staticlib with its own panic handler and allocator
@@ -293,7 +499,55 @@ fn bench_core() -> Result {
 
 #[cfg(test)]
 mod tests {
-    use super::Totals;
+    use super::{Totals, msrv_problems, outcome, parse_rust_version};
+    use serde_json::json;
+
+    #[test]
+    fn outcomes_read_like_words() {
+        use std::process::Command;
+        let status = |code: &str| Command::new("sh").args(["-c", code]).status().unwrap();
+        assert_eq!(outcome(status("exit 0")), "ok");
+        assert_eq!(outcome(status("exit 101")), "failed (exit 101)");
+        assert_eq!(outcome(status("kill -9 $$")), "failed (killed by signal 9)");
+    }
+
+    #[test]
+    fn rust_versions_compare_by_number() {
+        assert_eq!(parse_rust_version("1.85"), Some((1, 85, 0)));
+        assert_eq!(parse_rust_version("1.85.1"), Some((1, 85, 1)));
+        assert!(parse_rust_version("1.9").unwrap() < parse_rust_version("1.85").unwrap());
+        assert_eq!(parse_rust_version("x"), None);
+    }
+
+    /// A published crate whose normal dependency (through a second one) needs a newer Rust is
+    /// reported; a newer dev-dependency and an unpublished member are not.
+    #[test]
+    fn msrv_follows_normal_dependencies_of_published_crates() {
+        let pkg = |id: &str, rv: Option<&str>| json!({"id": id, "name": id.split('@').next().unwrap(), "version": "1.0.0", "rust_version": rv});
+        let dep = |id: &str, kind: Option<&str>| json!({"pkg": id, "dep_kinds": [{"kind": kind}]});
+        let meta = json!({
+            "packages": [
+                pkg("informer-core@0", Some("1.85")),
+                pkg("xtask@0", None),
+                pkg("mid@1", Some("1.70")),
+                pkg("new@1", Some("1.88.0")),
+                pkg("devonly@1", Some("1.90")),
+            ],
+            "workspace_members": ["informer-core@0", "xtask@0"],
+            "resolve": {"nodes": [
+                {"id": "informer-core@0", "deps": [dep("mid@1", None), dep("devonly@1", Some("dev"))]},
+                {"id": "mid@1", "deps": [dep("new@1", Some("build"))]},
+                {"id": "new@1", "deps": []},
+                {"id": "devonly@1", "deps": []},
+                {"id": "xtask@0", "deps": [dep("devonly@1", None)]},
+            ]},
+        });
+        let problems = msrv_problems(&meta).unwrap();
+        assert_eq!(
+            problems,
+            ["informer-core 1.0.0 (rust-version 1.85) needs new 1.0.0 (rust-version 1.88.0)"]
+        );
+    }
 
     #[test]
     fn sums_libtest_summaries() {

@@ -4,6 +4,7 @@
 //! Secrets (tokens, passwords, private keys) are wrapped in [`Secret`], whose `Debug` output is
 //! redacted, so a `Config` can be logged.
 
+use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -187,12 +188,17 @@ impl Config {
     }
 
     /// What kubectl-based clients do: the kubeconfig when one exists, else in-cluster.
+    ///
+    /// A kubeconfig that exists but is unusable is an error of its own (no fallback). When
+    /// there is no kubeconfig and in-cluster configuration fails too, the error is
+    /// [`ConfigError::NoConfig`], which lists every kubeconfig path looked for and why
+    /// in-cluster configuration failed.
     pub fn infer() -> Result<Config, ConfigError> {
-        match Kubeconfig::read_default() {
-            Ok(k) => k.config(None),
-            Err(ConfigError::NoKubeconfig { .. }) => Config::incluster(),
-            Err(e) => Err(e),
-        }
+        infer_from(
+            std::env::var_os("KUBECONFIG").as_deref(),
+            std::env::var_os("HOME").as_deref().map(Path::new),
+            Config::incluster,
+        )
     }
 
     /// The `Authorization` header value for the next request, if any (reads a token file).
@@ -290,6 +296,20 @@ pub enum ConfigError {
         /// The variable, e.g. `KUBERNETES_SERVICE_HOST`.
         var: &'static str,
     },
+    /// [`Config::infer`] found nothing usable: no kubeconfig file exists and in-cluster
+    /// configuration failed.
+    NoConfig {
+        /// The kubeconfig files looked for, none of which exists: the `$KUBECONFIG` entries,
+        /// or `~/.kube/config` when `$KUBECONFIG` is unset or empty (none when `$HOME` is
+        /// unset too).
+        kubeconfig_paths: Vec<PathBuf>,
+        /// Whether `kubeconfig_paths` came from `$KUBECONFIG`.
+        from_kubeconfig_env: bool,
+        /// Why in-cluster configuration failed: [`MissingEnv`](Self::MissingEnv) for
+        /// `KUBERNETES_SERVICE_HOST`/`_PORT`, or an error naming the service-account file
+        /// under [`SERVICE_ACCOUNT_DIR`].
+        incluster: Box<ConfigError>,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -326,6 +346,32 @@ impl fmt::Display for ConfigError {
             ConfigError::MissingEnv { var } => {
                 write!(f, "not running in a cluster: {var} is not set")
             }
+            ConfigError::NoConfig {
+                kubeconfig_paths,
+                from_kubeconfig_env,
+                incluster,
+            } => {
+                f.write_str("no Kubernetes configuration found: ")?;
+                match (kubeconfig_paths.as_slice(), from_kubeconfig_env) {
+                    ([], true) => f.write_str("$KUBECONFIG names no file")?,
+                    ([], false) => {
+                        f.write_str("no kubeconfig to look for ($KUBECONFIG and $HOME unset)")?
+                    }
+                    (paths, env) => {
+                        f.write_str("no kubeconfig at ")?;
+                        for (i, p) in paths.iter().enumerate() {
+                            let sep = if i > 0 { ", " } else { "" };
+                            write!(f, "{sep}{}", p.display())?;
+                        }
+                        f.write_str(if *env {
+                            " (from $KUBECONFIG)"
+                        } else {
+                            " ($KUBECONFIG unset)"
+                        })?;
+                    }
+                }
+                write!(f, "; in-cluster ({SERVICE_ACCOUNT_DIR}): {incluster}")
+            }
         }
     }
 }
@@ -334,8 +380,29 @@ impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ConfigError::Io { source, .. } => Some(source),
+            ConfigError::NoConfig { incluster, .. } => Some(&**incluster),
             _ => None,
         }
+    }
+}
+
+/// [`Config::infer`] given `$KUBECONFIG`, `$HOME` and the in-cluster attempt.
+fn infer_from(
+    kubeconfig_env: Option<&OsStr>,
+    home: Option<&Path>,
+    incluster: impl FnOnce() -> Result<Config, ConfigError>,
+) -> Result<Config, ConfigError> {
+    let paths = Kubeconfig::paths_from(kubeconfig_env, home);
+    match Kubeconfig::read_existing(&paths) {
+        Ok(k) => k.config(None),
+        Err(ConfigError::NoKubeconfig { tried }) => {
+            incluster().map_err(|e| ConfigError::NoConfig {
+                kubeconfig_paths: tried,
+                from_kubeconfig_env: kubeconfig_env.is_some_and(|v| !v.is_empty()),
+                incluster: Box::new(e),
+            })
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -379,3 +446,100 @@ pub(crate) fn pem_error(e: &rustls_pki_types::pem::Error) -> &'static str {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod infer_tests {
+    use super::*;
+    use std::error::Error as _;
+
+    const KUBECONFIG: &str = "current-context: x\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:8080'}\ncontexts:\n- name: x\n  context: {cluster: c}\n";
+
+    #[test]
+    fn infer_lists_every_place_it_tried() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let env = std::env::join_paths([&a, &b]).unwrap();
+        // Nothing anywhere: the $KUBECONFIG entries and the in-cluster failure, all named.
+        let sa = dir.path().join("sa");
+        let err = infer_from(Some(&env), Some(dir.path()), || {
+            incluster_from(&sa, None, Some("443"))
+        })
+        .unwrap_err();
+        let ConfigError::NoConfig {
+            kubeconfig_paths,
+            from_kubeconfig_env,
+            incluster,
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!(kubeconfig_paths, &[a.clone(), b.clone()]);
+        assert!(from_kubeconfig_env);
+        assert!(matches!(
+            **incluster,
+            ConfigError::MissingEnv {
+                var: "KUBERNETES_SERVICE_HOST"
+            }
+        ));
+        let text = err.to_string();
+        for part in [
+            a.display().to_string(),
+            b.display().to_string(),
+            "(from $KUBECONFIG)".into(),
+            SERVICE_ACCOUNT_DIR.into(),
+            "KUBERNETES_SERVICE_HOST is not set".into(),
+        ] {
+            assert!(text.contains(&part), "{part:?} missing from {text}");
+        }
+        assert!(err.source().is_some());
+
+        // $KUBECONFIG unset: ~/.kube/config; in-cluster env set but no token file.
+        let err = infer_from(None, Some(dir.path()), || {
+            incluster_from(&sa, Some("10.0.0.1"), Some("443"))
+        })
+        .unwrap_err();
+        let home_config = dir.path().join(".kube").join("config");
+        assert!(matches!(
+            &err,
+            ConfigError::NoConfig { kubeconfig_paths, from_kubeconfig_env: false, incluster }
+                if kubeconfig_paths == std::slice::from_ref(&home_config)
+                    && matches!(&**incluster, ConfigError::Io { path, .. } if path == &sa.join("token"))
+        ));
+        let text = err.to_string();
+        assert!(text.contains(&home_config.display().to_string()), "{text}");
+        assert!(text.contains("$KUBECONFIG unset"), "{text}");
+        assert!(
+            text.contains(&sa.join("token").display().to_string()),
+            "{text}"
+        );
+
+        // Neither $KUBECONFIG nor $HOME.
+        let err = infer_from(None, None, || incluster_from(&sa, None, None)).unwrap_err();
+        assert!(
+            err.to_string().contains("$KUBECONFIG and $HOME unset"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn infer_prefers_a_kubeconfig_and_does_not_hide_a_broken_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good");
+        std::fs::write(&good, KUBECONFIG).unwrap();
+        let never = || -> Result<Config, ConfigError> { panic!("in-cluster tried") };
+        let cfg = infer_from(Some(good.as_os_str()), None, never).unwrap();
+        assert_eq!(cfg.server, "http://127.0.0.1:8080");
+
+        let bad = dir.path().join("bad");
+        std::fs::write(&bad, "clusters: 7").unwrap();
+        let err = infer_from(Some(bad.as_os_str()), None, never).unwrap_err();
+        assert!(matches!(err, ConfigError::Parse { path, .. } if path == bad));
+
+        // No kubeconfig, but in-cluster works.
+        let cfg = infer_from(Some(dir.path().join("none").as_os_str()), None, || {
+            Ok(Config::new("https://10.0.0.1:443"))
+        })
+        .unwrap();
+        assert_eq!(cfg.server, "https://10.0.0.1:443");
+    }
+}
