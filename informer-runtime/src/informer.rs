@@ -381,10 +381,78 @@ impl<K> IndexFunc<K> for BoxedIndex<K> {
 }
 
 /// A running shared index informer (client-go `SharedIndexInformer`): lists and watches one
-/// resource, keeps an indexed cache, and tells every handler about every change.
+/// resource, keeps an indexed cache, and tells every handler what changed in it.
 ///
 /// Cheap to clone. Dropping the last clone stops it like [`shutdown`](Self::shutdown) without
 /// waiting; [`Store`]s stay readable (frozen at the last state).
+///
+/// # Consistency contract
+///
+/// Like client-go's `SharedInformer`, an informer links its cache and its handlers to the
+/// server's state eventually, not at every instant. The numbered behaviours behind this are
+/// [`conformance`](crate::conformance) (`docs/CONFORMANCE.md`).
+///
+/// **The cache** ([`store`](Self::store)):
+///
+/// - It goes through a subsequence of the states the watched collection (the resource, narrowed
+///   by namespace and selectors, after the [`transform`](InformerBuilder::transform)) had on
+///   the server, in resourceVersion order: a watch event moves it to the next state; a relist
+///   jumps to the listed state without replaying the changes in between (an object missing
+///   from the list is deleted, its handlers told with a [`Tombstone`](crate::Tombstone)). It is
+///   empty until the first list is applied.
+/// - Every [`Store`] call answers from one of those states, never from a mix of two: a relist
+///   is applied in one step. [`last_sync_resource_version`](Self::last_sync_resource_version)
+///   is the resourceVersion of a state the cache is in.
+/// - Eventual consistency: once the server is quiet and reachable, the cache equals the
+///   server's collection (CONFORMANCE 25), unless the informer was shut down first.
+/// - An object's identity is its key (`namespace/name`), not its uid: an object deleted and
+///   created again under the same name while no watch saw it (across a relist) shows as an
+///   update whose `old` and `new` uids differ. Compare [`Object::uid`] where that matters.
+///
+/// **Each handler** (an [`EventHandler`] or an [`EventStream`]), independently of the others:
+///
+/// - A notification is issued after the cache change it reports (cache and indices first).
+///   By the time the handler runs it, the cache may have moved on: the store may hold a newer
+///   state of the object, or none.
+/// - Notifications are delivered one at a time: the next one is handed over only when the
+///   previous one is finished (a handler method returned, or an event stream's consumer asks
+///   for the next). A slow handler holds back only itself.
+/// - Per object, in order: the notifications for one key describe a subsequence of the states
+///   the cache held for it, ending at the latest. `Add` comes for an object the handler does
+///   not know, `Update { old, new }` has `old` = the state the handler heard last, `Delete`
+///   carries the last state the cache held (a tombstone when a relist found it gone). So the
+///   fold of a handler's notifications is always a valid view of the collection, and equals the
+///   cache once the informer is quiet and the handler has caught up.
+/// - No order across objects: keys are delivered in the order their first pending change
+///   arrived. A handler that is behind may hold, between two notifications, a view combining
+///   states of different objects that the cache never held at the same instant.
+/// - Nothing is lost: every change made to the cache after the handler was added reaches it,
+///   as that state or a later one of the same object, unless the handler is removed or the
+///   informer shut down first. A handler added after sync first hears one `Add` per cached
+///   object (`in_initial_list`), then live changes, with nothing lost or doubled across the
+///   join. A resync is an `Update` whose `old` and `new` have the same resourceVersion, sent
+///   only to the handlers due for one.
+/// - A handler that panics is reported and goes on with its next notification.
+///
+/// **Coalescing**, where this deliberately differs from client-go: client-go buffers every
+/// notification for every handler without bound, so a stalled handler grows its buffer until
+/// the process runs out of memory. Here a handler has at most one pending entry per key, and a
+/// new change to a key that has one merges into it. What that guarantees:
+///
+/// - A change is skipped only when a newer change to the same object arrives before the
+///   handler has started on it. A handler that keeps up hears every change, as in client-go.
+/// - A handler that is behind hears, per object, the latest state and possibly fewer of the
+///   states in between; an `Add` followed by a `Delete` it had not started cancels out (it
+///   never hears of the object).
+/// - Coalescing never merges a deletion and a re-creation into an update (the handler hears the
+///   `Delete`, then the `Add`), and never shows an object going back to an older
+///   resourceVersion.
+/// - A handler's pending notifications are at most one per key in the cache or in its view
+///   ([`HandlerRegistration::pending`]).
+///
+/// Program a controller against this the way client-go controllers already work through their
+/// work queues: take a notification as "this object changed, here is a recent state", read the
+/// store when acting on it, and do not rely on hearing every intermediate state.
 pub struct Informer<K, R> {
     inner: Arc<Inner<K, R>>,
 }

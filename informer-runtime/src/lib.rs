@@ -14,6 +14,15 @@
 //! - [`Informer::wait_for_sync`], [`wait_for_cache_sync`], [`Informer::shutdown`],
 //!   [`Informer::metrics`]; `tracing` events for list, watch, relist, backoff, handler panics.
 //!
+//! # Contracts
+//!
+//! [`Informer`'s consistency contract](Informer#consistency-contract) says what the cache shows
+//! (a subsequence of the server's states, each whole, eventually equal to the server's) and
+//! what each handler hears (one notification at a time, per object in order ending at the
+//! latest state, nothing lost; a handler that falls behind has its backlog coalesced to one
+//! entry per object instead of growing without bound, unlike client-go). The behaviours it
+//! rests on are listed, each with its named test, in [`conformance`].
+//!
 //! # How it runs
 //!
 //! One driver task per informer owns the sans-IO core
@@ -41,6 +50,13 @@ mod informer;
 mod metrics;
 mod runtime;
 mod store;
+
+/// The behaviour list (`docs/CONFORMANCE.md` in the repository): what the informer does that
+/// users rely on, item by item, each a named `conformance_NN_*` test, and where it deliberately
+/// differs from client-go.
+///
+#[doc = include_str!("../../docs/CONFORMANCE.md")]
+pub mod conformance {}
 
 pub use error::Error;
 pub use factory::{InformerOptions, SharedInformerFactory};
