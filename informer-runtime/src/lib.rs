@@ -69,6 +69,7 @@ pub use metrics::Metrics;
 pub use runtime::{BoxFuture, Runtime, SpawnError};
 pub use store::Store;
 
+pub use informer_core::impl_object;
 pub use informer_core::indexer::{IndexFunc, IndexValues, NAMESPACE_INDEX, index_fn};
 pub use informer_core::protocol::Failure;
 pub use informer_core::reflector::{BackoffConfig, ReflectorConfig};
@@ -93,7 +94,7 @@ macro_rules! runtime_crate_api {
             BackoffConfig, CacheSync, Config, DynamicObject, Error, EventHandler, Failure,
             HandlerFns, HandlerId, IndexError, IndexFunc, IndexValues, InformerOptions, Key,
             Metrics, NAMESPACE_INDEX, Notification, Object, ObjectOrTombstone, ReflectorConfig,
-            Resource, Store, Tombstone, index_fn,
+            Resource, Store, Tombstone, impl_object, index_fn,
         };
 
         #[doc = concat!("The transport backend this crate uses (", $backend_doc, ").")]

@@ -1129,20 +1129,7 @@ struct ConfigMap {
     data: BTreeMap<String, String>,
 }
 
-impl Object for ConfigMap {
-    fn name(&self) -> &str {
-        &self.metadata.name
-    }
-    fn namespace(&self) -> Option<&str> {
-        self.metadata.namespace.as_deref()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.metadata.resource_version.as_deref()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.metadata.uid.as_deref()
-    }
-}
+informer_runtime::impl_object!(ConfigMap);
 
 /// A typed informer over the seeded ConfigMaps, narrowed by a label selector and a field
 /// selector, with a transform and a custom index.

@@ -326,20 +326,7 @@ struct Typed {
     metadata: informer_core::ObjectMeta,
 }
 
-impl Object for Typed {
-    fn name(&self) -> &str {
-        &self.metadata.name
-    }
-    fn namespace(&self) -> Option<&str> {
-        self.metadata.namespace.as_deref()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.metadata.resource_version.as_deref()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.metadata.uid.as_deref()
-    }
-}
+informer_runtime::impl_object!(Typed);
 
 #[test]
 fn factory_shares_one_informer_per_resource_namespace_and_selectors() {
@@ -457,7 +444,11 @@ async fn conformance_16_a_panicking_handler_stops_neither_the_informer_nor_the_o
                 .on_update(move |_, n: Arc<DynamicObject>| {
                     l2.lock().unwrap().push(format!("update {}", n.name()))
                 })
-                .on_delete(move |d| l3.lock().unwrap().push(format!("delete {}", d.object().name()))),
+                .on_delete(move |d| {
+                    l3.lock()
+                        .unwrap()
+                        .push(format!("delete {}", d.object().name()))
+                }),
         )
         .unwrap();
     inf.start().unwrap();
