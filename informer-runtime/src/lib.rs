@@ -43,8 +43,9 @@
 //!
 //! The core sits behind a `RwLock`. The driver takes the write lock for one short step at a time
 //! (at most 64 inputs, each followed by draining the outputs; handing a notification to a
-//! handler is a non-blocking channel send); readers take the read lock only to copy `Arc`s out.
-//! A full relist is applied in one step, so no reader ever sees half of it.
+//! handler is a non-blocking channel send), a handler's end for its one finishing step, never
+//! while user code runs; readers take the read lock only to copy `Arc`s out. A full relist is
+//! applied in one step, so no reader ever sees half of it.
 #![forbid(unsafe_code)]
 
 // Modules, each importing only those listed before it: `state` (the core behind its lock)
