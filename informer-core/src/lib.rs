@@ -35,6 +35,7 @@ extern crate std;
 
 pub mod fifo;
 mod hash;
+mod impl_object;
 pub mod indexer;
 pub mod informer;
 mod key;

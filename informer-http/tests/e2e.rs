@@ -677,20 +677,7 @@ struct PickyData {
     v: String,
 }
 
-impl Object for Picky {
-    fn name(&self) -> &str {
-        &self.metadata.name
-    }
-    fn namespace(&self) -> Option<&str> {
-        self.metadata.namespace.as_deref()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.metadata.resource_version.as_deref()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.metadata.uid.as_deref()
-    }
-}
+informer_core::impl_object!(Picky);
 
 /// A client of the backend under test for another configuration.
 trait MakeClient: Backend + Sized {

@@ -10,9 +10,11 @@ use informer_core::Object;
 use informer_http::{Backend, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::builder::InformerBuilder;
 use crate::error::Error;
-use crate::informer::{CacheSync, Informer, InformerBuilder, wait_for_cache_sync};
+use crate::informer::Informer;
 use crate::runtime::{BoxFuture, Runtime};
+use crate::sync::{CacheSync, wait_for_cache_sync};
 
 /// Which objects of a resource an informer covers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]

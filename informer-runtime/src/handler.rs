@@ -1,12 +1,20 @@
-//! Event handlers: the trait, closure handlers, and the worker each handler runs on.
+//! Event handlers: the trait, closure handlers, the worker thread each handler runs on, and
+//! the registration that controls it.
 
+use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use informer_core::{HandlerId, Notification, Object, ObjectOrTombstone};
 
-use crate::informer::StateLock;
+use crate::delivery::Inbox;
+use crate::error::Error;
+use crate::metrics::Counters;
+use crate::runtime::{BoxFuture, Runtime};
+use crate::state::{HandlerStats, Shared};
+use crate::sync::CacheSync;
 
 /// Receives an informer's notifications (client-go `ResourceEventHandler`).
 ///
@@ -119,20 +127,8 @@ impl<K: 'static> EventHandler<K> for HandlerFns<K> {
     }
 }
 
-/// Per-handler counters and state shared between the driver, the worker and the registration.
-#[derive(Debug, Default)]
-pub(crate) struct HandlerStats {
-    /// Notifications the handler finished (panicked ones included).
-    pub(crate) delivered: AtomicU64,
-    /// Notifications that panicked.
-    pub(crate) panics: AtomicU64,
-    /// Cleared when the handler is removed or the informer shuts down: a notification handed
-    /// over but not yet started is then dropped.
-    pub(crate) active: AtomicBool,
-}
-
 /// Runs one notification on `handler`, catching a panic (returned as its message).
-pub(crate) fn run_one<K: 'static>(
+fn run_one<K: 'static>(
     handler: &mut dyn EventHandler<K>,
     n: Notification<K>,
 ) -> Result<(), String> {
@@ -152,77 +148,98 @@ pub(crate) fn run_one<K: 'static>(
     })
 }
 
-/// The worker thread of one handler.
-///
-/// It waits for the notification the driver hands over when the handler is idle, runs it,
-/// then steps the core itself under the write lock: `handler_done` and, in the same step,
-/// `poll_notification_for` its own next notification, which it runs without a round trip
-/// through the driver. That step obeys the core's loop rule: `handler_done` feeds the reflector
-/// nothing and only makes this handler idle, so the only output it can make ready is this
-/// handler's next notification, which the worker takes at once (everything else was drained by
-/// the driver before it released the lock). When the handler has nothing pending, the worker
-/// waits for the driver again.
-pub(crate) struct Worker<K> {
-    pub(crate) informer: String,
-    pub(crate) id: HandlerId,
-    pub(crate) handler: Box<dyn EventHandler<K>>,
-    pub(crate) rx: async_channel::Receiver<Notification<K>>,
-    pub(crate) state: Arc<StateLock<K>>,
-    pub(crate) changed: Arc<event_listener::Event>,
-    pub(crate) stats: Arc<HandlerStats>,
-    pub(crate) metrics: Arc<crate::metrics::Counters>,
-    /// Dropped when the thread exits.
-    pub(crate) exited: async_channel::Sender<()>,
-}
-
-pub(crate) fn spawn_worker<K: Object + Send + Sync + 'static>(w: Worker<K>) -> std::io::Result<()> {
-    let Worker {
-        informer,
-        id,
-        mut handler,
-        rx,
-        state,
-        changed,
-        stats,
-        metrics,
-        exited,
-    } = w;
+/// Starts the worker thread of handler `id`: it runs each notification its inbox gives it,
+/// one at a time, catching panics, until the handler is removed or the informer shut down.
+/// `exited` is dropped when the thread ends.
+pub(crate) fn spawn_worker<K: Object + Send + Sync + 'static>(
+    informer: String,
+    id: HandlerId,
+    mut handler: Box<dyn EventHandler<K>>,
+    mut inbox: Inbox<K>,
+    stats: Arc<HandlerStats>,
+    metrics: Arc<Counters>,
+    exited: async_channel::Sender<()>,
+) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name(format!("informer-handler-{}", id.0))
         .spawn(move || {
-            'idle: while let Ok(mut n) = rx.recv_blocking() {
-                loop {
-                    if !stats.active.load(Ordering::Acquire) {
-                        break 'idle;
-                    }
-                    if let Err(msg) = run_one(&mut *handler, n) {
-                        stats.panics.fetch_add(1, Ordering::Relaxed);
-                        metrics.handler_panics.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(
-                            informer = %informer,
-                            handler = id.0,
-                            panic = %msg,
-                            "event handler panicked; it goes on with its next notification"
-                        );
-                    }
-                    stats.delivered.fetch_add(1, Ordering::Relaxed);
-                    let next = {
-                        let mut st = state.write();
-                        if !stats.active.load(Ordering::Acquire) {
-                            break 'idle;
-                        }
-                        st.core.handler_done(id);
-                        st.core.poll_notification_for(id)
-                    };
-                    // Per-handler sync may have changed.
-                    changed.notify(usize::MAX);
-                    match next {
-                        Some(m) => n = m,
-                        None => continue 'idle,
-                    }
+            while let Some(n) = inbox.next_blocking() {
+                if let Err(msg) = run_one(&mut *handler, n) {
+                    stats.panics.fetch_add(1, Ordering::Relaxed);
+                    metrics.handler_panics.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(
+                        informer = %informer,
+                        handler = id.0,
+                        panic = %msg,
+                        "event handler panicked; it goes on with its next notification"
+                    );
                 }
             }
             drop(exited);
         })
         .map(drop)
+}
+
+/// A handler added to an informer (client-go `ResourceEventHandlerRegistration`). Dropping it
+/// does not remove the handler: call [`remove`](Self::remove).
+pub struct HandlerRegistration<K, R> {
+    pub(crate) shared: Arc<Shared<K, R>>,
+    pub(crate) id: HandlerId,
+    pub(crate) stats: Arc<HandlerStats>,
+}
+
+impl<K, R> fmt::Debug for HandlerRegistration<K, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandlerRegistration")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Object + Send + Sync + 'static, R: Runtime> HandlerRegistration<K, R> {
+    /// The handler's id.
+    pub fn id(&self) -> HandlerId {
+        self.id
+    }
+
+    /// Whether the informer has synced and this handler has finished its initial adds.
+    pub fn has_synced(&self) -> bool {
+        self.shared.handler_has_synced(self.id)
+    }
+
+    /// Waits until [`has_synced`](Self::has_synced); `timeout` `None` waits as long as it
+    /// takes. Fails with [`Error::Timeout`] or [`Error::Stopped`].
+    pub async fn wait_for_sync(&self, timeout: Option<Duration>) -> Result<(), Error> {
+        self.shared.wait_for_handler_sync(self.id, timeout).await
+    }
+
+    /// Notifications pending for this handler (at most one per key).
+    pub fn pending(&self) -> usize {
+        self.shared.pending(self.id)
+    }
+
+    /// Notifications this handler has finished.
+    pub fn delivered(&self) -> u64 {
+        self.stats.delivered.load(Ordering::Relaxed)
+    }
+
+    /// Panics caught in this handler.
+    pub fn panics(&self) -> u64 {
+        self.stats.panics.load(Ordering::Relaxed)
+    }
+
+    /// Removes the handler: it receives nothing new (a notification it is running finishes).
+    /// Returns whether it was still registered.
+    pub fn remove(&self) -> bool {
+        self.shared.remove_handler(self.id)
+    }
+}
+
+impl<K: Object + Send + Sync + 'static, R: Runtime> CacheSync for HandlerRegistration<K, R> {
+    fn is_synced(&self) -> bool {
+        self.has_synced()
+    }
+    fn synced(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.wait_for_sync(None))
+    }
 }

@@ -14,6 +14,15 @@
 //! - [`Informer::wait_for_sync`], [`wait_for_cache_sync`], [`Informer::shutdown`],
 //!   [`Informer::metrics`]; `tracing` events for list, watch, relist, backoff, handler panics.
 //!
+//! # Contracts
+//!
+//! [`Informer`'s consistency contract](Informer#consistency-contract) says what the cache shows
+//! (a subsequence of the server's states, each whole, eventually equal to the server's) and
+//! what each handler hears (one notification at a time, per object in order ending at the
+//! latest state, nothing lost; a handler that falls behind has its backlog coalesced to one
+//! entry per object instead of growing without bound, unlike client-go). The behaviours it
+//! rests on are listed, each with its named test, in [`conformance`].
+//!
 //! # How it runs
 //!
 //! One driver task per informer owns the sans-IO core
@@ -23,36 +32,65 @@
 //! through a bounded channel tagged with their request id; a superseded request's task is
 //! aborted and its late results are ignored by the core.
 //!
-//! Each handler runs on a thread of its own. The driver hands it a notification when it is
-//! idle; once done, the worker takes its next one from the core itself in one short locked step
-//! (`handler_done` + `poll_notification_for`), so a busy handler costs the driver nothing and
-//! its backlog stays in the core's bounded, per-key coalesced queue.
+//! Handlers and event streams get their notifications by one protocol (`delivery.rs`): the
+//! core gives a handler one notification at a time. The driver hands it over when the handler
+//! is idle (a non-blocking channel send); once the handler is done with it (an
+//! [`EventHandler`] method returned, or an [`EventStream`]'s consumer asks for the next), the
+//! handler's end takes its next one from the core itself, in one short locked step
+//! (`handler_done` + `poll_notification_for`). So a busy handler costs the driver nothing and
+//! its backlog stays in the core's bounded, per-key coalesced queue. A worker thread waits for
+//! the driver by blocking, a stream by returning `Pending`; nothing else differs.
 //!
 //! The core sits behind a `RwLock`. The driver takes the write lock for one short step at a time
 //! (at most 64 inputs, each followed by draining the outputs; handing a notification to a
-//! handler is a non-blocking channel send); readers take the read lock only to copy `Arc`s out.
-//! A full relist is applied in one step, so no reader ever sees half of it.
+//! handler is a non-blocking channel send), a handler's end for its one finishing step, never
+//! while user code runs; readers take the read lock only to copy `Arc`s out. A full relist is
+//! applied in one step, so no reader ever sees half of it.
 #![forbid(unsafe_code)]
 
-mod error;
-mod factory;
-mod handler;
-mod informer;
-mod metrics;
+// Modules, each importing only those listed before it: `state` (the core behind its lock)
+// under `delivery` (how notifications reach a handler's end), under `handler`, `stream`,
+// `store`, `driver`, then `informer` (the handle), `builder`, `factory`.
 mod runtime;
-mod store;
 
+mod error;
+mod metrics;
+mod sync;
+
+mod state;
+
+mod delivery;
+
+mod driver;
+mod handler;
+mod store;
+mod stream;
+
+mod informer;
+
+mod builder;
+mod factory;
+
+/// The behaviour list (`docs/CONFORMANCE.md` in the repository): what the informer does that
+/// users rely on, item by item, each a named `conformance_NN_*` test, and where it deliberately
+/// differs from client-go.
+///
+#[doc = include_str!("../../docs/CONFORMANCE.md")]
+pub mod conformance {}
+
+pub use builder::InformerBuilder;
+pub use driver::WatchErrorHook;
 pub use error::Error;
 pub use factory::{InformerOptions, SharedInformerFactory};
-pub use handler::{EventHandler, HandlerFns};
-pub use informer::{
-    CacheSync, EventStream, HandlerRegistration, Informer, InformerBuilder, WatchErrorHook,
-    wait_for_cache_sync,
-};
+pub use handler::{EventHandler, HandlerFns, HandlerRegistration};
+pub use informer::Informer;
 pub use metrics::Metrics;
 pub use runtime::{BoxFuture, Runtime, SpawnError};
 pub use store::Store;
+pub use stream::EventStream;
+pub use sync::{CacheSync, wait_for_cache_sync};
 
+pub use informer_core::impl_object;
 pub use informer_core::indexer::{IndexFunc, IndexValues, NAMESPACE_INDEX, index_fn};
 pub use informer_core::protocol::Failure;
 pub use informer_core::reflector::{BackoffConfig, ReflectorConfig};
@@ -77,7 +115,7 @@ macro_rules! runtime_crate_api {
             BackoffConfig, CacheSync, Config, DynamicObject, Error, EventHandler, Failure,
             HandlerFns, HandlerId, IndexError, IndexFunc, IndexValues, InformerOptions, Key,
             Metrics, NAMESPACE_INDEX, Notification, Object, ObjectOrTombstone, ReflectorConfig,
-            Resource, Store, Tombstone, index_fn,
+            Resource, Store, Tombstone, impl_object, index_fn,
         };
 
         #[doc = concat!("The transport backend this crate uses (", $backend_doc, ").")]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use informer_core::{IndexError, Key, Object};
 
-use crate::informer::StateLock;
+use crate::state::StateLock;
 
 /// A read handle on an informer's cache (client-go `Indexer`/`Lister`): cheap to clone, usable
 /// from any task or thread.

@@ -130,6 +130,7 @@ on_both!(
     watch_events_reach_handlers_and_the_store,
     dropping_the_last_informer_handle_stops_it,
     a_panicking_transform_stops_the_informer_instead_of_hanging_it,
+    conformance_16_a_panicking_handler_stops_neither_the_informer_nor_the_others,
 );
 
 fn builder<E: Env>(fake: Fake) -> InformerBuilder<DynamicObject, E::R> {
@@ -325,20 +326,7 @@ struct Typed {
     metadata: informer_core::ObjectMeta,
 }
 
-impl Object for Typed {
-    fn name(&self) -> &str {
-        &self.metadata.name
-    }
-    fn namespace(&self) -> Option<&str> {
-        self.metadata.namespace.as_deref()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.metadata.resource_version.as_deref()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.metadata.uid.as_deref()
-    }
-}
+informer_runtime::impl_object!(Typed);
 
 #[test]
 fn factory_shares_one_informer_per_resource_namespace_and_selectors() {
@@ -402,5 +390,122 @@ async fn a_panicking_transform_stops_the_informer_instead_of_hanging_it<E: Env>(
     eventually::<E>("informer stopped", || inf.is_stopped()).await;
     // Readers still answer from what was there.
     let _ = inf.store().len();
+    inf.shutdown().await;
+}
+
+/// CONFORMANCE 16: a handler that panics does not stop the informer or the other handlers; the
+/// panic is reported. Here a handler panics in `on_add`, `on_update` and `on_delete` (on
+/// objects named `boom-*`): each panic is counted on its registration and in the informer's
+/// metrics (and logged: `tests/tracing.rs` pins the log line), the handler goes on with its
+/// very next notification, and the other handler, the cache and the watch are untouched.
+///
+/// How and why this differs from client-go: there, `utilruntime.HandleCrash` logs the panic
+/// and, with `ReallyCrash` true (the default), panics again, so the process exits; only with
+/// `ReallyCrash` off does the listener skip the notification and resume after a one-second
+/// pause. A library should not decide that a bug in one handler ends the program, so the panic
+/// is always caught on the handler's thread and the handler resumes at once.
+///
+/// Events are fed one at a time, each waited for, so no handler is ever behind and coalescing
+/// cannot merge anything: the handlers must hear every change.
+async fn conformance_16_a_panicking_handler_stops_neither_the_informer_nor_the_others<E: Env>() {
+    let (fake, tx) = Fake::new(vec![obj("boom-0", 5), obj("a", 6)]);
+    let inf = builder::<E>(fake).build().unwrap();
+    let survived: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (s1, s2, s3) = (survived.clone(), survived.clone(), survived.clone());
+    let bomb = inf
+        .add_handler(
+            HandlerFns::new()
+                .on_add(move |o: Arc<DynamicObject>, _| {
+                    assert!(!o.name().starts_with("boom"), "add {}", o.name());
+                    s1.lock().unwrap().push(format!("add {}", o.name()));
+                })
+                .on_update(move |_, n: Arc<DynamicObject>| {
+                    assert!(!n.name().starts_with("boom"), "update {}", n.name());
+                    s2.lock().unwrap().push(format!("update {}", n.name()));
+                })
+                .on_delete(move |d| {
+                    let name = d.object().name().to_string();
+                    if name.starts_with("boom") {
+                        // Not a string: the report must cope with any payload.
+                        std::panic::panic_any(16_u32);
+                    }
+                    s3.lock().unwrap().push(format!("delete {name}"));
+                }),
+        )
+        .unwrap();
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (l1, l2, l3) = (log.clone(), log.clone(), log.clone());
+    let calm = inf
+        .add_handler(
+            HandlerFns::new()
+                .on_add(move |o: Arc<DynamicObject>, _| {
+                    l1.lock().unwrap().push(format!("add {}", o.name()))
+                })
+                .on_update(move |_, n: Arc<DynamicObject>| {
+                    l2.lock().unwrap().push(format!("update {}", n.name()))
+                })
+                .on_delete(move |d| {
+                    l3.lock()
+                        .unwrap()
+                        .push(format!("delete {}", d.object().name()))
+                }),
+        )
+        .unwrap();
+    inf.start().unwrap();
+    // The initial add of boom-0 panicked; it still counts as handled, so the handler syncs.
+    bomb.wait_for_sync(Some(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    calm.wait_for_sync(Some(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(bomb.panics(), 1);
+    let events = [
+        WatchEvent::Modified(obj("boom-0", 7)),
+        WatchEvent::Added(obj("b", 8)),
+        WatchEvent::Deleted(obj("boom-0", 9)),
+        WatchEvent::Modified(obj("a", 10)),
+        WatchEvent::Added(obj("boom-1", 11)),
+        WatchEvent::Deleted(obj("b", 12)),
+    ];
+    for (i, e) in events.into_iter().enumerate() {
+        tx.send(e).await.unwrap();
+        let n = 3 + i as u64;
+        eventually::<E>("both handlers took the event", || {
+            bomb.delivered() == n && calm.delivered() == n
+        })
+        .await;
+    }
+    assert_eq!(
+        *log.lock().unwrap(),
+        [
+            "add boom-0",
+            "add a",
+            "update boom-0",
+            "add b",
+            "delete boom-0",
+            "update a",
+            "add boom-1",
+            "delete b"
+        ],
+        "the calm handler heard everything"
+    );
+    assert_eq!(
+        *survived.lock().unwrap(),
+        ["add a", "add b", "update a", "delete b"],
+        "the panicking handler went on after each panic"
+    );
+    assert_eq!(bomb.panics(), 4, "add, update, delete and add again");
+    assert_eq!(calm.panics(), 0);
+    assert_eq!(inf.metrics().handler_panics, 4);
+    // The informer never noticed: still running, same watch, cache up to date.
+    assert!(!inf.is_stopped());
+    let m = inf.metrics();
+    assert_eq!((m.lists, m.watches, m.watch_errors), (1, 1, 0), "{m:?}");
+    let mut keys: Vec<String> = inf.store().keys().iter().map(|k| k.to_string()).collect();
+    keys.sort();
+    assert_eq!(keys, ["ns/a", "ns/boom-1"]);
+    assert_eq!(inf.last_sync_resource_version(), "12");
+    assert!(bomb.has_synced());
     inf.shutdown().await;
 }

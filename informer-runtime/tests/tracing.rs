@@ -115,7 +115,7 @@ fn list_relist_watch_failure_backoff_and_panic_are_traced() {
     for want in [
         "INFO message=list informer=flaky resource_version=Some(\"0\")",
         "relist=true",
-        "WARN message=list/watch failed informer=flaky error=connection refused: scripted",
+        "WARN message=list/watch failed informer=flaky kind=\"connection_refused\" error=connection refused: scripted",
         "INFO message=backing off before the next list/watch informer=flaky delay=",
         "DEBUG message=watch informer=flaky resource_version=5",
         "ERROR message=event handler panicked; it goes on with its next notification informer=flaky handler=0 panic=boom",

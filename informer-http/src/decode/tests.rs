@@ -119,20 +119,7 @@ struct Strict {
     data: BTreeMap<String, String>,
 }
 
-impl Object for Strict {
-    fn name(&self) -> &str {
-        &self.metadata.name
-    }
-    fn namespace(&self) -> Option<&str> {
-        self.metadata.namespace.as_deref()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.metadata.resource_version.as_deref()
-    }
-    fn uid(&self) -> Option<&str> {
-        None
-    }
-}
+informer_core::impl_object!(Strict);
 
 #[test]
 fn undecodable_object_is_named_and_the_stream_goes_on() {

@@ -1,0 +1,195 @@
+//! [`Object`] for types with standard metadata: [`impl_object!`](crate::impl_object) and the
+//! [`Object`] impl of [`ObjectMeta`] it delegates to.
+
+use crate::object::{Object, ObjectMeta};
+
+/// `metadata` on its own answers everything [`Object`] asks, so a type holding it can delegate
+/// to it (that is what [`impl_object!`](crate::impl_object) does). An empty namespace counts as
+/// cluster-scoped.
+impl Object for ObjectMeta {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref().filter(|ns| !ns.is_empty())
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+    fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+}
+
+/// Implements [`Object`](crate::Object) for a type whose metadata is one of its fields: the
+/// usual shape of a typed Kubernetes object decoded with serde.
+///
+/// ```
+/// use informer_core::{Key, Object, ObjectMeta};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Widget {
+///     metadata: ObjectMeta,
+///     spec: WidgetSpec,
+/// }
+///
+/// #[derive(serde::Deserialize)]
+/// struct WidgetSpec {
+///     size: u32,
+/// }
+///
+/// informer_core::impl_object!(Widget);
+///
+/// let w: Widget = serde_json::from_str(
+///     r#"{"metadata": {"name": "w", "namespace": "prod", "resourceVersion": "7"},
+///         "spec": {"size": 3}}"#,
+/// )
+/// .unwrap();
+/// assert_eq!(Key::of(&w).as_str(), "prod/w");
+/// assert_eq!(w.resource_version(), Some("7"));
+/// assert_eq!(w.spec.size, 3);
+/// ```
+///
+/// The forms:
+///
+/// - `impl_object!(Widget)`: the metadata is the field `metadata`.
+/// - `impl_object!(Widget, meta)`: it is the field `meta` (or `0` in a tuple struct).
+/// - `impl_object!([S: Clone] Crd<S>)` or `impl_object!([S] Crd<S>, meta)`: a generic type;
+///   what is between the brackets becomes the impl's generic parameters.
+///
+/// The field may be an [`ObjectMeta`](crate::ObjectMeta) or any type that implements
+/// [`Object`](crate::Object) itself: a program with its own metadata struct implements
+/// `Object` for that struct once, then uses this macro for every kind that holds it. For
+/// k8s-openapi types there is `informer_http::K8s<T>` instead.
+#[macro_export]
+macro_rules! impl_object {
+    ([$($generics:tt)*] $ty:ty) => {
+        $crate::impl_object!([$($generics)*] $ty, metadata);
+    };
+    ([$($generics:tt)*] $ty:ty, $field:tt) => {
+        impl<$($generics)*> $crate::Object for $ty {
+            fn name(&self) -> &str {
+                $crate::Object::name(&self.$field)
+            }
+            fn namespace(&self) -> ::core::option::Option<&str> {
+                $crate::Object::namespace(&self.$field)
+            }
+            fn resource_version(&self) -> ::core::option::Option<&str> {
+                $crate::Object::resource_version(&self.$field)
+            }
+            fn uid(&self) -> ::core::option::Option<&str> {
+                $crate::Object::uid(&self.$field)
+            }
+        }
+    };
+    ($ty:ty) => {
+        $crate::impl_object!([] $ty, metadata);
+    };
+    ($ty:ty, $field:tt) => {
+        $crate::impl_object!([] $ty, $field);
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::object::{Key, Object, ObjectMeta};
+    use alloc::string::String;
+
+    struct Plain {
+        metadata: ObjectMeta,
+    }
+    crate::impl_object!(Plain);
+
+    struct Renamed {
+        meta: ObjectMeta,
+    }
+    crate::impl_object!(Renamed, meta);
+
+    struct Tuple(ObjectMeta);
+    crate::impl_object!(Tuple, 0);
+
+    struct Generic<S> {
+        meta: ObjectMeta,
+        #[allow(dead_code)]
+        spec: S,
+    }
+    crate::impl_object!([S] Generic<S>, meta);
+
+    /// A metadata type of the program's own, used through its `Object` impl.
+    struct OwnMeta {
+        name: String,
+    }
+    impl Object for OwnMeta {
+        fn name(&self) -> &str {
+            &self.name
+        }
+        fn namespace(&self) -> Option<&str> {
+            Some("own")
+        }
+        fn resource_version(&self) -> Option<&str> {
+            None
+        }
+        fn uid(&self) -> Option<&str> {
+            None
+        }
+    }
+    struct WithOwnMeta {
+        metadata: OwnMeta,
+    }
+    crate::impl_object!(WithOwnMeta);
+
+    fn meta(ns: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            name: "n".into(),
+            namespace: ns.map(Into::into),
+            uid: Some("u".into()),
+            resource_version: Some("7".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_form_answers_from_the_metadata() {
+        fn check(o: &impl Object, key: &str) {
+            assert_eq!(Key::of(o).as_str(), key);
+            assert_eq!(o.name(), "n");
+            assert_eq!(o.resource_version(), Some("7"));
+            assert_eq!(o.uid(), Some("u"));
+        }
+        check(
+            &Plain {
+                metadata: meta(Some("ns")),
+            },
+            "ns/n",
+        );
+        check(
+            &Renamed {
+                meta: meta(Some("ns")),
+            },
+            "ns/n",
+        );
+        check(&Tuple(meta(None)), "n");
+        check(
+            &Generic {
+                meta: meta(Some("ns")),
+                spec: 1_u8,
+            },
+            "ns/n",
+        );
+        let own = WithOwnMeta {
+            metadata: OwnMeta { name: "o".into() },
+        };
+        assert_eq!(Key::of(&own).as_str(), "own/o");
+        assert_eq!(own.uid(), None);
+    }
+
+    /// An empty namespace is cluster-scoped, as for every other `Object`.
+    #[test]
+    fn empty_namespace_is_cluster_scoped() {
+        let p = Plain {
+            metadata: meta(Some("")),
+        };
+        assert_eq!(p.namespace(), None);
+        assert_eq!(Key::of(&p).as_str(), "n");
+    }
+}

@@ -1,0 +1,246 @@
+//! Building an informer: what to watch, how to cache and index it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use event_listener::Event;
+use informer_core::indexer::IndexFunc;
+use informer_core::informer::{InformerConfig, Transform};
+use informer_core::protocol::{Failure, Selectors};
+use informer_core::reflector::{BackoffConfig, ReflectorConfig};
+use informer_core::{Object, SharedIndexInformer};
+use informer_http::{Backend, Client, Resource, Transport};
+use serde::de::DeserializeOwned;
+
+use crate::driver::{Driver, WatchErrorHook};
+use crate::error::Error;
+use crate::informer::Informer;
+use crate::metrics::Counters;
+use crate::runtime::Runtime;
+use crate::state::{Shared, State, StateLock};
+
+/// Builds an [`Informer`]: what to watch and how to cache and index it.
+///
+/// ```no_run
+/// # async fn f<R: informer_runtime::Runtime + Default, B: informer_http::Backend>(client: informer_http::Client<B>) -> Result<(), informer_runtime::Error> {
+/// use std::time::Duration;
+/// use informer_core::{DynamicObject, indexer::index_fn};
+/// use informer_runtime::Informer;
+///
+/// let informer = Informer::<DynamicObject, R>::builder(&client, informer_http::Resource::CONFIGMAPS)
+///     .namespace("default")
+///     .label_selector("app=web")
+///     .resync(Duration::from_secs(30))
+///     .index("by-app", index_fn(|o: &DynamicObject| o.label("app").map(Into::into).into_iter().collect()))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+pub struct InformerBuilder<K, R> {
+    rt: R,
+    source: Source<K>,
+    namespace: Option<String>,
+    config: InformerConfig,
+    default_resync: Duration,
+    indexers: Vec<(String, Box<dyn IndexFunc<K>>)>,
+    transform: Option<Transform<K>>,
+    watch_error: Option<WatchErrorHook>,
+    name: String,
+    seed_set: bool,
+}
+
+type MakeTransport<K> = Box<dyn FnOnce(Option<&str>) -> Arc<dyn Transport<K>> + Send>;
+
+enum Source<K> {
+    Transport(Arc<dyn Transport<K>>),
+    Api(MakeTransport<K>),
+}
+
+impl<K, R> fmt::Debug for InformerBuilder<K, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InformerBuilder")
+            .field("name", &self.name)
+            .field("namespace", &self.namespace)
+            .field("config", &self.config)
+            .field("default_resync", &self.default_resync)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
+    /// An informer of `resource` through `client`, decoding objects as `K` (a typed object or
+    /// [`DynamicObject`](informer_core::DynamicObject)), on runtime `rt`.
+    pub fn new<B: Backend>(rt: R, client: &Client<B>, resource: Resource) -> Self
+    where
+        K: DeserializeOwned,
+    {
+        let client = client.clone();
+        let name = if resource.group.is_empty() {
+            resource.plural.to_string()
+        } else {
+            format!("{}/{}", resource.group, resource.plural)
+        };
+        let make: MakeTransport<K> =
+            Box::new(move |ns| Arc::new(client.api::<K>(resource, ns)) as Arc<dyn Transport<K>>);
+        Self::with_source(rt, Source::Api(make), name)
+    }
+
+    /// An informer fed by any [`Transport`] (a wrapper around an [`Api`](informer_http::Api),
+    /// a fake in tests). [`namespace`](Self::namespace) does not apply: the transport decides.
+    pub fn from_transport(
+        rt: R,
+        transport: Arc<dyn Transport<K>>,
+        name: impl Into<String>,
+    ) -> Self {
+        Self::with_source(rt, Source::Transport(transport), name.into())
+    }
+
+    fn with_source(rt: R, source: Source<K>, name: String) -> Self {
+        InformerBuilder {
+            rt,
+            source,
+            namespace: None,
+            config: InformerConfig::default(),
+            default_resync: Duration::ZERO,
+            indexers: Vec::new(),
+            transform: None,
+            watch_error: None,
+            name,
+            seed_set: false,
+        }
+    }
+
+    /// Only objects in `namespace` (default: all namespaces).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        let ns: String = namespace.into();
+        self.namespace = (!ns.is_empty()).then_some(ns);
+        self
+    }
+
+    /// A label selector, e.g. `app=web,tier!=db`.
+    pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
+        self.config.reflector.selectors.label = Some(selector.into());
+        self
+    }
+
+    /// A field selector, e.g. `status.phase=Running`.
+    pub fn field_selector(mut self, selector: impl Into<String>) -> Self {
+        self.config.reflector.selectors.field = Some(selector.into());
+        self
+    }
+
+    /// The resync check period, also the resync period of handlers added with
+    /// [`Informer::add_handler`] (client-go's `defaultEventHandlerResyncPeriod`). 0 (the
+    /// default): no resyncs.
+    pub fn resync(mut self, period: Duration) -> Self {
+        self.config.resync_check_period = period;
+        self.default_resync = period;
+        self
+    }
+
+    /// A named index (see [`index_fn`](informer_core::indexer::index_fn)). The namespace index
+    /// is built in.
+    pub fn index(mut self, name: impl Into<String>, func: impl IndexFunc<K> + 'static) -> Self {
+        self.indexers.push((name.into(), Box::new(func)));
+        self
+    }
+
+    /// A transform applied to every object before it is cached (e.g. dropping
+    /// `managedFields`). It must not change the namespace or name. Like index functions, it
+    /// runs inside the driver's step and must not panic.
+    pub fn transform(mut self, f: impl Fn(Arc<K>) -> Arc<K> + Send + Sync + 'static) -> Self {
+        self.transform = Some(Box::new(f));
+        self
+    }
+
+    /// Called with every list or watch failure; runs on the driver task, so keep it quick.
+    pub fn on_watch_error(mut self, f: impl Fn(&Failure) + Send + Sync + 'static) -> Self {
+        self.watch_error = Some(Arc::new(f));
+        self
+    }
+
+    /// The list/watch backoff (client-go's defaults unless set).
+    pub fn backoff(mut self, backoff: BackoffConfig) -> Self {
+        self.config.reflector.backoff = backoff;
+        self
+    }
+
+    /// The whole reflector configuration (page size, streaming list, watch timeouts, backoff,
+    /// seed); selectors set on this builder are kept. Without it, the seed of the backoff
+    /// jitter and watch timeouts is random per informer, so that informers restarted together
+    /// do not retry in lockstep.
+    pub fn reflector_config(mut self, config: ReflectorConfig) -> Self {
+        self.seed_set = true;
+        let selectors: Selectors = self.config.reflector.selectors.clone();
+        self.config.reflector = config;
+        self.config.reflector.selectors = selectors;
+        self
+    }
+
+    /// Creates the informer and its driver task. It does not list or watch before
+    /// [`Informer::start`]; handlers may be added before.
+    pub fn build(mut self) -> Result<Informer<K, R>, Error> {
+        if !self.seed_set {
+            use std::hash::BuildHasher;
+            self.config.reflector.seed =
+                std::collections::hash_map::RandomState::new().hash_one(&self.name);
+        }
+        let mut core = SharedIndexInformer::new(self.config);
+        for (name, func) in self.indexers {
+            core.add_index(&name, BoxedIndex(func))?;
+        }
+        if let Some(t) = self.transform {
+            core.set_transform(t);
+        }
+        let name = match &self.namespace {
+            Some(ns) => format!("{}@{ns}", self.name),
+            None => self.name,
+        };
+        let transport = match self.source {
+            Source::Transport(t) => t,
+            Source::Api(make) => make(self.namespace.as_deref()),
+        };
+        let (exited_tx, exited_rx) = async_channel::unbounded();
+        let (cmd_tx, cmd_rx) = async_channel::unbounded();
+        let shared = Arc::new(Shared {
+            state: Arc::new(StateLock::new(State::new(core, exited_tx))),
+            base: self.rt.now(),
+            rt: self.rt.clone(),
+            cmd: cmd_tx,
+            changed: Arc::new(Event::new()),
+            counters: Arc::new(Counters::default()),
+            name,
+            default_resync: self.default_resync,
+            finished: AtomicBool::new(false),
+        });
+        let driver = Driver::new(
+            shared.clone(),
+            transport,
+            cmd_rx,
+            exited_rx,
+            self.watch_error,
+        );
+        self.rt.spawn(Box::pin(driver.run()))?;
+        Ok(Informer::from_shared(shared))
+    }
+}
+
+struct BoxedIndex<K>(Box<dyn IndexFunc<K>>);
+
+impl<K> IndexFunc<K> for BoxedIndex<K> {
+    fn index_values<'a>(&self, obj: &'a K) -> informer_core::indexer::IndexValues<'a> {
+        self.0.index_values(obj)
+    }
+}
+
+impl<K: Object + Send + Sync + 'static, R: Runtime + Default> Informer<K, R> {
+    /// A builder for an informer of `resource` through `client` on the default instance of
+    /// runtime `R`.
+    pub fn builder<B: Backend>(client: &Client<B>, resource: Resource) -> InformerBuilder<K, R>
+    where
+        K: DeserializeOwned,
+    {
+        InformerBuilder::new(R::default(), client, resource)
+    }
+}

@@ -1,0 +1,146 @@
+//! How notifications reach a handler: one protocol, whether a worker thread runs them
+//! ([`EventHandler`](crate::EventHandler)) or a consumer pulls them
+//! ([`EventStream`](crate::EventStream)).
+//!
+//! The core hands a handler at most one notification at a time and gives it the next only
+//! once told the previous is finished (`handler_done`). Two paths lead to the handler's
+//! [`Inbox`]:
+//!
+//! - **The driver hands over** a notification when the core says the handler is idle: while
+//!   draining the core's outputs under the write lock it sends it into the handler's channel
+//!   ([`hand_over`]). The channel never holds more than that one notification, so the send
+//!   never blocks.
+//! - **The handler's end takes its next one itself**: when its consumer is done with a
+//!   notification and asks for the next, the inbox steps the core under the write lock,
+//!   `handler_done` and, in the same step, `poll_notification_for` this handler, and returns
+//!   that notification without a round trip through the driver. That step obeys the core's
+//!   loop rule: `handler_done` feeds the reflector nothing and only makes this handler idle,
+//!   so the only output it can make ready is this handler's next notification, which the inbox
+//!   takes at once (the driver drained everything else before it released the lock). When the
+//!   handler has nothing pending, the inbox waits for the driver again.
+//!
+//! So a busy handler costs the driver nothing, and its backlog stays in the core's bounded,
+//! per-key coalesced queue. Removing the handler or shutting the informer down clears its
+//! `active` flag and drops the driver's end: a notification handed over but not yet started
+//! is dropped and the inbox reports the end.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+use event_listener::Event;
+use futures_util::stream::Stream;
+use informer_core::{HandlerId, Notification, Object};
+
+use crate::state::{HandlerStats, Sink, State, StateLock};
+
+/// The handler's end of its delivery.
+pub(crate) struct Inbox<K> {
+    id: HandlerId,
+    rx: Pin<Box<async_channel::Receiver<Notification<K>>>>,
+    state: Arc<StateLock<K>>,
+    changed: Arc<Event>,
+    stats: Arc<HandlerStats>,
+    /// The consumer holds a notification it has not finished yet.
+    outstanding: bool,
+}
+
+/// Connects handler `id` (just added to the core): its sink goes into `state`, its inbox is
+/// returned.
+pub(crate) fn connect<K>(
+    state: &mut State<K>,
+    lock: &Arc<StateLock<K>>,
+    changed: &Arc<Event>,
+    id: HandlerId,
+    stats: Arc<HandlerStats>,
+) -> Inbox<K> {
+    let (tx, rx) = async_channel::unbounded();
+    stats.active.store(true, Ordering::Release);
+    state.sinks.insert(
+        id,
+        Sink {
+            tx,
+            stats: stats.clone(),
+        },
+    );
+    Inbox {
+        id,
+        rx: Box::pin(rx),
+        state: lock.clone(),
+        changed: changed.clone(),
+        stats,
+        outstanding: false,
+    }
+}
+
+/// The driver's side: hands `notification`, which the core has just given out to idle
+/// handler `id`, over to the handler's inbox. If the inbox is gone (a dropped event stream)
+/// the handler is removed: nothing would ever finish it.
+pub(crate) fn hand_over<K: Object + 'static>(
+    state: &mut State<K>,
+    id: HandlerId,
+    notification: Notification<K>,
+) {
+    let sent = match state.sinks.get(&id) {
+        Some(sink) => sink.tx.try_send(notification).is_ok(),
+        None => false,
+    };
+    if !sent {
+        state.remove_handler(id);
+    }
+}
+
+impl<K: Object + 'static> Inbox<K> {
+    /// The next notification, for a worker thread: finishes the previous one, then takes the
+    /// next from the core, or blocks until the driver hands one over. `None`: the handler was
+    /// removed or the informer shut down.
+    pub(crate) fn next_blocking(&mut self) -> Option<Notification<K>> {
+        if let Some(n) = self.finish_previous() {
+            return self.start(n);
+        }
+        let n = self.rx.recv_blocking().ok()?;
+        self.start(n)
+    }
+
+    /// [`next_blocking`](Self::next_blocking) for an async consumer.
+    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Notification<K>>> {
+        if let Some(n) = self.finish_previous() {
+            return Poll::Ready(self.start(n));
+        }
+        match self.rx.as_mut().poll_next(cx) {
+            Poll::Ready(Some(n)) => Poll::Ready(self.start(n)),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Hands `n` to the consumer, unless the handler has been detached meanwhile.
+    fn start(&mut self, n: Notification<K>) -> Option<Notification<K>> {
+        if !self.stats.active.load(Ordering::Acquire) {
+            return None;
+        }
+        self.outstanding = true;
+        Some(n)
+    }
+
+    /// Reports the outstanding notification (if any) finished and, in the same locked step,
+    /// takes the handler's next one from the core.
+    fn finish_previous(&mut self) -> Option<Notification<K>> {
+        if !std::mem::take(&mut self.outstanding) {
+            return None;
+        }
+        self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+        let next = {
+            let mut state = self.state.write();
+            if !self.stats.active.load(Ordering::Acquire) {
+                return None;
+            }
+            state.core.handler_done(self.id);
+            state.core.poll_notification_for(self.id)
+        };
+        // The handler's sync may have changed.
+        self.changed.notify(usize::MAX);
+        next
+    }
+}

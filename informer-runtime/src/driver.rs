@@ -1,0 +1,357 @@
+//! The driver task: one per informer, the only place the core's outputs are drained and acted
+//! upon (requests started, watch errors reported; notifications handed over through
+//! [`crate::delivery`]).
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::Poll;
+
+use futures_util::future::{AbortHandle, Abortable, poll_fn};
+use futures_util::stream::{Stream, StreamExt};
+use informer_core::informer::Output;
+use informer_core::protocol::{Failure, Input, Request, WatchEvent};
+use informer_core::reflector::RequestId;
+use informer_core::{Instant, Object};
+use informer_http::Transport;
+
+use crate::delivery::hand_over;
+use crate::runtime::{BoxFuture, Runtime};
+use crate::state::{Cmd, Shared, State};
+
+/// Called with every list or watch failure (client-go's `WatchErrorHandler`). Recovery is
+/// already under way; this is for logging and metrics. It runs on the driver task: keep it
+/// quick. A panic in it is caught and logged.
+pub type WatchErrorHook = Arc<dyn Fn(&Failure) + Send + Sync>;
+
+/// Inputs at most applied under one write lock (bounds how long readers can wait).
+const BATCH: usize = 64;
+/// Transport results buffered between a request task and the driver.
+const RESULTS_CAPACITY: usize = 256;
+
+/// What request tasks report, tagged with the request they answer.
+type Replies<K> = async_channel::Receiver<(RequestId, Input<K>)>;
+
+/// What wakes the driver.
+enum Wakeup<K> {
+    Cmd(Cmd),
+    Reply(RequestId, Input<K>),
+    Timer,
+}
+
+/// The driver task's state.
+pub(crate) struct Driver<K, R> {
+    shared: Arc<Shared<K, R>>,
+    transport: Arc<dyn Transport<K>>,
+    cmd_rx: Pin<Box<async_channel::Receiver<Cmd>>>,
+    reply_tx: async_channel::Sender<(RequestId, Input<K>)>,
+    reply_rx: Pin<Box<Replies<K>>>,
+    exited_rx: async_channel::Receiver<()>,
+    watch_error: Option<WatchErrorHook>,
+    inflight: Option<AbortHandle>,
+    timer: Option<(Instant, BoxFuture<'static, ()>)>,
+    backoff_until: Option<Instant>,
+    /// Wakeups produced by the driver itself (a request that could not be spawned).
+    local: VecDeque<Wakeup<K>>,
+    /// Reused across loop turns so that a turn (often one watch event) allocates nothing.
+    batch: Vec<Wakeup<K>>,
+    /// Reused across loop turns, as `batch`.
+    outs: Vec<Output<K>>,
+}
+
+impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
+    /// A driver for `shared`, fed by `cmd_rx` (commands from the handles) and the requests it
+    /// performs through `transport`; `exited_rx` fails once every handler worker has exited.
+    pub(crate) fn new(
+        shared: Arc<Shared<K, R>>,
+        transport: Arc<dyn Transport<K>>,
+        cmd_rx: async_channel::Receiver<Cmd>,
+        exited_rx: async_channel::Receiver<()>,
+        watch_error: Option<WatchErrorHook>,
+    ) -> Self {
+        let (reply_tx, reply_rx) = async_channel::bounded(RESULTS_CAPACITY);
+        Driver {
+            shared,
+            transport,
+            cmd_rx: Box::pin(cmd_rx),
+            reply_tx,
+            reply_rx: Box::pin(reply_rx),
+            exited_rx,
+            watch_error,
+            inflight: None,
+            timer: None,
+            backoff_until: None,
+            local: VecDeque::new(),
+            batch: Vec::with_capacity(BATCH),
+            outs: Vec::new(),
+        }
+    }
+
+    async fn next_wakeup(&mut self) -> Wakeup<K> {
+        if let Some(w) = self.local.pop_front() {
+            return w;
+        }
+        poll_fn(|cx| {
+            if let Poll::Ready(Some(c)) = self.cmd_rx.as_mut().poll_next(cx) {
+                return Poll::Ready(Wakeup::Cmd(c));
+            }
+            if let Poll::Ready(Some((id, r))) = self.reply_rx.as_mut().poll_next(cx) {
+                return Poll::Ready(Wakeup::Reply(id, r));
+            }
+            if let Some((_, t)) = &mut self.timer {
+                if t.as_mut().poll(cx).is_ready() {
+                    self.timer = None;
+                    return Poll::Ready(Wakeup::Timer);
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    fn try_wakeup(&mut self) -> Option<Wakeup<K>> {
+        if let Some(w) = self.local.pop_front() {
+            return Some(w);
+        }
+        if let Ok(c) = self.cmd_rx.try_recv() {
+            return Some(Wakeup::Cmd(c));
+        }
+        self.reply_rx
+            .try_recv()
+            .ok()
+            .map(|(id, r)| Wakeup::Reply(id, r))
+    }
+
+    /// Runs until the informer stops and every handler worker has exited.
+    pub(crate) async fn run(mut self) {
+        let name = self.shared.name.clone();
+        tracing::debug!(informer = %name, "driver running");
+        loop {
+            let first = self.next_wakeup().await;
+            let mut batch = std::mem::take(&mut self.batch);
+            batch.push(first);
+            while batch.len() < BATCH {
+                match self.try_wakeup() {
+                    Some(w) => batch.push(w),
+                    None => break,
+                }
+            }
+            let now = self.shared.now();
+            let mut outs = std::mem::take(&mut self.outs);
+            let mut stop = false;
+            let shared = self.shared.clone();
+            // User code runs inside this step (transform, index functions). A panic there
+            // leaves the core possibly half-updated: stop the informer rather than go on with
+            // a cache that may be wrong, and say why. Readers keep the last state.
+            let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut state = shared.state.write();
+                let state = &mut *state;
+                for wakeup in batch.drain(..) {
+                    self.apply(state, wakeup, now, &mut stop);
+                    drain(state, &mut outs);
+                }
+                if stop {
+                    state.stop();
+                }
+                let deadline = state.core.poll_timeout();
+                let backoff = state.core.backing_off_until().filter(|t| *t > now);
+                (deadline, backoff)
+            }));
+            let (deadline, backoff) = match step {
+                Ok(v) => v,
+                Err(_) => {
+                    tracing::error!(
+                        informer = %name,
+                        "a transform or index function panicked: the informer stops"
+                    );
+                    stop = true;
+                    outs.clear();
+                    shared.state.write().stop();
+                    (None, None)
+                }
+            };
+            for output in outs.drain(..) {
+                match output {
+                    Output::Request { id, request } => self.start_request(id, request),
+                    Output::WatchError(f) => self.report(&f),
+                    Output::Notify { .. } => {}
+                }
+            }
+            self.batch = batch;
+            self.outs = outs;
+            if backoff != self.backoff_until {
+                if let Some(until) = backoff {
+                    self.shared
+                        .counters
+                        .backoffs
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(
+                        informer = %name,
+                        delay = ?(until - now),
+                        "backing off before the next list/watch"
+                    );
+                }
+                self.backoff_until = backoff;
+            }
+            if stop {
+                if let Some(request) = self.inflight.take() {
+                    request.abort();
+                }
+                self.timer = None;
+                self.shared.changed.notify(usize::MAX);
+                // Every worker holds a sender; recv fails once all of them exited.
+                let _ = self.exited_rx.recv().await;
+                tracing::info!(informer = %name, "informer stopped");
+                self.shared.finished.store(true, Ordering::Release);
+                self.shared.changed.notify(usize::MAX);
+                return;
+            }
+            match (deadline, &self.timer) {
+                (None, _) => self.timer = None,
+                (Some(d), Some((t, _))) if *t == d => {}
+                (Some(d), _) => {
+                    let sleep = self.shared.rt.sleep(d - now);
+                    self.timer = Some((d, sleep));
+                }
+            }
+            self.shared.changed.notify(usize::MAX);
+        }
+    }
+
+    fn apply(&mut self, state: &mut State<K>, wakeup: Wakeup<K>, now: Instant, stop: &mut bool) {
+        let counters = &self.shared.counters;
+        let core = &mut state.core;
+        match wakeup {
+            Wakeup::Cmd(Cmd::Wake) => {}
+            Wakeup::Cmd(Cmd::Stop) => *stop = true,
+            Wakeup::Timer => core.handle_timeout(now),
+            Wakeup::Reply(id, input) => {
+                let applied = match &input {
+                    Input::ListPage(page) => page.items.len() as u64,
+                    Input::Event(
+                        WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_),
+                    ) => 1,
+                    _ => 0,
+                };
+                counters
+                    .events_applied
+                    .fetch_add(applied, Ordering::Relaxed);
+                core.handle_input(now, id, input)
+            }
+        }
+    }
+
+    /// Counts, logs and hands a list/watch failure to the watch-error hook.
+    fn report(&self, failure: &Failure) {
+        let name = &self.shared.name;
+        self.shared.counters.watch_error(failure);
+        tracing::warn!(informer = %name, kind = failure.kind(), error = %failure, "list/watch failed");
+        if let Some(hook) = &self.watch_error {
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(failure)));
+            if caught.is_err() {
+                tracing::error!(informer = %name, "the watch-error hook panicked");
+            }
+        }
+    }
+
+    fn start_request(&mut self, id: RequestId, request: Request) {
+        if let Some(previous) = self.inflight.take() {
+            previous.abort();
+        }
+        let counters = &self.shared.counters;
+        let name = &self.shared.name;
+        match &request {
+            Request::List(l) if l.continue_token.is_none() => {
+                let earlier = counters.lists.fetch_add(1, Ordering::Relaxed);
+                if earlier > 0 {
+                    counters.relists.fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::info!(
+                    informer = %name,
+                    resource_version = ?l.resource_version,
+                    limit = ?l.limit,
+                    relist = earlier > 0,
+                    "list"
+                );
+            }
+            Request::List(l) => {
+                tracing::debug!(informer = %name, limit = ?l.limit, "list: next page")
+            }
+            Request::Watch(w) => {
+                let earlier = counters.watches.fetch_add(1, Ordering::Relaxed);
+                if earlier > 0 {
+                    counters.watch_restarts.fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::debug!(
+                    informer = %name,
+                    resource_version = %w.resource_version,
+                    timeout_seconds = ?w.timeout_seconds,
+                    "watch"
+                );
+            }
+        }
+        let (handle, registration) = AbortHandle::new_pair();
+        let task = Abortable::new(
+            perform(self.transport.clone(), id, request, self.reply_tx.clone()),
+            registration,
+        );
+        match self.shared.rt.spawn(Box::pin(async move {
+            let _ = task.await;
+        })) {
+            Ok(()) => self.inflight = Some(handle),
+            Err(e) => {
+                tracing::error!(informer = %name, error = %e, "cannot spawn a request task");
+                self.local.push_back(Wakeup::Reply(
+                    id,
+                    Input::Failed(Failure::other(e.to_string())),
+                ));
+            }
+        }
+    }
+}
+
+/// Drains the core's outputs after an input: notifications are handed over at once (under
+/// the lock, without blocking); the rest is acted upon after the lock is released.
+fn drain<K: Object + 'static>(state: &mut State<K>, outs: &mut Vec<Output<K>>) {
+    while let Some(output) = state.core.poll() {
+        match output {
+            Output::Notify {
+                handler,
+                notification,
+            } => hand_over(state, handler, notification),
+            other => outs.push(other),
+        }
+    }
+}
+
+/// Performs one request and feeds its replies to the driver.
+async fn perform<K: Send + Sync + 'static>(
+    transport: Arc<dyn Transport<K>>,
+    id: RequestId,
+    request: Request,
+    tx: async_channel::Sender<(RequestId, Input<K>)>,
+) {
+    match request {
+        Request::List(req) => {
+            let r = match transport.list(&req).await {
+                Ok(page) => Input::ListPage(page),
+                Err(f) => Input::Failed(f),
+            };
+            let _ = tx.send((id, r)).await;
+        }
+        Request::Watch(req) => match transport.watch(&req).await {
+            Err(f) => {
+                let _ = tx.send((id, Input::Failed(f))).await;
+            }
+            Ok(mut events) => {
+                while let Some(e) = events.next().await {
+                    if tx.send((id, Input::Event(e))).await.is_err() {
+                        return;
+                    }
+                }
+                let _ = tx.send((id, Input::StreamEnd)).await;
+            }
+        },
+    }
+}

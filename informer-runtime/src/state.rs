@@ -1,0 +1,194 @@
+//! What an informer's handles, its handlers' ends and its driver share: the core behind one
+//! lock, and the few values around it. Everything else in the crate is built on this module;
+//! it depends on none of them.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use event_listener::Event;
+use informer_core::{HandlerId, Instant, Notification, Object, SharedIndexInformer};
+
+use crate::error::Error;
+use crate::metrics::Counters;
+use crate::runtime::Runtime;
+use crate::sync::with_timeout;
+
+/// What the lock guards: the core and where each handler's notifications go.
+pub(crate) struct State<K> {
+    pub(crate) core: SharedIndexInformer<K>,
+    /// The driver's end of each handler's delivery channel (see `crate::delivery`).
+    pub(crate) sinks: HashMap<HandlerId, Sink<K>>,
+    /// Cloned into every handler worker; taken at shutdown so the driver sees them all exit.
+    pub(crate) exited: Option<async_channel::Sender<()>>,
+    pub(crate) stopped: bool,
+}
+
+/// Where the driver hands a handler the notification it may start.
+pub(crate) struct Sink<K> {
+    pub(crate) tx: async_channel::Sender<Notification<K>>,
+    pub(crate) stats: Arc<HandlerStats>,
+}
+
+/// Per-handler counters and state shared by the driver, the handler's end and its
+/// registration.
+#[derive(Debug, Default)]
+pub(crate) struct HandlerStats {
+    /// Notifications the handler finished (panicked ones included).
+    pub(crate) delivered: AtomicU64,
+    /// Notifications that panicked.
+    pub(crate) panics: AtomicU64,
+    /// Cleared when the handler is removed or the informer shuts down: a notification handed
+    /// over but not yet started is then dropped.
+    pub(crate) active: AtomicBool,
+}
+
+impl<K: Object + 'static> State<K> {
+    pub(crate) fn new(core: SharedIndexInformer<K>, exited: async_channel::Sender<()>) -> Self {
+        State {
+            core,
+            sinks: HashMap::new(),
+            exited: Some(exited),
+            stopped: false,
+        }
+    }
+
+    /// Detaches handler `id` from its end and removes it from the core: it gets nothing new.
+    /// Returns whether the core still had it.
+    pub(crate) fn remove_handler(&mut self, id: HandlerId) -> bool {
+        if let Some(sink) = self.sinks.remove(&id) {
+            sink.stats.active.store(false, Ordering::Release);
+        }
+        self.core.remove_handler(id)
+    }
+
+    /// Stops the core and detaches every handler, once.
+    pub(crate) fn stop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.core.stop();
+        for (_, sink) in self.sinks.drain() {
+            sink.stats.active.store(false, Ordering::Release);
+        }
+        self.exited = None;
+        self.stopped = true;
+    }
+}
+
+/// The lock around [`State`]; a poisoned lock is still used (nothing in it can be left half
+/// changed by a panic in this crate, which has none on purpose; a panic in user code run
+/// under it, a transform or an index function, stops the informer).
+pub(crate) struct StateLock<K>(RwLock<State<K>>);
+
+impl<K> StateLock<K> {
+    pub(crate) fn new(state: State<K>) -> Self {
+        StateLock(RwLock::new(state))
+    }
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, State<K>> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, State<K>> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Commands to the driver.
+#[derive(Debug)]
+pub(crate) enum Cmd {
+    /// Something was fed to the core outside the driver: drain its outputs.
+    Wake,
+    /// Shut down.
+    Stop,
+}
+
+/// Everything the handles and the driver share.
+pub(crate) struct Shared<K, R> {
+    pub(crate) state: Arc<StateLock<K>>,
+    pub(crate) rt: R,
+    /// The runtime's clock at build time: the core's epoch.
+    pub(crate) base: std::time::Instant,
+    pub(crate) cmd: async_channel::Sender<Cmd>,
+    /// Notified whenever something a waiter may wait for changed (sync, stop).
+    pub(crate) changed: Arc<Event>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) name: String,
+    pub(crate) default_resync: Duration,
+    /// Set by the driver once it has stopped and every handler worker has exited.
+    pub(crate) finished: AtomicBool,
+}
+
+impl<K, R> Shared<K, R> {
+    /// Has the driver drain the core's outputs.
+    pub(crate) fn wake(&self) {
+        let _ = self.cmd.try_send(Cmd::Wake);
+    }
+
+    /// Asks the driver to shut down (without waiting).
+    pub(crate) fn stop(&self) {
+        let _ = self.cmd.try_send(Cmd::Stop);
+    }
+}
+
+impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
+    /// The runtime's clock on the core's time line.
+    pub(crate) fn now(&self) -> Instant {
+        Instant::from_epoch(self.rt.now().saturating_duration_since(self.base))
+    }
+
+    /// Removes handler `id` (a registration's `remove`, a dropped event stream).
+    pub(crate) fn remove_handler(&self, id: HandlerId) -> bool {
+        let removed = self.state.write().remove_handler(id);
+        if removed {
+            tracing::debug!(informer = %self.name, handler = id.0, "handler removed");
+        }
+        self.wake();
+        removed
+    }
+
+    /// Whether handler `id` has synced: the informer has, and the handler finished its
+    /// initial adds.
+    pub(crate) fn handler_has_synced(&self, id: HandlerId) -> bool {
+        self.state.read().core.handler_has_synced(id)
+    }
+
+    /// Waits until [`handler_has_synced`](Self::handler_has_synced).
+    pub(crate) async fn wait_for_handler_sync(
+        &self,
+        id: HandlerId,
+        timeout: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.wait_until(move |state| state.core.handler_has_synced(id), timeout)
+            .await
+    }
+
+    /// Notifications pending for handler `id` (0 when unknown).
+    pub(crate) fn pending(&self, id: HandlerId) -> usize {
+        self.state.read().core.pending(id)
+    }
+
+    /// Waits until `cond` holds, the informer stops (error) or `timeout` passes (error).
+    pub(crate) async fn wait_until(
+        &self,
+        cond: impl Fn(&State<K>) -> bool,
+        timeout: Option<Duration>,
+    ) -> Result<(), Error> {
+        let wait = async {
+            loop {
+                let listener = self.changed.listen();
+                {
+                    let state = self.state.read();
+                    if cond(&state) {
+                        return Ok(());
+                    }
+                    if state.stopped {
+                        return Err(Error::Stopped);
+                    }
+                }
+                listener.await;
+            }
+        };
+        with_timeout(&self.rt, wait, timeout).await
+    }
+}

@@ -1,0 +1,50 @@
+//! Waiting for caches and handlers to sync.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::future::{Either, select};
+
+use crate::error::Error;
+use crate::runtime::{BoxFuture, Runtime};
+
+/// Something that can say whether it has synced and wait for it: an
+/// [`Informer`](crate::Informer), a [`HandlerRegistration`](crate::HandlerRegistration), an
+/// [`EventStream`](crate::EventStream).
+pub trait CacheSync: Send + Sync {
+    /// Whether it has synced.
+    fn is_synced(&self) -> bool;
+    /// Resolves once synced (or with [`Error::Stopped`]).
+    fn synced(&self) -> BoxFuture<'_, Result<(), Error>>;
+}
+
+/// Waits until every one of `items` has synced (client-go `WaitForCacheSync`), at most
+/// `timeout` in all (`None`: as long as it takes).
+pub async fn wait_for_cache_sync<R: Runtime>(
+    rt: &R,
+    items: &[&dyn CacheSync],
+    timeout: Option<Duration>,
+) -> Result<(), Error> {
+    let all = async {
+        for i in items {
+            i.synced().await?;
+        }
+        Ok(())
+    };
+    with_timeout(rt, all, timeout).await
+}
+
+/// `wait`, or [`Error::Timeout`] once `timeout` has passed (`None`: no limit).
+pub(crate) async fn with_timeout<R: Runtime>(
+    rt: &R,
+    wait: impl Future<Output = Result<(), Error>>,
+    timeout: Option<Duration>,
+) -> Result<(), Error> {
+    match timeout {
+        None => wait.await,
+        Some(t) => match select(Box::pin(wait), rt.sleep(t)).await {
+            Either::Left((r, _)) => r,
+            Either::Right(_) => Err(Error::Timeout),
+        },
+    }
+}
