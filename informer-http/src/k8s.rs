@@ -31,6 +31,18 @@ impl<T> DerefMut for K8s<T> {
     }
 }
 
+/// Labels for [`Selector`](informer_core::Selector) queries on the cache.
+impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> informer_core::Labels for K8s<T> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.0
+            .metadata()
+            .labels
+            .as_ref()?
+            .get(key)
+            .map(String::as_str)
+    }
+}
+
 impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> Object for K8s<T> {
     fn name(&self) -> &str {
         self.0.metadata().name.as_deref().unwrap_or("")

@@ -6,7 +6,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use event_listener::Event;
-use informer_core::indexer::IndexFunc;
+use informer_core::Labels;
+use informer_core::indexer::{IndexFunc, LabelIndex, label_index_name};
 use informer_core::informer::{InformerConfig, Transform};
 use informer_core::protocol::{Failure, Selectors};
 use informer_core::reflector::{BackoffConfig, ReflectorConfig};
@@ -146,6 +147,16 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         self
     }
 
+    /// An index of the values of label `key` (named [`label_index_name`]`(key)`, e.g.
+    /// `label:app`), which [`Store::select`](crate::Store::select) uses for a `key=value` or
+    /// `key in (...)` term instead of scanning the cache. Query it by name like any index.
+    pub fn label_index(self, key: &str) -> Self
+    where
+        K: Labels,
+    {
+        self.index(label_index_name(key), LabelIndex::new(key))
+    }
+
     /// A transform applied to every object before it is cached (e.g. dropping
     /// `managedFields`). It must not change the namespace or name. Like index functions, it
     /// runs inside the driver's step and must not panic.
@@ -231,6 +242,11 @@ struct BoxedIndex<K>(Box<dyn IndexFunc<K>>);
 impl<K> IndexFunc<K> for BoxedIndex<K> {
     fn index_values<'a>(&self, obj: &'a K) -> informer_core::indexer::IndexValues<'a> {
         self.0.index_values(obj)
+    }
+
+    // Forwarded so that the indexer's selector planner recognises a boxed label index.
+    fn label_key(&self) -> Option<&str> {
+        self.0.label_key()
     }
 }
 

@@ -91,11 +91,14 @@ pub use stream::EventStream;
 pub use sync::{CacheSync, wait_for_cache_sync};
 
 pub use informer_core::impl_object;
-pub use informer_core::indexer::{IndexFunc, IndexValues, NAMESPACE_INDEX, index_fn};
+pub use informer_core::indexer::{
+    IndexFunc, IndexValues, LabelIndex, NAMESPACE_INDEX, index_fn, label_index_name,
+};
 pub use informer_core::protocol::Failure;
 pub use informer_core::reflector::{BackoffConfig, ReflectorConfig};
 pub use informer_core::{
-    DynamicObject, HandlerId, IndexError, Key, Notification, Object, ObjectOrTombstone, Tombstone,
+    DynamicObject, HandlerId, IndexError, Key, KeyRef, Labels, Notification, Object,
+    ObjectOrTombstone, Selector, SelectorError, Tombstone,
 };
 pub use informer_http::{Config, Resource};
 
@@ -114,8 +117,9 @@ macro_rules! runtime_crate_api {
         pub use $crate::{
             BackoffConfig, CacheSync, Config, DynamicObject, Error, EventHandler, Failure,
             HandlerFns, HandlerId, IndexError, IndexFunc, IndexValues, InformerOptions, Key,
-            Metrics, NAMESPACE_INDEX, Notification, Object, ObjectOrTombstone, ReflectorConfig,
-            Resource, Store, Tombstone, impl_object, index_fn,
+            KeyRef, LabelIndex, Labels, Metrics, NAMESPACE_INDEX, Notification, Object,
+            ObjectOrTombstone, ReflectorConfig, Resource, Selector, SelectorError, Store,
+            Tombstone, impl_object, index_fn, label_index_name,
         };
 
         #[doc = concat!("The transport backend this crate uses (", $backend_doc, ").")]

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use informer_core::{IndexError, Key, Object};
+use informer_core::{IndexError, Key, Labels, Object, Selector};
 
 use crate::state::StateLock;
 
@@ -28,6 +28,28 @@ impl<K> Clone for Store<K> {
 impl<K> fmt::Debug for Store<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+impl<K: Object + Labels + 'static> Store<K> {
+    /// The cached objects matching `selector` (client-go `Lister.List(selector)`), in every
+    /// namespace. A `key=value` or `key in (...)` term uses the label index of `key` when the
+    /// informer has one ([`InformerBuilder::label_index`](crate::InformerBuilder::label_index)),
+    /// else the cache is scanned.
+    pub fn select(&self, selector: &Selector) -> Vec<Arc<K>> {
+        self.read(|c| c.indexer().select(selector, None).cloned().collect())
+    }
+
+    /// The cached objects in `namespace` matching `selector` (client-go
+    /// `Lister.Namespace(ns).List(selector)`), using the namespace index or a label index,
+    /// whichever holds fewer objects.
+    pub fn select_in(&self, namespace: &str, selector: &Selector) -> Vec<Arc<K>> {
+        self.read(|c| {
+            c.indexer()
+                .select(selector, Some(namespace))
+                .cloned()
+                .collect()
+        })
     }
 }
 

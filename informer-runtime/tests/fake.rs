@@ -131,6 +131,7 @@ on_both!(
     dropping_the_last_informer_handle_stops_it,
     a_panicking_transform_stops_the_informer_instead_of_hanging_it,
     conformance_16_a_panicking_handler_stops_neither_the_informer_nor_the_others,
+    store_answers_label_selectors_with_and_without_a_label_index,
 );
 
 fn builder<E: Env>(fake: Fake) -> InformerBuilder<DynamicObject, E::R> {
@@ -508,4 +509,62 @@ async fn conformance_16_a_panicking_handler_stops_neither_the_informer_nor_the_o
     assert_eq!(inf.last_sync_resource_version(), "12");
     assert!(bomb.has_synced());
     inf.shutdown().await;
+}
+
+fn labelled(ns: &str, name: &str, app: &str, tier: &str) -> Arc<DynamicObject> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": "1",
+                         "labels": {"app": app, "tier": tier}}
+        }))
+        .unwrap(),
+    )
+}
+
+/// `Store::select`/`select_in` answer a label selector from the cache, with the label index
+/// registered by `label_index` or by scanning, alike; watch events move objects in and out.
+async fn store_answers_label_selectors_with_and_without_a_label_index<E: Env>() {
+    let items = vec![
+        labelled("a", "web-1", "web", "front"),
+        labelled("a", "db-1", "db", "back"),
+        labelled("b", "web-2", "web", "back"),
+        labelled("b", "api-1", "api", "front"),
+    ];
+    for with_index in [true, false] {
+        let (fake, tx) = Fake::new(items.clone());
+        let mut b = builder::<E>(fake);
+        if with_index {
+            b = b.label_index("app");
+        }
+        let inf = b.build().unwrap();
+        inf.start().unwrap();
+        inf.wait_for_sync(Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        let store = inf.store();
+        let names = |v: Vec<Arc<DynamicObject>>| {
+            let mut n: Vec<String> = v.iter().map(|o| o.name().to_string()).collect();
+            n.sort();
+            n
+        };
+        let sel: informer_runtime::Selector = "app in (web,api),tier!=back".parse().unwrap();
+        assert_eq!(names(store.select(&sel)), ["api-1", "web-1"]);
+        assert_eq!(names(store.select_in("b", &sel)), ["api-1"]);
+        let web: informer_runtime::Selector = "app=web".parse().unwrap();
+        assert_eq!(names(store.select(&web)), ["web-1", "web-2"]);
+        if with_index {
+            let idx = informer_runtime::label_index_name("app");
+            assert_eq!(store.by_index(&idx, "db").unwrap().len(), 1);
+        }
+        tx.send(WatchEvent::Modified(labelled("b", "web-2", "api", "back")))
+            .await
+            .unwrap();
+        eventually::<E>("moved out of app=web", || store.select(&web).len() == 1).await;
+        assert!(
+            "app in (web".parse::<informer_runtime::Selector>().is_err(),
+            "a broken selector is a typed error"
+        );
+        inf.shutdown().await;
+    }
 }
