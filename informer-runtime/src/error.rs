@@ -3,6 +3,7 @@
 use std::fmt;
 
 use informer_core::IndexError;
+use informer_core::protocol::Failure;
 
 use crate::runtime::SpawnError;
 
@@ -19,7 +20,11 @@ pub enum Error {
     /// The informer has been shut down.
     Stopped,
     /// A wait for cache sync did not finish in time.
-    Timeout,
+    Timeout {
+        /// The last list or watch failure of the informer waited for, if it had one: usually
+        /// why it could not sync (`403 ... pods is forbidden ...`, a refused connection, ...).
+        last_failure: Option<Failure>,
+    },
     /// A shared informer factory already holds an informer for this resource, namespace and
     /// selectors with another object type.
     TypeMismatch {
@@ -35,7 +40,13 @@ impl fmt::Display for Error {
             Error::Thread(e) => write!(f, "cannot start a handler thread: {e}"),
             Error::Index(e) => write!(f, "{e}"),
             Error::Stopped => f.write_str("the informer has been shut down"),
-            Error::Timeout => f.write_str("timed out waiting for the cache to sync"),
+            Error::Timeout { last_failure } => {
+                f.write_str("timed out waiting for the cache to sync")?;
+                match last_failure {
+                    Some(cause) => write!(f, "; last list/watch failure: {cause}"),
+                    None => Ok(()),
+                }
+            }
             Error::TypeMismatch { resource } => write!(
                 f,
                 "the factory already has an informer for {resource} with another object type"
@@ -50,6 +61,9 @@ impl std::error::Error for Error {
             Error::Spawn(e) => Some(e),
             Error::Thread(e) => Some(e),
             Error::Index(e) => Some(e),
+            Error::Timeout {
+                last_failure: Some(cause),
+            } => Some(cause),
             _ => None,
         }
     }

@@ -242,4 +242,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> CacheSync for HandlerRegistr
     fn synced(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(self.wait_for_sync(None))
     }
+    fn last_failure(&self) -> Option<informer_core::protocol::Failure> {
+        self.shared.counters.last_failure()
+    }
 }

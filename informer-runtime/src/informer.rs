@@ -338,6 +338,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> CacheSync for Informer<K, R>
     fn synced(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(self.wait_for_sync(None))
     }
+    fn last_failure(&self) -> Option<informer_core::protocol::Failure> {
+        self.shared().counters.last_failure()
+    }
 }
 
 /// A handler just added to the core, for [`Informer::register`]'s caller to put a consumer on.

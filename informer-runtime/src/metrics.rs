@@ -17,6 +17,8 @@ pub(crate) struct Counters {
     pub(crate) watch_errors: AtomicU64,
     /// Failures are rare: a lock per failure costs nothing on the event path.
     watch_errors_by_kind: Mutex<BTreeMap<&'static str, u64>>,
+    /// The last failure, for the cause of a sync timeout.
+    last_failure: Mutex<Option<Failure>>,
     pub(crate) backoffs: AtomicU64,
     pub(crate) handler_panics: AtomicU64,
 }
@@ -56,6 +58,16 @@ impl Counters {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         *by_kind.entry(failure.kind()).or_insert(0) += 1;
+        drop(by_kind);
+        *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(failure.clone());
+    }
+
+    /// The last failure reported since the informer started.
+    pub(crate) fn last_failure(&self) -> Option<Failure> {
+        self.last_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub(crate) fn snapshot(&self) -> Metrics {

@@ -189,6 +189,6 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
                 listener.await;
             }
         };
-        with_timeout(&self.rt, wait, timeout).await
+        with_timeout(&self.rt, wait, timeout, || self.counters.last_failure()).await
     }
 }

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use futures_util::future::{Either, select};
 
+use informer_core::protocol::Failure;
+
 use crate::error::Error;
 use crate::runtime::{BoxFuture, Runtime};
 
@@ -16,6 +18,11 @@ pub trait CacheSync: Send + Sync {
     fn is_synced(&self) -> bool;
     /// Resolves once synced (or with [`Error::Stopped`]).
     fn synced(&self) -> BoxFuture<'_, Result<(), Error>>;
+    /// The last list or watch failure of the informer behind it, if any: the likely reason it
+    /// has not synced.
+    fn last_failure(&self) -> Option<Failure> {
+        None
+    }
 }
 
 /// Waits until every one of `items` has synced (client-go `WaitForCacheSync`), at most
@@ -31,20 +38,31 @@ pub async fn wait_for_cache_sync<R: Runtime>(
         }
         Ok(())
     };
-    with_timeout(rt, all, timeout).await
+    // On a timeout, the cause is that of the first item still not synced.
+    let cause = || {
+        items
+            .iter()
+            .find(|i| !i.is_synced())
+            .and_then(|i| i.last_failure())
+    };
+    with_timeout(rt, all, timeout, cause).await
 }
 
-/// `wait`, or [`Error::Timeout`] once `timeout` has passed (`None`: no limit).
+/// `wait`, or [`Error::Timeout`] (carrying `cause()`) once `timeout` has passed (`None`: no
+/// limit).
 pub(crate) async fn with_timeout<R: Runtime>(
     rt: &R,
     wait: impl Future<Output = Result<(), Error>>,
     timeout: Option<Duration>,
+    cause: impl FnOnce() -> Option<Failure>,
 ) -> Result<(), Error> {
     match timeout {
         None => wait.await,
         Some(t) => match select(Box::pin(wait), rt.sleep(t)).await {
             Either::Left((r, _)) => r,
-            Either::Right(_) => Err(Error::Timeout),
+            Either::Right(_) => Err(Error::Timeout {
+                last_failure: cause(),
+            }),
         },
     }
 }

@@ -132,6 +132,7 @@ on_both!(
     a_panicking_transform_stops_the_informer_instead_of_hanging_it,
     conformance_16_a_panicking_handler_stops_neither_the_informer_nor_the_others,
     store_answers_label_selectors_with_and_without_a_label_index,
+    a_sync_timeout_carries_the_last_failure,
 );
 
 fn builder<E: Env>(fake: Fake) -> InformerBuilder<DynamicObject, E::R> {
@@ -159,7 +160,7 @@ async fn wait_for_sync_times_out_and_shutdown_abandons_the_request<E: Env>() {
     inf.start().unwrap();
     assert!(matches!(
         inf.wait_for_sync(Some(Duration::from_millis(50))).await,
-        Err(Error::Timeout)
+        Err(Error::Timeout { last_failure: None })
     ));
     assert!(matches!(
         informer_runtime::wait_for_cache_sync(
@@ -168,13 +169,52 @@ async fn wait_for_sync_times_out_and_shutdown_abandons_the_request<E: Env>() {
             Some(Duration::from_millis(50))
         )
         .await,
-        Err(Error::Timeout)
+        Err(Error::Timeout { .. })
     ));
     let t0 = Instant::now();
     inf.shutdown().await;
     assert!(t0.elapsed() < Duration::from_secs(2));
     assert!(matches!(inf.wait_for_sync(None).await, Err(Error::Stopped)));
     assert!(!inf.has_synced());
+}
+
+/// A sync that times out says why: the last list/watch failure rides on the error (its
+/// Display and its `source()`), not only in the logs.
+async fn a_sync_timeout_carries_the_last_failure<E: Env>() {
+    let (fake, _tx) = Fake::new(vec![obj("a", 5)]);
+    fake.fail_lists.store(usize::MAX, Ordering::SeqCst);
+    let inf = builder::<E>(fake).build().unwrap();
+    inf.start().unwrap();
+    let err = inf
+        .wait_for_sync(Some(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Timeout { last_failure: Some(Failure::ConnectionRefused(m)) } if m == "scripted"),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("connection refused: scripted"),
+        "{err}"
+    );
+    assert!(std::error::Error::source(&err).is_some());
+    let err = informer_runtime::wait_for_cache_sync(
+        &E::R::default(),
+        &[&inf],
+        Some(Duration::from_millis(50)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Timeout {
+                last_failure: Some(_)
+            }
+        ),
+        "{err:?}"
+    );
+    inf.shutdown().await;
 }
 
 async fn failures_reach_the_hook_and_back_off<E: Env>() {
