@@ -21,7 +21,7 @@ use crate::resource::Resource;
 pub const MAX_LIST_BODY: usize = 1 << 30;
 
 /// List and watch of one resource (in one namespace or all), decoding objects as `K`: the
-/// [`Transport`] the runtime adapters use.
+/// [`Transport`](crate::Transport) the runtime adapters use.
 pub struct Api<K, B> {
     client: Client<B>,
     resource: Resource,
@@ -169,9 +169,9 @@ where
         Ok(watch_results(resp.body, WatchDecoder::new(self.max_line)))
     }
 
-    /// Opens a watch stream of events, as [`Transport::watch`] hands it out: the first line
+    /// Opens a watch stream of events, as [`Transport::watch`](crate::Transport::watch) hands it out: the first line
     /// that cannot be decoded becomes `WatchEvent::Error(Failure::Decode(..))` and ends the
-    /// stream (see [`Transport`]).
+    /// stream (see [`Transport`](crate::Transport)).
     pub async fn watch_stream(
         &self,
         request: &WatchRequest,

@@ -118,7 +118,7 @@ macro_rules! runtime_crate_api {
             BackoffConfig, CacheSync, Config, DynamicObject, Error, EventHandler, Failure,
             HandlerFns, HandlerId, IndexError, IndexFunc, IndexValues, InformerOptions, Key,
             KeyRef, LabelIndex, Labels, Metrics, NAMESPACE_INDEX, Notification, Object,
-            ObjectOrTombstone, ReflectorConfig, Resource, Selector, SelectorError, Store,
+            ObjectOrTombstone, ReflectorConfig, Resource, Runtime, Selector, SelectorError, Store,
             Tombstone, impl_object, index_fn, label_index_name,
         };
 

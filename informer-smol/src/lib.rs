@@ -51,7 +51,7 @@ pub async fn sleep(duration: Duration) {
     smol::Timer::after(duration).await;
 }
 
-/// The smol [`Runtime`](informer_runtime::Runtime): tasks go to smol's global executor
+/// The smol [`Runtime`]: tasks go to smol's global executor
 /// (`smol::spawn`, whose threads start on first use; `SMOL_THREADS` sets how many), timers to
 /// `async-io`'s reactor. Nothing needs to be running beforehand.
 #[derive(Clone, Copy, Debug, Default)]

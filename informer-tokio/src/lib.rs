@@ -54,7 +54,7 @@ pub async fn sleep(duration: Duration) {
     tokio::time::sleep(duration).await
 }
 
-/// The tokio [`Runtime`](informer_runtime::Runtime). [`Tokio::default`] spawns on whichever
+/// The tokio [`Runtime`]. [`Tokio::default`] spawns on whichever
 /// runtime is current where the informer spawns (its driver then spawns from inside it);
 /// [`Tokio::current`] and [`Tokio::with_handle`] pin a runtime. Building an informer outside
 /// any tokio runtime fails with [`Error::Spawn`].

@@ -18,6 +18,7 @@ fn main() -> ExitCode {
     let result = match args.as_slice() {
         ["test-all"] => test_all(),
         ["nostd"] => nostd(),
+        ["docs"] => docs(),
         ["package"] => package(),
         ["publish-dry-run"] => publish_dry_run(),
         ["msrv"] => msrv(),
@@ -54,6 +55,8 @@ checks
                   the end-to-end suite against a real kube-apiserver; docs with warnings
                   denied
   nostd           build informer-core into a #![no_std] staticlib (fails on any std use)
+  docs            cargo doc (warnings denied), then check that links resolve and the
+                  runtime crates' Informer pages show their methods
   msrv            no dependency of a published crate needs a newer Rust than its
                   rust-version (reads cargo metadata; builds nothing)
   package         cargo package --no-verify of the five published crates: manifests
@@ -206,14 +209,75 @@ fn test_all() -> Result {
     c.args(["test", "--workspace", "--doc"]);
     run_counting("cargo test --doc", c, &mut totals)?;
 
-    let mut c = cargo();
-    c.args(["doc", "--workspace", "--no-deps"])
-        .env("RUSTDOCFLAGS", "-D warnings");
-    run("cargo doc (warnings denied)", c)?;
+    docs()?;
 
     eprintln!("\ntest-all: every step passed in {}", secs(start.elapsed()));
     println!("{} passed, {} failed", totals.passed, totals.failed);
     Ok(())
+}
+
+/// The docs of the workspace, warnings denied, then [`check_docs`].
+fn docs() -> Result {
+    let mut c = cargo();
+    c.args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    run("cargo doc (warnings denied)", c)?;
+    check_docs()
+}
+
+/// What rustdoc does not flag itself: a link it resolved to an item whose page it did not
+/// write comes out as a literal `href="crate::Path"` (no warning); and the runtime crates'
+/// `Informer`, `InformerBuilder`, ... are type aliases, whose pages show the methods only when
+/// rustdoc recorded the aliases against the aliased types (`type.impl/`).
+fn check_docs() -> Result {
+    eprintln!("\n==> docs: links resolve, runtime crates' aliases show their methods");
+    let doc = root().join("target/doc");
+    let mut bad = Vec::new();
+    for krate in [
+        "informer_core",
+        "informer_http",
+        "informer_runtime",
+        "informer_tokio",
+        "informer_smol",
+    ] {
+        let mut stack = vec![doc.join(krate)];
+        while let Some(dir) = stack.pop() {
+            let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "html") {
+                    let html = std::fs::read_to_string(&path).unwrap_or_default();
+                    for (i, _) in html.match_indices("href=\"") {
+                        let target = &html[i + 6..];
+                        let target = &target[..target.find('"').unwrap_or(0)];
+                        // Only our own paths: blanket impls of other crates (tracing's
+                        // `Instrument`, say) carry their authors' unresolved links.
+                        if target.contains("::") && target.contains("informer_") {
+                            bad.push(format!("{}: href=\"{target}\"", path.display()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let impls = doc.join("type.impl/informer_runtime/informer/struct.Informer.js");
+    let js = std::fs::read_to_string(&impls).unwrap_or_default();
+    for krate in ["informer_tokio", "informer_smol"] {
+        if !(js.contains(krate) && js.contains("wait_for_sync")) {
+            bad.push(format!(
+                "{}: {krate}::Informer's page would show no methods",
+                impls.display()
+            ));
+        }
+    }
+    if bad.is_empty() {
+        eprintln!("<== docs: ok");
+        Ok(())
+    } else {
+        Err(format!("docs:\n  {}", bad.join("\n  ")))
+    }
 }
 
 /// Test counts summed over every `test result:` line cargo printed.
