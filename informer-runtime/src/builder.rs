@@ -87,7 +87,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         Self::with_source(rt, Source::Api(make), name)
     }
 
-    /// An informer fed by any [`Transport`] (a wrapper around an [`Api`](informer_http::Api),
+    /// An informer fed by any [`Transport`] (a wrapper around an `informer_http::Api`,
     /// a fake in tests). [`namespace`](Self::namespace) does not apply: the transport decides.
     pub fn from_transport(
         rt: R,
