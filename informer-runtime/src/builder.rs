@@ -220,7 +220,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             rt: self.rt.clone(),
             cmd: cmd_tx,
             changed: Arc::new(Event::new()),
-            counters: Arc::new(Counters::default()),
+            counters: Arc::new(Counters::new(&name)),
             name,
             default_resync: self.default_resync,
             finished: AtomicBool::new(false),

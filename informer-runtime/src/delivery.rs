@@ -130,7 +130,7 @@ impl<K: Object + 'static> Inbox<K> {
         if !std::mem::take(&mut self.outstanding) {
             return None;
         }
-        self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+        self.stats.delivered.add(1);
         let next = {
             let mut state = self.state.write();
             if !self.stats.active.load(Ordering::Acquire) {

@@ -154,6 +154,10 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                 if stop {
                     state.stop();
                 }
+                #[cfg(feature = "metrics")]
+                for (id, sink) in &state.sinks {
+                    sink.stats.pending.set(state.core.pending(*id));
+                }
                 let deadline = state.core.poll_timeout();
                 let backoff = state.core.backing_off_until().filter(|t| *t > now);
                 (deadline, backoff)
@@ -182,10 +186,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             self.outs = outs;
             if backoff != self.backoff_until {
                 if let Some(until) = backoff {
-                    self.shared
-                        .counters
-                        .backoffs
-                        .fetch_add(1, Ordering::Relaxed);
+                    self.shared.counters.backoffs.add(1);
                     tracing::info!(
                         informer = %name,
                         delay = ?(until - now),
@@ -234,9 +235,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                     ) => 1,
                     _ => 0,
                 };
-                counters
-                    .events_applied
-                    .fetch_add(applied, Ordering::Relaxed);
+                counters.events_applied.add(applied);
                 core.handle_input(now, id, input)
             }
         }
@@ -263,9 +262,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
         let name = &self.shared.name;
         match &request {
             Request::List(l) if l.continue_token.is_none() => {
-                let earlier = counters.lists.fetch_add(1, Ordering::Relaxed);
+                let earlier = counters.lists.add(1);
                 if earlier > 0 {
-                    counters.relists.fetch_add(1, Ordering::Relaxed);
+                    counters.relists.add(1);
                 }
                 tracing::info!(
                     informer = %name,
@@ -279,9 +278,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                 tracing::debug!(informer = %name, limit = ?l.limit, "list: next page")
             }
             Request::Watch(w) => {
-                let earlier = counters.watches.fetch_add(1, Ordering::Relaxed);
+                let earlier = counters.watches.add(1);
                 if earlier > 0 {
-                    counters.watch_restarts.fetch_add(1, Ordering::Relaxed);
+                    counters.watch_restarts.add(1);
                 }
                 tracing::debug!(
                     informer = %name,

@@ -4,7 +4,6 @@
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use informer_core::{HandlerId, Notification, Object, ObjectOrTombstone};
@@ -165,8 +164,8 @@ pub(crate) fn spawn_worker<K: Object + Send + Sync + 'static>(
         .spawn(move || {
             while let Some(n) = inbox.next_blocking() {
                 if let Err(msg) = run_one(&mut *handler, n) {
-                    stats.panics.fetch_add(1, Ordering::Relaxed);
-                    metrics.handler_panics.fetch_add(1, Ordering::Relaxed);
+                    stats.panics.add(1);
+                    metrics.handler_panics.add(1);
                     tracing::error!(
                         informer = %informer,
                         handler = id.0,
@@ -220,12 +219,12 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> HandlerRegistration<K, R> {
 
     /// Notifications this handler has finished.
     pub fn delivered(&self) -> u64 {
-        self.stats.delivered.load(Ordering::Relaxed)
+        self.stats.delivered.get()
     }
 
     /// Panics caught in this handler.
     pub fn panics(&self) -> u64 {
-        self.stats.panics.load(Ordering::Relaxed)
+        self.stats.panics.get()
     }
 
     /// Removes the handler: it receives nothing new (a notification it is running finishes).

@@ -232,7 +232,13 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
                 _ => return Err(Error::Stopped),
             };
             let (id, periods) = state.core.add_handler(resync, shared.now());
-            let stats = Arc::new(HandlerStats::default());
+            let (delivered, panics, pending) = shared.counters.handler(id.0);
+            let stats = Arc::new(HandlerStats {
+                delivered,
+                panics,
+                pending,
+                active: std::sync::atomic::AtomicBool::new(false),
+            });
             let inbox = connect(
                 &mut state,
                 &shared.state,

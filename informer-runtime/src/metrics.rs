@@ -1,4 +1,22 @@
-//! Counters a user can read.
+//! Counters a user can read ([`Metrics`]), and, with the `metrics` feature, the same counters
+//! published through the [`metrics`](https://docs.rs/metrics) facade for whatever exporter the
+//! application installed (Prometheus, StatsD, ...):
+//!
+//! | metric | labels | what |
+//! |---|---|---|
+//! | `informer_events_applied_total` | `informer` | objects fed to the cache (list items and watch events) |
+//! | `informer_lists_total` | `informer` | full lists started |
+//! | `informer_relists_total` | `informer` | full lists after the first |
+//! | `informer_watches_total` | `informer` | watches opened |
+//! | `informer_watch_restarts_total` | `informer` | watches after the first |
+//! | `informer_watch_errors_total` | `informer`, `kind` | list/watch failures by [`Failure::kind`] |
+//! | `informer_backoffs_total` | `informer` | backoffs entered |
+//! | `informer_handler_delivered_total` | `informer`, `handler` | notifications a handler finished |
+//! | `informer_handler_panics_total` | `informer`, `handler` | panics caught in a handler |
+//! | `informer_handler_pending` (gauge) | `informer`, `handler` | notifications pending for it |
+//!
+//! The handles are registered once per informer and handler, so the event path only bumps an
+//! atomic (and the exporter's own counter).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -6,21 +24,93 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use informer_core::protocol::Failure;
 
+#[cfg(feature = "metrics")]
+fn to_labels(labels: &[(&'static str, String)]) -> Vec<metrics::Label> {
+    labels
+        .iter()
+        .map(|(k, v)| metrics::Label::new(*k, v.clone()))
+        .collect()
+}
+
+/// One counter: an atomic for [`Metrics`] snapshots, plus the exported handle when the
+/// `metrics` feature is on.
+#[derive(Debug, Default)]
+pub(crate) struct Count {
+    value: AtomicU64,
+    #[cfg(feature = "metrics")]
+    export: Option<metrics::Counter>,
+}
+
+impl Count {
+    /// A counter exported as `name` with `labels`.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn exported(name: &'static str, labels: &[(&'static str, String)]) -> Count {
+        Count {
+            value: AtomicU64::new(0),
+            #[cfg(feature = "metrics")]
+            export: Some(metrics::counter!(name, to_labels(labels))),
+        }
+    }
+
+    /// Adds `n`; returns the previous value.
+    pub(crate) fn add(&self, n: u64) -> u64 {
+        #[cfg(feature = "metrics")]
+        if let Some(c) = &self.export {
+            c.increment(n);
+        }
+        self.value.fetch_add(n, Ordering::Relaxed)
+    }
+
+    /// The current value.
+    pub(crate) fn get(&self) -> u64 {
+        self.value.load(Ordering::Relaxed)
+    }
+}
+
+/// A gauge exported when the `metrics` feature is on (nothing otherwise).
+#[derive(Debug, Default)]
+pub(crate) struct Gauge {
+    #[cfg(feature = "metrics")]
+    export: Option<metrics::Gauge>,
+}
+
+impl Gauge {
+    /// A gauge exported as `name` with `labels`.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    pub(crate) fn exported(name: &'static str, labels: &[(&'static str, String)]) -> Gauge {
+        Gauge {
+            #[cfg(feature = "metrics")]
+            export: Some(metrics::gauge!(name, to_labels(labels))),
+        }
+    }
+
+    /// Sets the value.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables, dead_code))]
+    pub(crate) fn set(&self, value: usize) {
+        #[cfg(feature = "metrics")]
+        if let Some(g) = &self.export {
+            g.set(value as f64);
+        }
+    }
+}
+
 /// The live counters of one informer.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub(crate) events_applied: AtomicU64,
-    pub(crate) lists: AtomicU64,
-    pub(crate) relists: AtomicU64,
-    pub(crate) watches: AtomicU64,
-    pub(crate) watch_restarts: AtomicU64,
-    pub(crate) watch_errors: AtomicU64,
+    /// The informer's name: the `informer` label of exported metrics.
+    name: String,
+    pub(crate) events_applied: Count,
+    pub(crate) lists: Count,
+    pub(crate) relists: Count,
+    pub(crate) watches: Count,
+    pub(crate) watch_restarts: Count,
+    pub(crate) watch_errors: Count,
     /// Failures are rare: a lock per failure costs nothing on the event path.
     watch_errors_by_kind: Mutex<BTreeMap<&'static str, u64>>,
     /// The last failure, for the cause of a sync timeout.
     last_failure: Mutex<Option<Failure>>,
-    pub(crate) backoffs: AtomicU64,
-    pub(crate) handler_panics: AtomicU64,
+    pub(crate) backoffs: Count,
+    pub(crate) handler_panics: Count,
 }
 
 /// A snapshot of an informer's counters ([`Informer::metrics`](crate::Informer::metrics)).
@@ -50,9 +140,47 @@ pub struct Metrics {
 }
 
 impl Counters {
+    /// The counters of informer `name`, exported under its name when the `metrics` feature is
+    /// on.
+    pub(crate) fn new(name: &str) -> Counters {
+        let labels = [("informer", name.to_string())];
+        let c = |metric| Count::exported(metric, &labels);
+        Counters {
+            name: name.to_string(),
+            events_applied: c("informer_events_applied_total"),
+            lists: c("informer_lists_total"),
+            relists: c("informer_relists_total"),
+            watches: c("informer_watches_total"),
+            watch_restarts: c("informer_watch_restarts_total"),
+            watch_errors: Count::default(),
+            watch_errors_by_kind: Mutex::default(),
+            last_failure: Mutex::default(),
+            backoffs: c("informer_backoffs_total"),
+            // Exported per handler (informer_handler_panics_total{informer, handler}).
+            handler_panics: Count::default(),
+        }
+    }
+
+    /// The counters of one handler of this informer.
+    pub(crate) fn handler(&self, id: u64) -> (Count, Count, Gauge) {
+        let labels = [("informer", self.name.clone()), ("handler", id.to_string())];
+        (
+            Count::exported("informer_handler_delivered_total", &labels),
+            Count::exported("informer_handler_panics_total", &labels),
+            Gauge::exported("informer_handler_pending", &labels),
+        )
+    }
+
     /// Counts one failure reported to the watch-error hook.
     pub(crate) fn watch_error(&self, failure: &Failure) {
-        self.watch_errors.fetch_add(1, Ordering::Relaxed);
+        self.watch_errors.add(1);
+        #[cfg(feature = "metrics")]
+        metrics::counter!(
+            "informer_watch_errors_total",
+            "informer" => self.name.clone(),
+            "kind" => failure.kind()
+        )
+        .increment(1);
         let mut by_kind = self
             .watch_errors_by_kind
             .lock()
@@ -71,7 +199,7 @@ impl Counters {
     }
 
     pub(crate) fn snapshot(&self) -> Metrics {
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let g = |a: &Count| a.get();
         Metrics {
             events_applied: g(&self.events_applied),
             lists: g(&self.lists),

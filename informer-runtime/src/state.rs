@@ -3,7 +3,7 @@
 //! it depends on none of them.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use event_listener::Event;
 use informer_core::{HandlerId, Instant, Notification, Object, SharedIndexInformer};
 
 use crate::error::Error;
-use crate::metrics::Counters;
+use crate::metrics::{Count, Counters, Gauge};
 use crate::runtime::Runtime;
 use crate::sync::with_timeout;
 
@@ -36,9 +36,12 @@ pub(crate) struct Sink<K> {
 #[derive(Debug, Default)]
 pub(crate) struct HandlerStats {
     /// Notifications the handler finished (panicked ones included).
-    pub(crate) delivered: AtomicU64,
+    pub(crate) delivered: Count,
     /// Notifications that panicked.
-    pub(crate) panics: AtomicU64,
+    pub(crate) panics: Count,
+    /// Notifications pending (exported only; the driver sets it after each step).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) pending: Gauge,
     /// Cleared when the handler is removed or the informer shuts down: a notification handed
     /// over but not yet started is then dropped.
     pub(crate) active: AtomicBool,

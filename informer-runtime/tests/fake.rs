@@ -608,3 +608,61 @@ async fn store_answers_label_selectors_with_and_without_a_label_index<E: Env>() 
         inf.shutdown().await;
     }
 }
+
+/// With the `metrics` feature, the counters reach the `metrics` facade under the informer's
+/// name (and each handler's id), for whatever exporter the application installed.
+#[cfg(feature = "metrics")]
+mod metrics_export {
+    use super::*;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    #[test]
+    fn counters_and_handler_gauges_reach_the_installed_recorder() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::set_global_recorder(recorder).unwrap();
+        smol::block_on(async {
+            let (fake, tx) = Fake::new(vec![obj("a", 5)]);
+            fake.fail_lists.store(1, Ordering::SeqCst);
+            let inf = builder::<SmolEnv>(fake).build().unwrap();
+            let reg = inf.add_handler(HandlerFns::new()).unwrap();
+            inf.start().unwrap();
+            reg.wait_for_sync(Some(Duration::from_secs(10)))
+                .await
+                .unwrap();
+            tx.send(WatchEvent::Added(obj("b", 11))).await.unwrap();
+            eventually::<SmolEnv>("delivered", || reg.delivered() == 2).await;
+            // One snapshot: the debugging recorder reports counters as deltas since the last.
+            let snapshot = snapshotter.snapshot().into_vec();
+            let value = |name: &str, handler: bool| {
+                snapshot
+                    .iter()
+                    .find(|(key, ..)| {
+                        let k = key.key();
+                        k.name() == name
+                            && k.labels()
+                                .any(|l| l.key() == "informer" && l.value() == "fake")
+                            && (!handler || k.labels().any(|l| l.key() == "handler"))
+                    })
+                    .map(|(.., v)| v)
+            };
+            let counter = |name: &str, handler: bool| match value(name, handler) {
+                Some(DebugValue::Counter(n)) => Some(*n),
+                _ => None,
+            };
+            assert_eq!(counter("informer_events_applied_total", false), Some(2));
+            assert_eq!(counter("informer_lists_total", false), Some(2));
+            assert_eq!(
+                counter("informer_watch_errors_total", false),
+                Some(1),
+                "by kind: connection_refused"
+            );
+            assert_eq!(counter("informer_handler_delivered_total", true), Some(2));
+            assert!(matches!(
+                value("informer_handler_pending", true),
+                Some(DebugValue::Gauge(_))
+            ));
+            inf.shutdown().await;
+        });
+    }
+}

@@ -209,6 +209,24 @@ fn test_all() -> Result {
     c.args(["test", "--workspace", "--doc"]);
     run_counting("cargo test --doc", c, &mut totals)?;
 
+    // Optional features the workspace test run does not turn on.
+    let mut c = cargo();
+    c.args([
+        "test",
+        "-p",
+        "informer-runtime",
+        "--features",
+        "metrics",
+        "--test",
+        "fake",
+        "metrics_export",
+    ]);
+    run_counting(
+        "cargo test -p informer-runtime --features metrics (export)",
+        c,
+        &mut totals,
+    )?;
+
     docs()?;
 
     eprintln!("\ntest-all: every step passed in {}", secs(start.elapsed()));
