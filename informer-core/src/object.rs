@@ -29,6 +29,18 @@ pub trait Object {
     /// `metadata.uid`, if set.
     fn uid(&self) -> Option<&str>;
 
+    /// The Kubernetes `kind` every value of this type has, when the type is tied to one
+    /// (k8s-openapi types are: `Pod`, `ConfigMap`, ...). An informer checks it against the
+    /// resource it is asked to watch and against the server's answers, so a `Pod` informer
+    /// pointed at ConfigMaps fails with a typed error instead of caching empty objects.
+    /// `None` (the default) for types that hold any kind, such as [`DynamicObject`].
+    fn type_kind() -> Option<&'static str>
+    where
+        Self: Sized,
+    {
+        None
+    }
+
     /// The borrowed key of this object (no allocation).
     fn key_ref(&self) -> KeyRef<'_> {
         KeyRef::new(self.namespace(), self.name())

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
 use informer_core::object::{DynamicObject, Object};
-use informer_core::protocol::{Failure, ListPage, ListRequest, WatchEvent, WatchRequest};
+use informer_core::protocol::{
+    DecodeFailure, DecodeKind, Failure, ListPage, ListRequest, WatchEvent, WatchRequest,
+};
 use serde::de::DeserializeOwned;
 
 use crate::backend::{Backend, BoxStream};
@@ -115,6 +117,19 @@ where
                 )));
             }
             decoder.feed(&chunk).map_err(|e| e.to_failure())?;
+        }
+        if let (Some(want), Some(got)) = (K::type_kind(), decoder.list_kind()) {
+            // List items carry no kind, so a typed object (whose fields are all optional)
+            // would decode from another kind's items as an empty value: refuse the list.
+            if got.strip_suffix("List") != Some(want) {
+                return Err(Failure::Decode(DecodeFailure {
+                    kind: DecodeKind::Object,
+                    message: format!(
+                        "the server listed {got} for {}, but the informer's type holds {want}",
+                        self.resource.plural
+                    ),
+                }));
+            }
         }
         let mut page = decoder.finish().map_err(|e| e.to_failure())?;
         self.fill_type_meta(&mut page.items);

@@ -7,7 +7,7 @@ use informer_core::object::Object;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
-use crate::resource::Resource;
+use crate::resource::{HasResource, Resource};
 use crate::transport::{Api, Backend, Client};
 
 /// A k8s-openapi resource type as an informer object: `Api<K8s<ConfigMap>, _>`.
@@ -60,6 +60,9 @@ impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> Object for K8s<T> {
     fn uid(&self) -> Option<&str> {
         self.0.metadata().uid.as_deref()
     }
+    fn type_kind() -> Option<&'static str> {
+        Some(T::KIND)
+    }
 }
 
 impl<T: k8s_openapi::Resource + 'static> K8s<T> {
@@ -72,6 +75,12 @@ impl<T: k8s_openapi::Resource + 'static> K8s<T> {
             T::URL_PATH_SEGMENT,
             TypeId::of::<T::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
         )
+    }
+}
+
+impl<T: k8s_openapi::Resource + 'static> HasResource for K8s<T> {
+    fn resource() -> Resource {
+        K8s::<T>::resource()
     }
 }
 

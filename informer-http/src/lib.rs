@@ -35,5 +35,5 @@ pub use config::{Config, ConfigError, Secret};
 pub use decode::{DecodeError, WatchDecoder};
 #[cfg(feature = "k8s-openapi")]
 pub use k8s::K8s;
-pub use resource::Resource;
+pub use resource::{HasResource, Resource};
 pub use transport::{Api, Backend, Client, ClientError, Transport};

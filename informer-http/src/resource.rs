@@ -136,6 +136,14 @@ impl Resource {
     }
 }
 
+/// A type tied to one resource: an informer of it needs no [`Resource`] argument
+/// (`Informer::<K8s<Pod>>::builder(&client)`). `K8s<T>` implements it for every k8s-openapi
+/// type; implement it for your own typed objects (CRDs) to get the same.
+pub trait HasResource {
+    /// The resource this type's objects come from.
+    fn resource() -> Resource;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

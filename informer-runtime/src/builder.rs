@@ -12,7 +12,7 @@ use informer_core::informer::{InformerConfig, Transform};
 use informer_core::protocol::{Failure, Selectors};
 use informer_core::reflector::{BackoffConfig, ReflectorConfig};
 use informer_core::{Object, SharedIndexInformer};
-use informer_http::{Backend, Client, Resource, Transport};
+use informer_http::{Backend, Client, HasResource, Resource, Transport};
 use serde::de::DeserializeOwned;
 
 use crate::driver::{Driver, WatchErrorHook};
@@ -30,7 +30,7 @@ use crate::state::{Shared, State, StateLock};
 /// use informer_core::{DynamicObject, indexer::index_fn};
 /// use informer_runtime::Informer;
 ///
-/// let informer = Informer::<DynamicObject, R>::builder(&client, informer_http::Resource::CONFIGMAPS)
+/// let informer = Informer::<DynamicObject, R>::builder_for(&client, informer_http::Resource::CONFIGMAPS)
 ///     .namespace("default")
 ///     .label_selector("app=web")
 ///     .resync(Duration::from_secs(30))
@@ -49,6 +49,8 @@ pub struct InformerBuilder<K, R> {
     watch_error: Option<WatchErrorHook>,
     name: String,
     seed_set: bool,
+    /// Set when `K` holds one kind and the resource is of another (refused by `build`).
+    kind_mismatch: Option<Error>,
 }
 
 type MakeTransport<K> = Box<dyn FnOnce(Option<&str>) -> Arc<dyn Transport<K>> + Send>;
@@ -77,6 +79,13 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         K: DeserializeOwned,
     {
         let client = client.clone();
+        let kind_mismatch = K::type_kind()
+            .filter(|k| *k != resource.kind)
+            .map(|type_kind| Error::KindMismatch {
+                resource: resource.plural.to_string(),
+                resource_kind: resource.kind.to_string(),
+                type_kind,
+            });
         let name = if resource.group.is_empty() {
             resource.plural.to_string()
         } else {
@@ -84,7 +93,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         };
         let make: MakeTransport<K> =
             Box::new(move |ns| Arc::new(client.api::<K>(resource, ns)) as Arc<dyn Transport<K>>);
-        Self::with_source(rt, Source::Api(make), name)
+        let mut builder = Self::with_source(rt, Source::Api(make), name);
+        builder.kind_mismatch = kind_mismatch;
+        builder
     }
 
     /// An informer fed by any [`Transport`] (a wrapper around an `informer_http::Api`,
@@ -109,6 +120,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             watch_error: None,
             name,
             seed_set: false,
+            kind_mismatch: None,
         }
     }
 
@@ -192,6 +204,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     /// Creates the informer and its driver task. It does not list or watch before
     /// [`Informer::start`]; handlers may be added before.
     pub fn build(mut self) -> Result<Informer<K, R>, Error> {
+        if let Some(e) = self.kind_mismatch.take() {
+            return Err(e);
+        }
         if !self.seed_set {
             use std::hash::BuildHasher;
             self.config.reflector.seed =
@@ -251,9 +266,20 @@ impl<K> IndexFunc<K> for BoxedIndex<K> {
 }
 
 impl<K: Object + Send + Sync + 'static, R: Runtime + Default> Informer<K, R> {
-    /// A builder for an informer of `resource` through `client` on the default instance of
-    /// runtime `R`.
-    pub fn builder<B: Backend>(client: &Client<B>, resource: Resource) -> InformerBuilder<K, R>
+    /// A builder for an informer of `K`'s own resource through `client`, on the default
+    /// instance of runtime `R`: `Informer::<K8s<Pod>>::builder(&client)`.
+    pub fn builder<B: Backend>(client: &Client<B>) -> InformerBuilder<K, R>
+    where
+        K: DeserializeOwned + HasResource,
+    {
+        InformerBuilder::new(R::default(), client, K::resource())
+    }
+
+    /// A builder for an informer of `resource` through `client`, on the default instance of
+    /// runtime `R`: for [`DynamicObject`](informer_core::DynamicObject) (any resource) or a type
+    /// without [`HasResource`]. When `K` is tied to one kind and `resource` is of another,
+    /// [`build`](InformerBuilder::build) fails with [`Error::KindMismatch`].
+    pub fn builder_for<B: Backend>(client: &Client<B>, resource: Resource) -> InformerBuilder<K, R>
     where
         K: DeserializeOwned,
     {

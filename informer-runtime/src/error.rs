@@ -25,6 +25,16 @@ pub enum Error {
         /// why it could not sync (`403 ... pods is forbidden ...`, a refused connection, ...).
         last_failure: Option<Failure>,
     },
+    /// The informer's object type holds one kind and the resource is of another (a
+    /// `K8s<Pod>` informer of ConfigMaps, say): it would cache empty objects.
+    KindMismatch {
+        /// The resource (`plural` or `group/plural`).
+        resource: String,
+        /// The resource's kind.
+        resource_kind: String,
+        /// The kind the type holds.
+        type_kind: &'static str,
+    },
     /// A shared informer factory already holds an informer for this resource, namespace and
     /// selectors with another object type.
     TypeMismatch {
@@ -47,6 +57,14 @@ impl fmt::Display for Error {
                     None => Ok(()),
                 }
             }
+            Error::KindMismatch {
+                resource,
+                resource_kind,
+                type_kind,
+            } => write!(
+                f,
+                "the informer's type holds {type_kind} objects, but {resource} holds {resource_kind}"
+            ),
             Error::TypeMismatch { resource } => write!(
                 f,
                 "the factory already has an informer for {resource} with another object type"

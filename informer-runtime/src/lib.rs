@@ -100,7 +100,7 @@ pub use informer_core::{
     DynamicObject, HandlerId, IndexError, Key, KeyRef, Labels, Notification, Object,
     ObjectOrTombstone, Selector, SelectorError, Tombstone,
 };
-pub use informer_http::{Config, Resource};
+pub use informer_http::{Config, HasResource, Resource};
 
 /// Defines the public API a runtime crate (`informer-tokio`, `informer-smol`) exports on top of
 /// this crate: the same re-exports, type aliases and `wait_for_cache_sync` in every runtime
@@ -116,10 +116,10 @@ macro_rules! runtime_crate_api {
         pub use informer_http as http;
         pub use $crate::{
             BackoffConfig, CacheSync, Config, DynamicObject, Error, EventHandler, Failure,
-            HandlerFns, HandlerId, IndexError, IndexFunc, IndexValues, InformerOptions, Key,
-            KeyRef, LabelIndex, Labels, Metrics, NAMESPACE_INDEX, Notification, Object,
-            ObjectOrTombstone, ReflectorConfig, Resource, Runtime, Selector, SelectorError, Store,
-            Tombstone, impl_object, index_fn, label_index_name,
+            HandlerFns, HandlerId, HasResource, IndexError, IndexFunc, IndexValues,
+            InformerOptions, Key, KeyRef, LabelIndex, Labels, Metrics, NAMESPACE_INDEX,
+            Notification, Object, ObjectOrTombstone, ReflectorConfig, Resource, Runtime, Selector,
+            SelectorError, Store, Tombstone, impl_object, index_fn, label_index_name,
         };
 
         #[doc = concat!("The transport backend this crate uses (", $backend_doc, ").")]

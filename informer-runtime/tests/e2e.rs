@@ -412,7 +412,7 @@ fn builder<E: Env>(
     res: Resource,
     ns: &str,
 ) -> InformerBuilder<DynamicObject, E::R> {
-    Informer::<DynamicObject, E::R>::builder(c, res)
+    Informer::<DynamicObject, E::R>::builder_for(c, res)
         .namespace(ns)
         .backoff(fast_backoff())
 }
@@ -1134,7 +1134,7 @@ informer_runtime::impl_object!(ConfigMap);
 /// A typed informer over the seeded ConfigMaps, narrowed by a label selector and a field
 /// selector, with a transform and a custom index.
 async fn typed_objects_with_label_and_field_selectors<E: Env>(c: Client<E::B>) {
-    let inf = Informer::<ConfigMap, E::R>::builder(&c, Resource::CONFIGMAPS)
+    let inf = Informer::<ConfigMap, E::R>::builder_for(&c, Resource::CONFIGMAPS)
         .namespace("seed-1")
         .label_selector("seed=yes")
         .field_selector("metadata.name!=cm-00001")

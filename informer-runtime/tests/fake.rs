@@ -666,3 +666,38 @@ mod metrics_export {
         });
     }
 }
+
+/// Types know their resource: `builder(&client)` takes it from the type, and a type tied to
+/// one kind pointed at a resource of another is a typed error at build, not an informer that
+/// caches empty objects.
+#[test]
+fn typed_informers_know_their_resource_and_refuse_another() {
+    use informer_runtime::{Informer, Resource};
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+    type K8s<T> = informer_http::K8s<T>;
+    smol::block_on(async {
+        // Nothing listens there: building does not connect.
+        let client =
+            informer_smol::client(informer_http::Config::new("http://127.0.0.1:9")).unwrap();
+        let pods = Informer::<K8s<Pod>, informer_smol::Smol>::builder(&client)
+            .build()
+            .unwrap();
+        assert_eq!(pods.name(), "pods");
+        let err =
+            Informer::<K8s<Pod>, informer_smol::Smol>::builder_for(&client, Resource::CONFIGMAPS)
+                .build()
+                .unwrap_err();
+        assert!(
+            matches!(&err, Error::KindMismatch { resource_kind, type_kind: "Pod", .. } if resource_kind == "ConfigMap"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("Pod"), "{err}");
+        // The explicit form still works where the kinds agree, and for DynamicObject anywhere.
+        Informer::<K8s<ConfigMap>, informer_smol::Smol>::builder_for(&client, Resource::CONFIGMAPS)
+            .build()
+            .unwrap();
+        Informer::<DynamicObject, informer_smol::Smol>::builder_for(&client, Resource::PODS)
+            .build()
+            .unwrap();
+    });
+}

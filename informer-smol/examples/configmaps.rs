@@ -20,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let client = client(Config::infer()?)?;
-    let informer = Informer::<DynamicObject>::builder(&client, Resource::CONFIGMAPS)
+    let informer = Informer::<DynamicObject>::builder_for(&client, Resource::CONFIGMAPS)
         .index(
             "app",
             index_fn(|cm: &DynamicObject| cm.label("app").map(Into::into).into_iter().collect()),

@@ -10,7 +10,7 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let client = client(Config::infer()?)?;
-//! let informer = Informer::<DynamicObject>::builder(&client, Resource::CONFIGMAPS)
+//! let informer = Informer::<DynamicObject>::builder_for(&client, Resource::CONFIGMAPS)
 //!     .namespace("default")
 //!     .build()?;
 //! informer.add_handler(HandlerFns::new().on_add(|cm: std::sync::Arc<DynamicObject>, _| {

@@ -28,7 +28,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let _ = send(&client, "POST", "/api/v1/namespaces", &namespace()).await; // may exist
     send(&client, "POST", &cms, &configmap("existing", "db", "1")).await?;
 
-    let informer = Informer::<DynamicObject>::builder(&client, Resource::CONFIGMAPS)
+    let informer = Informer::<DynamicObject>::builder_for(&client, Resource::CONFIGMAPS)
         .index(
             "app",
             index_fn(|cm: &DynamicObject| cm.label("app").map(Into::into).into_iter().collect()),

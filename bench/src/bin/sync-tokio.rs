@@ -12,7 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rt = tokio::runtime::Runtime::new()?;
     let informer = rt.block_on(async {
         let client = client(Config::infer()?)?;
-        let mut builder = Informer::<DynamicObject>::builder(&client, Resource::CONFIGMAPS);
+        let mut builder = Informer::<DynamicObject>::builder_for(&client, Resource::CONFIGMAPS);
         if run.strip_managed_fields {
             builder = builder.transform(strip_managed_fields);
         }

@@ -309,6 +309,12 @@ impl<K: DeserializeOwned> ListDecoder<K> {
         }
     }
 
+    /// The list's `kind` (`ConfigMapList`, ...), once it has been read; `None` before, or when
+    /// the body has none.
+    pub fn list_kind(&self) -> Option<&str> {
+        self.kind.as_ref().ok().and_then(|k| k.as_deref())
+    }
+
     /// At the end of the body: the page, or why there is none.
     pub fn finish(self) -> Result<ListPage<K>, DecodeError> {
         if let Some(e) = self.error {

@@ -354,3 +354,29 @@ fn streaming_list_against_a_scripted_server() {
     ));
     assert!(matches!(&evs[3], WatchEvent::Modified(o) if o.resource_version() == Some("10")));
 }
+
+/// A typed object (all fields optional) would decode from another kind's list items as an
+/// empty value: a list whose kind is not the type's is refused with a typed failure.
+#[cfg(feature = "k8s-openapi")]
+#[test]
+fn a_typed_list_of_another_kind_is_refused() {
+    use crate::K8s;
+    use k8s_openapi::api::core::v1::Pod;
+    let c = client(vec![
+        ok(vec![
+            r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"a","namespace":"ns"}}]}"#,
+        ]),
+        ok(vec![
+            r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"p","namespace":"ns"}}]}"#,
+        ]),
+    ]);
+    // A resource named by hand with the wrong kind: the server answers with ConfigMaps.
+    let api = c.api::<K8s<Pod>>(Resource::CONFIGMAPS, None);
+    let f = run(api.list_page(&ListRequest::default())).unwrap_err();
+    assert!(
+        matches!(&f, Failure::Decode(d) if d.message.contains("ConfigMapList") && d.message.contains("Pod")),
+        "{f:?}"
+    );
+    let page = run(api.list_page(&ListRequest::default())).unwrap();
+    assert_eq!(page.items.len(), 1);
+}
