@@ -177,6 +177,23 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         self
     }
 
+    /// A transform that edits each object in place before it is cached, e.g.
+    /// `.transform_mut(|cm: &mut DynamicObject| { cm.metadata.other.remove("managedFields"); })`.
+    ///
+    /// Objects reach it straight from the decoder, so the informer holds the only reference:
+    /// the edit happens in place and costs no copy. (Were an object shared, it would be cloned
+    /// first, never changed under another holder.) Same rules as
+    /// [`transform`](Self::transform): keep the namespace and name, do not panic.
+    pub fn transform_mut(self, f: impl Fn(&mut K) + Send + Sync + 'static) -> Self
+    where
+        K: Clone,
+    {
+        self.transform(move |mut obj: Arc<K>| {
+            f(Arc::make_mut(&mut obj));
+            obj
+        })
+    }
+
     /// Called with every list or watch failure; runs on the driver task, so keep it quick.
     pub fn on_watch_error(mut self, f: impl Fn(&Failure) + Send + Sync + 'static) -> Self {
         self.watch_error = Some(Arc::new(f));

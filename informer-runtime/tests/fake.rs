@@ -133,6 +133,7 @@ on_both!(
     conformance_16_a_panicking_handler_stops_neither_the_informer_nor_the_others,
     store_answers_label_selectors_with_and_without_a_label_index,
     a_sync_timeout_carries_the_last_failure,
+    transform_mut_edits_in_place_without_cloning,
 );
 
 fn builder<E: Env>(fake: Fake) -> InformerBuilder<DynamicObject, E::R> {
@@ -700,4 +701,72 @@ fn typed_informers_know_their_resource_and_refuse_another() {
             .build()
             .unwrap();
     });
+}
+
+/// `transform_mut` edits objects in place: the informer holds the only reference to what the
+/// transport decoded, so stripping a field costs no deep clone.
+async fn transform_mut_edits_in_place_without_cloning<E: Env>() {
+    use std::sync::atomic::AtomicUsize as Clones;
+    static CLONES: Clones = Clones::new(0);
+    #[derive(Debug, serde::Deserialize)]
+    struct Counted(DynamicObject);
+    impl Clone for Counted {
+        fn clone(&self) -> Self {
+            CLONES.fetch_add(1, Ordering::SeqCst);
+            Counted(self.0.clone())
+        }
+    }
+    informer_runtime::impl_object!(Counted, 0);
+    let make = |name: &str| {
+        let mut o = (*obj(name, 5)).clone();
+        o.metadata.labels.insert("strip", "me");
+        Arc::new(Counted(o))
+    };
+    struct One(Vec<Arc<Counted>>);
+    impl Transport<Counted> for One {
+        fn list<'a>(
+            &'a self,
+            _: &'a ListRequest,
+        ) -> BoxFuture<'a, Result<ListPage<Counted>, Failure>> {
+            // Fresh objects, as a decoder hands them out.
+            let items = self
+                .0
+                .iter()
+                .map(|o| Arc::new(Counted(o.0.clone())))
+                .collect();
+            Box::pin(async move {
+                Ok(ListPage {
+                    items,
+                    resource_version: "10".into(),
+                    continue_token: None,
+                    remaining_item_count: None,
+                })
+            })
+        }
+        fn watch<'a>(
+            &'a self,
+            _: &'a WatchRequest,
+        ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<Counted>>, Failure>> {
+            Box::pin(std::future::pending())
+        }
+    }
+    let before = CLONES.load(Ordering::SeqCst);
+    let inf = InformerBuilder::<Counted, E::R>::from_transport(
+        E::R::default(),
+        Arc::new(One(vec![make("a"), make("b")])),
+        "counted",
+    )
+    .transform_mut(|o: &mut Counted| {
+        o.0.metadata.labels.remove("strip");
+    })
+    .build()
+    .unwrap();
+    inf.start().unwrap();
+    inf.wait_for_sync(Some(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let a = inf.store().get("ns/a").unwrap();
+    assert_eq!(a.0.label("strip"), None, "edited");
+    assert_eq!(CLONES.load(Ordering::SeqCst), before, "and never cloned");
+    inf.shutdown().await;
 }
