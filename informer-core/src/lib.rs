@@ -53,6 +53,7 @@ pub mod shared;
 pub mod sim;
 pub mod string_map;
 pub mod time;
+pub mod workqueue;
 
 pub use fifo::{Delta, DeltaFifo, DeltaType, Deltas};
 pub use indexer::{IndexError, Indexer};
