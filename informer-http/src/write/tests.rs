@@ -8,9 +8,11 @@ use futures_util::stream;
 use informer_core::object::DynamicObject;
 use std::collections::VecDeque;
 
+type Answer = (u16, Vec<(&'static str, &'static str)>, String);
+
 #[derive(Default)]
 struct Scripted {
-    answers: Mutex<VecDeque<(u16, Vec<(&'static str, &'static str)>, String)>>,
+    answers: Mutex<VecDeque<Answer>>,
     seen: Mutex<Vec<http::Request<Bytes>>>,
 }
 
@@ -36,8 +38,6 @@ impl Backend for Scripted {
         })
     }
 }
-
-type Answer = (u16, Vec<(&'static str, &'static str)>, String);
 
 fn api(answers: Vec<Answer>) -> Api<DynamicObject, Scripted> {
     let c = Client::new(
