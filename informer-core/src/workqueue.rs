@@ -45,6 +45,18 @@ pub trait RateLimiter<K> {
     fn num_requeues(&self, key: &K) -> u32;
 }
 
+impl<K, R: RateLimiter<K> + ?Sized> RateLimiter<K> for alloc::boxed::Box<R> {
+    fn when(&mut self, key: &K, now: Instant) -> Duration {
+        (**self).when(key, now)
+    }
+    fn forget(&mut self, key: &K) {
+        (**self).forget(key)
+    }
+    fn num_requeues(&self, key: &K) -> u32 {
+        (**self).num_requeues(key)
+    }
+}
+
 /// Per-key exponential backoff: `base × 2^failures`, at most `max` (client-go
 /// `ItemExponentialFailureRateLimiter`).
 #[derive(Clone, Debug)]

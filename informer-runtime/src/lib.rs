@@ -69,6 +69,7 @@ mod stream;
 mod informer;
 
 mod builder;
+mod controller;
 mod factory;
 
 /// The behaviour list (`docs/CONFORMANCE.md` in the repository): what the informer does that
@@ -79,6 +80,7 @@ mod factory;
 pub mod conformance {}
 
 pub use builder::InformerBuilder;
+pub use controller::{Action, OwnerReference, WorkQueue, Workers, owner_keys, owner_references};
 pub use driver::WatchErrorHook;
 pub use error::Error;
 pub use factory::{InformerOptions, SharedInformerFactory};
@@ -136,6 +138,9 @@ macro_rules! runtime_crate_api {
         pub type EventStream<K> = $crate::EventStream<K, $rt>;
         #[doc = concat!("A shared informer factory on ", $name, ".")]
         pub type SharedInformerFactory = $crate::SharedInformerFactory<$rt, Backend>;
+        pub use $crate::{Action, OwnerReference, WorkQueue, owner_keys, owner_references};
+        #[doc = concat!("Reconcile workers on ", $name, ".")]
+        pub type Workers<K = Key> = $crate::Workers<K, $rt>;
 
         /// Waits until every one of `items` has synced, at most `timeout` in all.
         pub async fn wait_for_cache_sync(
