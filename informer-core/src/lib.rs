@@ -39,6 +39,7 @@ mod impl_object;
 pub mod indexer;
 pub mod informer;
 mod key;
+pub mod leaderelection;
 pub mod object;
 pub mod pipeline;
 pub mod processor;
