@@ -269,6 +269,11 @@ impl LeaderElector {
         self.renewed_at.is_some()
     }
 
+    /// The attempt whose outcome is awaited, if any (an abandoned attempt is no longer it).
+    pub fn in_flight(&self) -> Option<AttemptId> {
+        self.in_flight.map(|(id, _, _)| id)
+    }
+
     /// The holder of the Lease as last seen.
     pub fn leader(&self) -> Option<&str> {
         self.last_leader.as_deref()

@@ -71,6 +71,7 @@ mod informer;
 mod builder;
 mod controller;
 mod factory;
+mod leader;
 
 /// The behaviour list (`docs/CONFORMANCE.md` in the repository): what the informer does that
 /// users rely on, item by item, each a named `conformance_NN_*` test, and where it deliberately
@@ -86,6 +87,8 @@ pub use error::Error;
 pub use factory::{InformerOptions, SharedInformerFactory};
 pub use handler::{EventHandler, HandlerFns, HandlerRegistration};
 pub use informer::Informer;
+pub use informer_core::leaderelection::LeaderElectionConfig;
+pub use leader::{LeaderElectionError, Leadership};
 pub use metrics::Metrics;
 pub use runtime::{BoxFuture, Runtime, SpawnError};
 pub use store::Store;
@@ -138,7 +141,10 @@ macro_rules! runtime_crate_api {
         pub type EventStream<K> = $crate::EventStream<K, $rt>;
         #[doc = concat!("A shared informer factory on ", $name, ".")]
         pub type SharedInformerFactory = $crate::SharedInformerFactory<$rt, Backend>;
-        pub use $crate::{Action, OwnerReference, WorkQueue, owner_keys, owner_references};
+        pub use $crate::{
+            Action, LeaderElectionConfig, LeaderElectionError, Leadership, OwnerReference,
+            WorkQueue, owner_keys, owner_references,
+        };
         #[doc = concat!("Reconcile workers on ", $name, ".")]
         pub type Workers<K = Key> = $crate::Workers<K, $rt>;
 
