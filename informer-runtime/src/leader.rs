@@ -30,6 +30,7 @@ use crate::runtime::Runtime;
 struct State {
     leader: AtomicBool,
     stop: AtomicBool,
+    abandon: AtomicBool,
     exited: AtomicBool,
     changed: Event,
     holder: Mutex<Option<String>>,
@@ -65,6 +66,7 @@ impl Leadership {
         let state = Arc::new(State {
             leader: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            abandon: AtomicBool::new(false),
             exited: AtomicBool::new(false),
             changed: Event::new(),
             holder: Mutex::new(None),
@@ -121,6 +123,13 @@ impl Leadership {
     /// Resolves once this candidate does not lead (at once if it does not).
     pub async fn lost(&self) {
         self.wait_until(|s| !s.leader.load(Ordering::Acquire)).await
+    }
+
+    /// Stops campaigning without writing the Lease free, as a crashed process would: another
+    /// candidate takes over once the Lease expires. Returns once the election task has ended.
+    pub async fn abandon(&self) {
+        self.state.abandon.store(true, Ordering::Release);
+        self.shutdown().await
     }
 
     /// Stops campaigning: stops leading at once, writes the Lease free if held (so a standby
@@ -200,7 +209,9 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
     async fn run(mut self) {
         loop {
             if self.state.stop.load(Ordering::Acquire) {
-                self.release().await;
+                if !self.state.abandon.load(Ordering::Acquire) {
+                    self.release().await;
+                }
                 break;
             }
             let now = self.now();

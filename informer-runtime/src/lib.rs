@@ -148,6 +148,24 @@ macro_rules! runtime_crate_api {
         #[doc = concat!("Reconcile workers on ", $name, ".")]
         pub type Workers<K = Key> = $crate::Workers<K, $rt>;
 
+        /// Campaigns for the Lease `namespace/name` on this crate's runtime (see
+        /// [`Leadership`]).
+        pub fn leader_election(
+            client: &Client,
+            namespace: &str,
+            name: &str,
+            config: $crate::LeaderElectionConfig,
+        ) -> Result<$crate::Leadership, $crate::LeaderElectionError> {
+            $crate::Leadership::spawn($make_rt, client, namespace, name, config)
+        }
+
+        /// Runs `future` on this crate's runtime, detached.
+        pub fn spawn(
+            future: impl std::future::Future<Output = ()> + Send + 'static,
+        ) -> Result<(), $crate::SpawnError> {
+            <$rt as $crate::Runtime>::spawn(&$make_rt, Box::pin(future))
+        }
+
         /// Waits until every one of `items` has synced, at most `timeout` in all.
         pub async fn wait_for_cache_sync(
             items: &[&dyn CacheSync],
