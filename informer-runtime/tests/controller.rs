@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use informer_http::{
-    Backend, Client, DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy,
-    Preconditions, WriteError,
+    Backend, Client, DeleteParams, Patch, PatchParams, PostParams, Preconditions,
+    PropagationPolicy, WriteError,
 };
 use informer_runtime::{DynamicObject, Object, Resource};
 use serde::{Deserialize, Serialize};
@@ -112,7 +112,9 @@ fn dynamic(v: serde_json::Value) -> DynamicObject {
 async fn namespace<B: Backend>(c: &Client<B>, name: &str, labels: &[(&str, &str)]) {
     let labels: BTreeMap<_, _> = labels.iter().copied().collect();
     let api = c.api::<DynamicObject>(Resource::NAMESPACES, None);
-    let obj = dynamic(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}));
+    let obj = dynamic(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}),
+    );
     match api.create(&obj, &PostParams::default()).await {
         Ok(_) => {}
         Err(WriteError::Conflict { .. }) => {
@@ -128,7 +130,11 @@ async fn namespace<B: Backend>(c: &Client<B>, name: &str, labels: &[(&str, &str)
     }
 }
 
-async fn data_of<B: Backend>(c: &Client<B>, ns: &str, name: &str) -> Option<BTreeMap<String, String>> {
+async fn data_of<B: Backend>(
+    c: &Client<B>,
+    ns: &str,
+    name: &str,
+) -> Option<BTreeMap<String, String>> {
     c.api::<Cm>(Resource::CONFIGMAPS, Some(ns))
         .get_opt(name)
         .await
@@ -158,9 +164,15 @@ async fn writes<B: Backend>(c: Client<B>, rt: &str) {
     // A dry run changes nothing.
     let mut dry = created.clone();
     dry.data.insert("dry".into(), "run".into());
-    api.replace(&dry, &PostParams { dry_run: true, ..PostParams::default() })
-        .await
-        .unwrap();
+    api.replace(
+        &dry,
+        &PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        },
+    )
+    .await
+    .unwrap();
     assert!(!data_of(&c, &ns, "w").await.unwrap().contains_key("dry"));
 
     // replace, and a replace at a stale resourceVersion.
@@ -182,13 +194,19 @@ async fn writes<B: Backend>(c: Client<B>, rt: &str) {
     };
     assert_eq!(status.code, 422);
     assert!(
-        causes.iter().any(|c| c.field.as_deref() == Some("metadata.name")),
+        causes
+            .iter()
+            .any(|c| c.field.as_deref() == Some("metadata.name")),
         "{causes:?}"
     );
 
     // Merge patch (was a 415 when sent as application/json), JSON patch.
     let p = api
-        .patch("w", &Patch::Merge(json!({"data": {"c": "3"}})), &PatchParams::default())
+        .patch(
+            "w",
+            &Patch::Merge(json!({"data": {"c": "3"}})),
+            &PatchParams::default(),
+        )
         .await
         .unwrap();
     assert_eq!(p.data.get("c").map(String::as_str), Some("3"));
@@ -203,14 +221,15 @@ async fn writes<B: Backend>(c: Client<B>, rt: &str) {
     assert_eq!(p.data.get("d").map(String::as_str), Some("4"));
     assert!(!p.data.contains_key("a"));
     // A JSON patch whose test fails changes nothing.
-    assert!(api
-        .patch(
+    assert!(
+        api.patch(
             "w",
             &Patch::Json(json!([{"op": "test", "path": "/data/d", "value": "nope"}])),
             &PatchParams::default(),
         )
         .await
-        .is_err());
+        .is_err()
+    );
 
     // Server-side apply: field managers, conflicts, force.
     let mine = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "w", "namespace": ns}, "data": {"e": "5"}});
@@ -224,11 +243,18 @@ async fn writes<B: Backend>(c: Client<B>, rt: &str) {
         Err(WriteError::Conflict { reason, .. }) if reason == "Conflict"
     ));
     let forced = dynapi
-        .patch("w", &Patch::Apply(&theirs), &PatchParams::apply("manager-b").force())
+        .patch(
+            "w",
+            &Patch::Apply(&theirs),
+            &PatchParams::apply("manager-b").force(),
+        )
         .await
         .unwrap();
     assert_eq!(
-        forced.field::<BTreeMap<String, String>>("data").unwrap().unwrap()["e"],
+        forced
+            .field::<BTreeMap<String, String>>("data")
+            .unwrap()
+            .unwrap()["e"],
         "6"
     );
     assert!(forced.metadata.other.as_json().contains("manager-b"));
@@ -264,7 +290,9 @@ async fn writes<B: Backend>(c: Client<B>, rt: &str) {
     // The status subresource (a Service: ConfigMaps have none).
     let svcs = c.api::<DynamicObject>(Resource::SERVICES, Some(&ns));
     let _ = svcs.delete("s", &DeleteParams::default()).await;
-    let svc = dynamic(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": ns}, "spec": {"ports": [{"port": 80}]}}));
+    let svc = dynamic(
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": ns}, "spec": {"ports": [{"port": 80}]}}),
+    );
     svcs.create(&svc, &PostParams::default()).await.unwrap();
     let lb = json!({"status": {"loadBalancer": {"ingress": [{"ip": "10.9.8.7"}]}}});
     // Through the main resource the status is not written...
@@ -283,10 +311,14 @@ async fn writes<B: Backend>(c: Client<B>, rt: &str) {
     let mut fields = obj.fields.to_map();
     fields["status"] = json!({"loadBalancer": {"ingress": [{"ip": "10.6.5.4"}]}});
     obj.fields = informer_core::RawFields::from_map(&fields);
-    let st = svcs.replace_status(&obj, &PostParams::default()).await.unwrap();
+    let st = svcs
+        .replace_status(&obj, &PostParams::default())
+        .await
+        .unwrap();
     assert!(st.fields.as_json().contains("10.6.5.4"));
     assert!(matches!(
-        svcs.patch_status("missing", &Patch::Merge(&lb), &PatchParams::default()).await,
+        svcs.patch_status("missing", &Patch::Merge(&lb), &PatchParams::default())
+            .await,
         Err(WriteError::NotFound(_))
     ));
     svcs.delete("s", &DeleteParams::default()).await.unwrap();
@@ -329,14 +361,25 @@ macro_rules! scenarios {
                 run(|c| writes(c, stringify!($name)));
             }
 
-            fn options(src: &str, id: &str, log: &Arc<Mutex<Vec<String>>>) -> Options {
+            /// Each write: who wrote, and whether another replica believed it led then.
+            type Log = Arc<Mutex<Vec<(String, bool)>>>;
+            type Replicas = Arc<Mutex<Vec<rt::Leadership>>>;
+
+            fn options(src: &str, id: &str, log: &Log, replicas: &Replicas) -> Options {
                 let mut o = Options::new(src, id);
                 o.election.lease_duration = Duration::from_secs(3);
                 o.election.renew_deadline = Duration::from_secs(2);
                 o.election.retry_period = Duration::from_millis(500);
                 o.election.seed = id.len() as u64;
-                let log = log.clone();
-                o.on_act = Arc::new(move |who: &str| log.lock().unwrap().push(who.to_string()));
+                let (log, replicas) = (log.clone(), replicas.clone());
+                o.on_act = Arc::new(move |who: &str| {
+                    let others = replicas
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .any(|l| l.identity() != who && l.is_leader());
+                    log.lock().unwrap().push((who.to_string(), others));
+                });
                 o
             }
 
@@ -396,10 +439,13 @@ macro_rules! scenarios {
                         dynamic(json!({"apiVersion": "v1", "kind": "ConfigMap",
                             "metadata": {"name": name, "namespace": src, "labels": labels}, "data": {"k": v}}))
                     };
-                    let log: Arc<Mutex<Vec<String>>> = Arc::default();
-                    let a = Copier::start(&c, options(&src, "replica-a", &log)).await.unwrap();
+                    let log: Log = Arc::default();
+                    let replicas: Replicas = Arc::default();
+                    let a = Copier::start(&c, options(&src, "replica-a", &log, &replicas)).await.unwrap();
+                    replicas.lock().unwrap().push(a.leadership().clone());
                     poll("a leads", DEADLINE, sleeper, || async { a.leadership().is_leader() }).await;
-                    let b = Copier::start(&c, options(&src, "replica-b", &log)).await.unwrap();
+                    let b = Copier::start(&c, options(&src, "replica-b", &log, &replicas)).await.unwrap();
+                    replicas.lock().unwrap().push(b.leadership().clone());
 
                     let v = |s: &str| Some(BTreeMap::from([("k".to_string(), s.to_string())]));
                     // Create.
@@ -438,7 +484,7 @@ macro_rules! scenarios {
                     poll("copy removed from the former target", DEADLINE, sleeper, || async {
                         copies(&c, "s1", &[&t2]).await == [None]
                     }).await;
-                    let want = format!("{t1},{n3}");
+                    let want = format!("{n3},{t1}"); // sorted
                     poll("status follows", DEADLINE, sleeper, || async {
                         annotation(&c, &src, "s1").await.as_deref() == Some(want.as_str())
                     }).await;
@@ -463,40 +509,43 @@ macro_rules! scenarios {
                     }).await;
                     poll("relisted", DEADLINE, sleeper, || async { a.relists() > relists }).await;
 
-                    // Two replicas, one actor so far.
+                    // Two replicas: while a leads, b never acts.
                     {
                         let log = log.lock().unwrap();
-                        assert!(!log.is_empty());
-                        assert!(log.iter().all(|w| w == "replica-a"), "{log:?}");
+                        let first_b = log.iter().position(|(w, _)| w == "replica-b").unwrap_or(log.len());
+                        assert!(first_b > 0, "{log:?}");
+                        assert!(log[..first_b].iter().all(|(w, _)| w == "replica-a"), "{log:?}");
                     }
-                    assert!(!b.leadership().is_leader());
 
-                    // The leader dies without releasing: the standby takes over once the lease
-                    // expires, and from then on only it acts.
+                    // The leader dies without releasing (after the restart above either may
+                    // lead: a lease not renewed for renew_deadline moves on): the standby takes
+                    // over once the lease expires, and from then on only it acts.
+                    poll("someone leads", DEADLINE, sleeper, || async {
+                        a.leadership().is_leader() || b.leadership().is_leader()
+                    }).await;
+                    let (leader, standby) = if a.leadership().is_leader() { (a, b) } else { (b, a) };
+                    let standby_id = standby.leadership().identity().to_string();
                     let acted_before_kill = log.lock().unwrap().len();
                     let killed = Instant::now();
-                    if !a.leadership().is_leader() {
-                        // a lost the lease during the restart; b may have taken over already.
-                        eprintln!("a was no longer leading at kill time");
-                    }
-                    a.kill().await;
-                    poll("b takes over", DEADLINE, sleeper, || async { b.leadership().is_leader() }).await;
+                    leader.kill().await;
+                    poll("the standby takes over", DEADLINE, sleeper, || async { standby.leadership().is_leader() }).await;
                     let took = killed.elapsed();
                     // Lease duration (3 s) plus a jittered retry (at most 1.1 s), with room for
                     // a loaded machine.
                     assert!(took < Duration::from_secs(3 + 2 + 5), "takeover took {took:?}");
                     srcapi.create(&source("s4", true, "v4"), &PostParams::default()).await.unwrap();
-                    poll("b copies", DEADLINE, sleeper, || async {
+                    poll("the new leader copies", DEADLINE, sleeper, || async {
                         copies(&c, "s4", &[&t1, &n3]).await == [v("v4"), v("v4")]
                     }).await;
                     {
                         let log = log.lock().unwrap();
-                        let first_b = log.iter().position(|w| w == "replica-b").expect("b acted");
-                        assert!(first_b >= acted_before_kill || log[..first_b].iter().all(|w| w == "replica-a"));
-                        assert!(log[first_b..].iter().all(|w| w == "replica-b"), "{log:?}");
+                        assert!(log.len() > acted_before_kill);
+                        assert!(log[acted_before_kill..].iter().all(|(w, _)| *w == standby_id), "{log:?}");
+                        // No write was ever made while another replica believed it led.
+                        assert!(log.iter().all(|(_, others)| !others), "{log:?}");
                     }
                     // Graceful shutdown releases the lease.
-                    b.shutdown().await;
+                    standby.shutdown().await;
                     let lease = c
                         .api::<DynamicObject>(Resource::LEASES, Some(&src))
                         .get("configmap-copier")
