@@ -104,7 +104,7 @@ pub struct Copier {
 /// Why a reconcile failed (it is retried with backoff).
 #[derive(Debug)]
 enum ReconcileError {
-    Write(WriteError),
+    Write(Box<WriteError>),
     NotLeader,
 }
 
@@ -119,7 +119,7 @@ impl std::fmt::Display for ReconcileError {
 
 impl From<WriteError> for ReconcileError {
     fn from(e: WriteError) -> Self {
-        ReconcileError::Write(e)
+        ReconcileError::Write(Box::new(e))
     }
 }
 
