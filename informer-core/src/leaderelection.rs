@@ -317,7 +317,8 @@ impl LeaderElector {
     }
 
     fn spec_for_me(&self, old: Option<&LeaseRecord>) -> LeaseWrite {
-        let secs = self.cfg.lease_duration.as_secs_f64().ceil() as u32;
+        let d = self.cfg.lease_duration;
+        let secs = u32::try_from(d.as_secs() + u64::from(d.subsec_nanos() > 0)).unwrap_or(u32::MAX);
         let (transitions, acquire) = match old {
             None => (0, None),
             Some(o) => {
