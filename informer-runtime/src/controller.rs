@@ -484,3 +484,62 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_references_map_to_owner_keys() {
+        let obj: informer_core::DynamicObject = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u1", "controller": true},
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "u2"}
+            ]}
+        }))
+        .unwrap();
+        let refs = owner_references(&obj);
+        assert_eq!(refs.len(), 2);
+        assert_eq!(refs[0].kind, "ReplicaSet");
+        assert_eq!(refs[0].controller, Some(true));
+        assert_eq!(
+            owner_keys(&obj, &refs, "ReplicaSet", true),
+            [Key::new(Some("ns"), "web")]
+        );
+        assert_eq!(
+            owner_keys(&obj, &refs, "ConfigMap", false),
+            [Key::new(Some("ns"), "other")]
+        );
+        assert!(owner_keys(&obj, &refs, "ConfigMap", true).is_empty());
+        let none: informer_core::DynamicObject =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}})).unwrap();
+        assert!(owner_references(&none).is_empty());
+    }
+
+    #[test]
+    fn handler_maps_notifications_to_keys() {
+        use crate::handler::EventHandler;
+        let q = WorkQueue::<Key>::new();
+        let mut h = q.handler(|o: &informer_core::DynamicObject| {
+            owner_keys(o, &owner_references(o), "ReplicaSet", false)
+        });
+        let owned: informer_core::DynamicObject = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u"}
+            ]}
+        }))
+        .unwrap();
+        h.on_add(Arc::new(owned.clone()), false);
+        h.on_update(Arc::new(owned.clone()), Arc::new(owned));
+        // One key, queued once.
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.get_blocking(), Some(Key::new(Some("ns"), "rs")));
+        let mut own = q.key_handler::<informer_core::DynamicObject>();
+        let obj: informer_core::DynamicObject = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "a", "namespace": "n"}}),
+        )
+        .unwrap();
+        own.on_add(Arc::new(obj), true);
+        assert_eq!(q.get_blocking(), Some(Key::new(Some("n"), "a")));
+    }
+}
