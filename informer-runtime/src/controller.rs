@@ -529,8 +529,8 @@ mod tests {
             ]}
         }))
         .unwrap();
-        h.on_add(Arc::new(owned.clone()), false);
-        h.on_update(Arc::new(owned.clone()), Arc::new(owned));
+        EventHandler::on_add(&mut h, Arc::new(owned.clone()), false);
+        EventHandler::on_update(&mut h, Arc::new(owned.clone()), Arc::new(owned));
         // One key, queued once.
         assert_eq!(q.len(), 1);
         assert_eq!(q.get_blocking(), Some(Key::new(Some("ns"), "rs")));
@@ -539,7 +539,7 @@ mod tests {
             serde_json::json!({"metadata": {"name": "a", "namespace": "n"}}),
         )
         .unwrap();
-        own.on_add(Arc::new(obj), true);
+        EventHandler::on_add(&mut own, Arc::new(obj), true);
         assert_eq!(q.get_blocking(), Some(Key::new(Some("n"), "a")));
     }
 }
