@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use event_listener::{Event, Listener};
+use event_listener::{Event, IntoNotification, Listener};
 use futures_util::FutureExt;
 use informer_core::time::Instant as CoreInstant;
 use informer_core::workqueue::{self, Pop, RateLimiter};
@@ -112,7 +112,8 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
     /// Queues `key` (once; a key being processed is processed again after it is done).
     pub fn add(&self, key: K) {
         if self.lock().add(key) {
-            self.shared.ready.notify(1);
+            // One more worker, even if another was notified and has not woken yet.
+            self.shared.ready.notify(1.additional());
         }
     }
 
@@ -179,7 +180,8 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
     pub fn done(&self, key: &K) {
         let requeued = self.lock().done(key);
         if requeued {
-            self.shared.ready.notify(1);
+            // One more worker, even if another was notified and has not woken yet.
+            self.shared.ready.notify(1.additional());
         }
         self.shared.idle.notify(usize::MAX);
     }
