@@ -13,6 +13,10 @@
 //! - Readers: [`Store`], cloneable, from any task or thread.
 //! - [`Informer::wait_for_sync`], [`wait_for_cache_sync`], [`Informer::shutdown`],
 //!   [`Informer::metrics`]; `tracing` events for list, watch, relist, backoff, handler panics.
+//! - Controllers: a [`WorkQueue`] (client-go `util/workqueue` rules) fed by handlers
+//!   ([`WorkQueue::handler`], [`owner_keys`]), [`Workers`] reconciling its keys (async or
+//!   blocking; done, requeue after, or an error requeued with backoff; draining shutdown),
+//!   [`Leadership`] on a Lease, and the writes of [`informer_http::write`].
 //!
 //! # Contracts
 //!
