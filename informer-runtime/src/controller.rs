@@ -231,7 +231,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
         }
     }
 
-    /// An [`EventHandler`] queueing the keys `map` gives for each notified object (on add,
+    /// An [`EventHandler`](crate::EventHandler) queueing the keys `map` gives for each notified object (on add,
     /// update — old and new — and delete).
     pub fn handler<T, I>(&self, map: impl Fn(&T) -> I + Send + Sync + 'static) -> HandlerFns<T>
     where
@@ -261,7 +261,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
 }
 
 impl WorkQueue<Key> {
-    /// An [`EventHandler`] queueing each notified object's own key (`namespace/name`).
+    /// An [`EventHandler`](crate::EventHandler) queueing each notified object's own key (`namespace/name`).
     pub fn key_handler<T: Object + Send + Sync + 'static>(&self) -> HandlerFns<T> {
         self.handler(|o: &T| [Key::from(o.key_ref())])
     }
