@@ -39,6 +39,7 @@ mod impl_object;
 pub mod indexer;
 pub mod informer;
 mod key;
+pub mod leaderelection;
 pub mod object;
 pub mod pipeline;
 pub mod processor;
@@ -53,6 +54,7 @@ pub mod shared;
 pub mod sim;
 pub mod string_map;
 pub mod time;
+pub mod workqueue;
 
 pub use fifo::{Delta, DeltaFifo, DeltaType, Deltas};
 pub use indexer::{IndexError, Indexer};

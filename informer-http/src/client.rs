@@ -164,6 +164,20 @@ impl<B: Backend> Client<B> {
         path_and_query: &str,
         body: Option<Vec<u8>>,
     ) -> Result<HttpResponse, Failure> {
+        self.send_with_content_type(method, path_and_query, body, "application/json")
+            .await
+    }
+
+    /// As [`send`](Self::send), with the body's `Content-Type` given (a patch needs
+    /// `application/merge-patch+json`, `application/json-patch+json` or
+    /// `application/apply-patch+yaml`).
+    pub async fn send_with_content_type(
+        &self,
+        method: http::Method,
+        path_and_query: &str,
+        body: Option<Vec<u8>>,
+        content_type: &str,
+    ) -> Result<HttpResponse, Failure> {
         let mut req = http::Request::builder()
             .method(method)
             .uri(path_and_query)
@@ -180,7 +194,7 @@ impl<B: Backend> Client<B> {
             req = req.header(http::header::AUTHORIZATION, value);
         }
         if body.is_some() {
-            req = req.header(http::header::CONTENT_TYPE, "application/json");
+            req = req.header(http::header::CONTENT_TYPE, content_type);
         }
         let req = req
             .body(Bytes::from(body.unwrap_or_default()))

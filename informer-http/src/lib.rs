@@ -17,6 +17,7 @@ pub mod resource;
 pub mod status;
 pub mod tls;
 pub mod transport;
+pub mod write;
 
 #[cfg(feature = "tokio")]
 mod backend_reqwest;
@@ -37,3 +38,6 @@ pub use decode::{DecodeError, WatchDecoder};
 pub use k8s::K8s;
 pub use resource::{HasResource, Resource};
 pub use transport::{Api, Backend, Client, ClientError, Transport};
+pub use write::{
+    DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy, WriteError,
+};

@@ -13,6 +13,10 @@
 //! - Readers: [`Store`], cloneable, from any task or thread.
 //! - [`Informer::wait_for_sync`], [`wait_for_cache_sync`], [`Informer::shutdown`],
 //!   [`Informer::metrics`]; `tracing` events for list, watch, relist, backoff, handler panics.
+//! - Controllers: a [`WorkQueue`] (client-go `util/workqueue` rules) fed by handlers
+//!   ([`WorkQueue::handler`], [`owner_keys`]), [`Workers`] reconciling its keys (async or
+//!   blocking; done, requeue after, or an error requeued with backoff; draining shutdown),
+//!   [`Leadership`] on a Lease, and the writes of [`informer_http::write`].
 //!
 //! # Contracts
 //!
@@ -69,7 +73,9 @@ mod stream;
 mod informer;
 
 mod builder;
+mod controller;
 mod factory;
+mod leader;
 
 /// The behaviour list (`docs/CONFORMANCE.md` in the repository): what the informer does that
 /// users rely on, item by item, each a named `conformance_NN_*` test, and where it deliberately
@@ -79,11 +85,14 @@ mod factory;
 pub mod conformance {}
 
 pub use builder::InformerBuilder;
+pub use controller::{Action, OwnerReference, WorkQueue, Workers, owner_keys, owner_references};
 pub use driver::WatchErrorHook;
 pub use error::Error;
 pub use factory::{InformerOptions, SharedInformerFactory};
 pub use handler::{EventHandler, HandlerFns, HandlerRegistration};
 pub use informer::Informer;
+pub use informer_core::leaderelection::LeaderElectionConfig;
+pub use leader::{LeaderElectionError, Leadership};
 pub use metrics::Metrics;
 pub use runtime::{BoxFuture, Runtime, SpawnError};
 pub use store::Store;
@@ -136,6 +145,30 @@ macro_rules! runtime_crate_api {
         pub type EventStream<K> = $crate::EventStream<K, $rt>;
         #[doc = concat!("A shared informer factory on ", $name, ".")]
         pub type SharedInformerFactory = $crate::SharedInformerFactory<$rt, Backend>;
+        pub use $crate::{
+            Action, LeaderElectionConfig, LeaderElectionError, Leadership, OwnerReference,
+            WorkQueue, owner_keys, owner_references,
+        };
+        #[doc = concat!("Reconcile workers on ", $name, ".")]
+        pub type Workers<K = Key> = $crate::Workers<K, $rt>;
+
+        /// Campaigns for the Lease `namespace/name` on this crate's runtime (see
+        /// [`Leadership`]).
+        pub fn leader_election(
+            client: &Client,
+            namespace: &str,
+            name: &str,
+            config: $crate::LeaderElectionConfig,
+        ) -> Result<$crate::Leadership, $crate::LeaderElectionError> {
+            $crate::Leadership::spawn($make_rt, client, namespace, name, config)
+        }
+
+        /// Runs `future` on this crate's runtime, detached.
+        pub fn spawn(
+            future: impl std::future::Future<Output = ()> + Send + 'static,
+        ) -> Result<(), $crate::SpawnError> {
+            <$rt as $crate::Runtime>::spawn(&$make_rt, Box::pin(future))
+        }
 
         /// Waits until every one of `items` has synced, at most `timeout` in all.
         pub async fn wait_for_cache_sync(

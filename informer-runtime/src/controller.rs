@@ -1,0 +1,547 @@
+//! Controllers: a shared [`WorkQueue`] handle fed by informer handlers, and workers that take
+//! keys from it and reconcile them.
+//!
+//! - [`WorkQueue`]: client-go `util/workqueue` semantics (informer-core's
+//!   [`workqueue`](informer_core::workqueue) state machine behind a lock, the clock read here).
+//!   Cloneable; adds from any thread or task.
+//! - [`WorkQueue::handler`]: an [`EventHandler`] mapping each notification to keys to queue
+//!   (the object's own key with [`WorkQueue::key_handler`]; an owner's with
+//!   [`owner_keys`]).
+//! - [`Workers`]: `n` concurrent workers running an async reconcile (on the [`Runtime`]) or a
+//!   blocking one (on threads). Each returns [`Action::Done`], [`Action::RequeueAfter`], or an
+//!   error (requeued through the rate limiter, and logged). A key is never reconciled by two
+//!   workers at once. [`Workers::shutdown`] drains: in-flight reconciles finish, queued keys
+//!   are still processed, nothing new is accepted.
+
+use std::fmt;
+use std::future::Future;
+use std::hash::Hash;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use event_listener::{Event, IntoNotification, Listener};
+use futures_util::FutureExt;
+use informer_core::time::Instant as CoreInstant;
+use informer_core::workqueue::{self, Pop, RateLimiter};
+use informer_core::{Key, Object, ObjectOrTombstone};
+
+use crate::handler::HandlerFns;
+use crate::runtime::Runtime;
+
+/// What a reconcile asks for once it succeeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Done; the key's failure count is reset.
+    Done,
+    /// Done for now; reconcile the key again after this delay (failure count reset).
+    RequeueAfter(Duration),
+}
+
+type Limiter<K> = Box<dyn RateLimiter<K> + Send>;
+
+struct QueueShared<K> {
+    state: Mutex<workqueue::WorkQueue<K, Limiter<K>>>,
+    /// Notified when a key may be ready (added, requeued, time moved) or on shutdown.
+    ready: Event,
+    /// Notified when a key is done (for drain).
+    idle: Event,
+    base: std::time::Instant,
+}
+
+/// A shared work queue (client-go `workqueue.TypedRateLimitingInterface`): a key is queued at
+/// most once and never handed to two workers at once. Cheap to clone.
+pub struct WorkQueue<K = Key> {
+    shared: Arc<QueueShared<K>>,
+}
+
+impl<K> Clone for WorkQueue<K> {
+    fn clone(&self) -> Self {
+        WorkQueue {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<K> fmt::Debug for WorkQueue<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkQueue").finish_non_exhaustive()
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + 'static> Default for WorkQueue<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
+    /// A queue with client-go's default rate limiter (per key 5 ms doubling to 1000 s, max'ed
+    /// with 10 per second, burst 100).
+    pub fn new() -> Self {
+        Self::with_rate_limiter(workqueue::default_rate_limiter::<K>())
+    }
+
+    /// A queue with the given rate limiter.
+    pub fn with_rate_limiter(limiter: impl RateLimiter<K> + Send + 'static) -> Self {
+        let limiter: Limiter<K> = Box::new(limiter);
+        WorkQueue {
+            shared: Arc::new(QueueShared {
+                state: Mutex::new(workqueue::WorkQueue::with_rate_limiter(limiter)),
+                ready: Event::new(),
+                idle: Event::new(),
+                base: std::time::Instant::now(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, workqueue::WorkQueue<K, Limiter<K>>> {
+        // The queue's state is consistent after every call: a panic elsewhere cannot break it.
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> CoreInstant {
+        CoreInstant::from_epoch(self.shared.base.elapsed())
+    }
+
+    fn to_std(&self, at: CoreInstant) -> std::time::Instant {
+        self.shared.base + at.since_epoch()
+    }
+
+    /// Queues `key` (once; a key being processed is processed again after it is done).
+    pub fn add(&self, key: K) {
+        if self.lock().add(key) {
+            // One more worker, even if another was notified and has not woken yet.
+            self.shared.ready.notify(1.additional());
+        }
+    }
+
+    /// Queues `key` after `delay` (a key already delayed keeps the earlier time).
+    pub fn add_after(&self, key: K, delay: Duration) {
+        let now = self.now();
+        self.lock().add_after(key, delay, now);
+        // A sleeping worker may be waiting for a later deadline.
+        self.shared.ready.notify(usize::MAX);
+    }
+
+    /// Queues `key` after the rate limiter's delay for it.
+    pub fn add_rate_limited(&self, key: K) {
+        let now = self.now();
+        self.lock().add_rate_limited(key, now);
+        self.shared.ready.notify(usize::MAX);
+    }
+
+    /// Resets `key`'s failure count.
+    pub fn forget(&self, key: &K) {
+        self.lock().forget(key);
+    }
+
+    /// How many rate-limited requeues of `key` are counted.
+    pub fn num_requeues(&self, key: &K) -> u32 {
+        self.lock().num_requeues(key)
+    }
+
+    /// Keys ready to be processed.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// True if no key is ready.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// Stops accepting keys; queued keys are still handed out, then workers stop.
+    pub fn shut_down(&self) {
+        self.lock().shut_down();
+        self.shared.ready.notify(usize::MAX);
+    }
+
+    /// True once shut down.
+    pub fn is_shutting_down(&self) -> bool {
+        self.lock().is_shutting_down()
+    }
+
+    /// Shuts down and waits until no key is queued or being processed.
+    pub async fn shut_down_with_drain(&self) {
+        self.lock().shut_down_with_drain();
+        self.shared.ready.notify(usize::MAX);
+        loop {
+            let listener = self.shared.idle.listen();
+            if self.lock().is_drained() {
+                return;
+            }
+            listener.await;
+        }
+    }
+
+    /// Marks `key` processed; it is queued again if it was added meanwhile.
+    pub fn done(&self, key: &K) {
+        let requeued = self.lock().done(key);
+        if requeued {
+            // One more worker, even if another was notified and has not woken yet.
+            self.shared.ready.notify(1.additional());
+        }
+        self.shared.idle.notify(usize::MAX);
+    }
+
+    /// One attempt at taking a key: the key, or how long to wait (`None`: until notified),
+    /// or `Err(())` once shut down and empty.
+    fn try_pop(&self) -> Result<Result<K, Option<std::time::Instant>>, ()> {
+        let now = self.now();
+        let mut q = self.lock();
+        match q.pop(now) {
+            Pop::Key(k) => Ok(Ok(k)),
+            Pop::ShutDown => Err(()),
+            Pop::Empty => Ok(Err(q.poll_timeout().map(|t| self.to_std(t)))),
+        }
+    }
+
+    /// Waits for the next key (async); `None` once shut down and empty. Call
+    /// [`done`](Self::done) with it when finished.
+    pub async fn get<R: Runtime>(&self, rt: &R) -> Option<K> {
+        loop {
+            let listener = self.shared.ready.listen();
+            match self.try_pop() {
+                Err(()) => return None,
+                Ok(Ok(k)) => return Some(k),
+                Ok(Err(None)) => listener.await,
+                Ok(Err(Some(at))) => {
+                    let wait = at.saturating_duration_since(std::time::Instant::now());
+                    let sleep = rt.sleep(wait);
+                    futures_util::future::select(listener, sleep).await;
+                }
+            }
+        }
+    }
+
+    /// Waits for the next key, blocking this thread; `None` once shut down and empty.
+    pub fn get_blocking(&self) -> Option<K> {
+        loop {
+            let listener = self.shared.ready.listen();
+            match self.try_pop() {
+                Err(()) => return None,
+                Ok(Ok(k)) => return Some(k),
+                Ok(Err(None)) => listener.wait(),
+                Ok(Err(Some(at))) => {
+                    let _ = listener.wait_deadline(at);
+                }
+            }
+        }
+    }
+
+    /// An [`EventHandler`](crate::EventHandler) queueing the keys `map` gives for each notified object (on add,
+    /// update — old and new — and delete).
+    pub fn handler<T, I>(&self, map: impl Fn(&T) -> I + Send + Sync + 'static) -> HandlerFns<T>
+    where
+        T: Send + Sync + 'static,
+        I: IntoIterator<Item = K>,
+    {
+        let map = Arc::new(map);
+        let (q1, q2, q3) = (self.clone(), self.clone(), self.clone());
+        let (m1, m2, m3) = (map.clone(), map.clone(), map);
+        HandlerFns::new()
+            .on_add(move |obj: Arc<T>, _| {
+                for k in m1(&obj) {
+                    q1.add(k);
+                }
+            })
+            .on_update(move |old: Arc<T>, new: Arc<T>| {
+                for k in m2(&old).into_iter().chain(m2(&new)) {
+                    q2.add(k);
+                }
+            })
+            .on_delete(move |gone: ObjectOrTombstone<T>| {
+                for k in m3(gone.object()) {
+                    q3.add(k);
+                }
+            })
+    }
+}
+
+impl WorkQueue<Key> {
+    /// An [`EventHandler`](crate::EventHandler) queueing each notified object's own key (`namespace/name`).
+    pub fn key_handler<T: Object + Send + Sync + 'static>(&self) -> HandlerFns<T> {
+        self.handler(|o: &T| [Key::from(o.key_ref())])
+    }
+}
+
+/// One entry of `metadata.ownerReferences`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    /// The owner's `apiVersion`.
+    pub api_version: String,
+    /// The owner's `kind`.
+    pub kind: String,
+    /// The owner's name (same namespace as the owned object).
+    pub name: String,
+    /// The owner's uid.
+    pub uid: String,
+    /// Set on the managing controller's reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<bool>,
+    /// Whether the owner's foreground deletion waits for this object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_owner_deletion: Option<bool>,
+}
+
+/// The owner references of a [`DynamicObject`](informer_core::DynamicObject) (empty if it
+/// has none or they do not parse).
+pub fn owner_references(obj: &informer_core::DynamicObject) -> Vec<OwnerReference> {
+    obj.metadata
+        .other
+        .field::<Vec<OwnerReference>>("ownerReferences")
+        .and_then(Result::ok)
+        .unwrap_or_default()
+}
+
+/// The keys of `obj`'s owners of kind `owner_kind` (the owner lives in the object's
+/// namespace); with `controller_only`, only the managing controller's reference counts
+/// (client-go's `EnqueueRequestForOwner` with `OnlyControllerOwner`). Use it with
+/// [`WorkQueue::handler`] to reconcile an owner when what it owns changes.
+pub fn owner_keys(
+    obj: &impl Object,
+    refs: &[OwnerReference],
+    owner_kind: &str,
+    controller_only: bool,
+) -> Vec<Key> {
+    refs.iter()
+        .filter(|r| r.kind == owner_kind && (!controller_only || r.controller == Some(true)))
+        .map(|r| Key::new(obj.namespace(), &r.name))
+        .collect()
+}
+
+/// N workers processing a [`WorkQueue`]'s keys.
+pub struct Workers<K, R> {
+    queue: WorkQueue<K>,
+    rt: R,
+    running: Arc<AtomicUsize>,
+    exited: Arc<Event>,
+}
+
+impl<K, R> fmt::Debug for Workers<K, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Workers")
+            .field("running", &self.running.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a worker does with a reconcile's outcome.
+fn settle<K: Hash + Eq + Clone + Send + 'static, E: fmt::Display>(
+    queue: &WorkQueue<K>,
+    key: K,
+    outcome: Result<Result<Action, E>, String>,
+    describe: impl Fn(&K) -> String,
+) {
+    match outcome {
+        Ok(Ok(Action::Done)) => queue.forget(&key),
+        Ok(Ok(Action::RequeueAfter(d))) => {
+            queue.forget(&key);
+            queue.add_after(key.clone(), d);
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(key = %describe(&key), error = %e, requeues = queue.num_requeues(&key), "reconcile failed; requeued with backoff");
+            queue.add_rate_limited(key.clone());
+        }
+        Err(panic) => {
+            tracing::error!(key = %describe(&key), panic = %panic, "reconcile panicked; requeued with backoff");
+            queue.add_rate_limited(key.clone());
+        }
+    }
+    queue.done(&key);
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+struct RunningGuard {
+    running: Arc<AtomicUsize>,
+    exited: Arc<Event>,
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.running.fetch_sub(1, Ordering::AcqRel);
+        self.exited.notify(usize::MAX);
+    }
+}
+
+impl<K, R> Workers<K, R>
+where
+    K: Hash + Eq + Clone + Send + Sync + fmt::Debug + 'static,
+    R: Runtime,
+{
+    /// Starts `n` async workers on `rt`, each taking a key and awaiting `reconcile(key)`.
+    pub fn spawn<F, Fut, E>(
+        rt: R,
+        queue: &WorkQueue<K>,
+        n: usize,
+        reconcile: F,
+    ) -> Result<Workers<K, R>, crate::SpawnError>
+    where
+        F: Fn(K) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        let w = Workers::empty(rt.clone(), queue);
+        let reconcile = Arc::new(reconcile);
+        for _ in 0..n.max(1) {
+            let queue = queue.clone();
+            let rt2 = rt.clone();
+            let reconcile = reconcile.clone();
+            let guard = w.guard();
+            rt.spawn(Box::pin(async move {
+                let _guard = guard;
+                while let Some(key) = queue.get(&rt2).await {
+                    let outcome = AssertUnwindSafe(reconcile(key.clone()))
+                        .catch_unwind()
+                        .await
+                        .map_err(panic_message);
+                    settle(&queue, key, outcome, |k| format!("{k:?}"));
+                }
+            }))?;
+        }
+        Ok(w)
+    }
+
+    /// Starts `n` worker threads, each taking a key and calling the blocking
+    /// `reconcile(key)`.
+    pub fn spawn_blocking<F, E>(
+        rt: R,
+        queue: &WorkQueue<K>,
+        n: usize,
+        reconcile: F,
+    ) -> Result<Workers<K, R>, crate::SpawnError>
+    where
+        F: Fn(K) -> Result<Action, E> + Send + Sync + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        let w = Workers::empty(rt, queue);
+        let reconcile = Arc::new(reconcile);
+        for i in 0..n.max(1) {
+            let queue = queue.clone();
+            let reconcile = reconcile.clone();
+            let guard = w.guard();
+            std::thread::Builder::new()
+                .name(format!("reconcile-{i}"))
+                .spawn(move || {
+                    let _guard = guard;
+                    while let Some(key) = queue.get_blocking() {
+                        let outcome =
+                            std::panic::catch_unwind(AssertUnwindSafe(|| reconcile(key.clone())))
+                                .map_err(panic_message);
+                        settle(&queue, key, outcome, |k| format!("{k:?}"));
+                    }
+                })
+                .map_err(|e| crate::SpawnError(e.to_string()))?;
+        }
+        Ok(w)
+    }
+
+    fn empty(rt: R, queue: &WorkQueue<K>) -> Self {
+        Workers {
+            queue: queue.clone(),
+            rt,
+            running: Arc::new(AtomicUsize::new(0)),
+            exited: Arc::new(Event::new()),
+        }
+    }
+
+    fn guard(&self) -> RunningGuard {
+        self.running.fetch_add(1, Ordering::AcqRel);
+        RunningGuard {
+            running: self.running.clone(),
+            exited: self.exited.clone(),
+        }
+    }
+
+    /// Workers still running.
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// Graceful shutdown: the queue stops accepting keys, in-flight reconciles finish and
+    /// queued keys are processed, then every worker exits. Returns once they all have.
+    pub async fn shutdown(&self) {
+        let _ = &self.rt;
+        self.queue.shut_down_with_drain().await;
+        self.wait().await;
+    }
+
+    /// Waits until every worker has exited (after the queue was shut down).
+    pub async fn wait(&self) {
+        loop {
+            let listener = self.exited.listen();
+            if self.running() == 0 {
+                return;
+            }
+            listener.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_references_map_to_owner_keys() {
+        let obj: informer_core::DynamicObject = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u1", "controller": true},
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "u2"}
+            ]}
+        }))
+        .unwrap();
+        let refs = owner_references(&obj);
+        assert_eq!(refs.len(), 2);
+        assert_eq!(refs[0].kind, "ReplicaSet");
+        assert_eq!(refs[0].controller, Some(true));
+        assert_eq!(
+            owner_keys(&obj, &refs, "ReplicaSet", true),
+            [Key::new(Some("ns"), "web")]
+        );
+        assert_eq!(
+            owner_keys(&obj, &refs, "ConfigMap", false),
+            [Key::new(Some("ns"), "other")]
+        );
+        assert!(owner_keys(&obj, &refs, "ConfigMap", true).is_empty());
+        let none: informer_core::DynamicObject =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}})).unwrap();
+        assert!(owner_references(&none).is_empty());
+    }
+
+    #[test]
+    fn handler_maps_notifications_to_keys() {
+        use crate::handler::EventHandler;
+        let q = WorkQueue::<Key>::new();
+        let mut h = q.handler(|o: &informer_core::DynamicObject| {
+            owner_keys(o, &owner_references(o), "ReplicaSet", false)
+        });
+        let owned: informer_core::DynamicObject = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u"}
+            ]}
+        }))
+        .unwrap();
+        EventHandler::on_add(&mut h, Arc::new(owned.clone()), false);
+        EventHandler::on_update(&mut h, Arc::new(owned.clone()), Arc::new(owned));
+        // One key, queued once.
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.get_blocking(), Some(Key::new(Some("ns"), "rs")));
+        let mut own = q.key_handler::<informer_core::DynamicObject>();
+        let obj: informer_core::DynamicObject = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "a", "namespace": "n"}}),
+        )
+        .unwrap();
+        EventHandler::on_add(&mut own, Arc::new(obj), true);
+        assert_eq!(q.get_blocking(), Some(Key::new(Some("n"), "a")));
+    }
+}
