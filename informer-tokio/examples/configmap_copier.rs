@@ -138,14 +138,14 @@ impl Copier {
         client: &Client,
         options: Options,
     ) -> Result<Copier, Box<dyn std::error::Error>> {
-        let sources = Informer::<DynamicObject>::builder(client, Resource::CONFIGMAPS)
+        let sources = Informer::<DynamicObject>::builder_for(client, Resource::CONFIGMAPS)
             .namespace(options.source_namespace.as_str())
             .label_selector(format!("{SOURCE_LABEL}=true"))
             .build()?;
-        let copies = Informer::<DynamicObject>::builder(client, Resource::CONFIGMAPS)
+        let copies = Informer::<DynamicObject>::builder_for(client, Resource::CONFIGMAPS)
             .label_selector(format!("{FROM_NAMESPACE}={}", options.source_namespace))
             .build()?;
-        let namespaces = Informer::<DynamicObject>::builder(client, Resource::NAMESPACES)
+        let namespaces = Informer::<DynamicObject>::builder_for(client, Resource::NAMESPACES)
             .label_selector(format!("{TARGET_LABEL}=true"))
             .build()?;
         let leadership = leader_election(
