@@ -10,6 +10,7 @@ pub mod api;
 pub mod backend;
 pub mod client;
 pub mod config;
+pub mod credential;
 pub mod decode;
 pub mod redirect;
 pub mod request;

@@ -404,11 +404,21 @@ impl Kubeconfig {
         let ufile = &user.file;
         let ufield = |f: &str| format!("users[{user_name}].user.{f}");
         let u = &user.value;
-        if u.exec.is_some() {
-            return Err(ConfigError::Unsupported {
-                path: ufile.clone(),
-                field: ufield("exec"),
-            });
+        if let Some(raw) = &u.exec {
+            let mut exec = super::exec::parse(raw, &user_name, ufile.clone()).map_err(
+                |(field, message)| ConfigError::InvalidField {
+                    path: ufile.clone(),
+                    field: ufield(&field),
+                    message,
+                },
+            )?;
+            if let Some(info) = exec.provide_cluster_info.as_mut() {
+                info.server = cfg.server.clone();
+                info.tls_server_name = cfg.tls_server_name.clone();
+                info.insecure_skip_tls_verify = cfg.insecure_skip_tls_verify;
+                info.certificate_authority_data = cfg.root_ca_pem.clone();
+            }
+            cfg.auth = Auth::Exec(Box::new(exec));
         }
         if u.auth_provider.is_some() {
             return Err(ConfigError::Unsupported {
@@ -416,7 +426,9 @@ impl Kubeconfig {
                 field: ufield("auth-provider"),
             });
         }
-        if let Some(t) = u.token.as_ref().filter(|t| !t.expose().is_empty()) {
+        if u.exec.is_some() {
+            // The plugin's credential is used with (client-go: instead of) a static token.
+        } else if let Some(t) = u.token.as_ref().filter(|t| !t.expose().is_empty()) {
             cfg.auth = Auth::Token(t.clone());
         } else if let Some(tf) = u.token_file.as_ref().filter(|t| !t.is_empty()) {
             let path = PathBuf::from(tf);

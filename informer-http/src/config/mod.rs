@@ -7,8 +7,11 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+mod exec;
 mod incluster;
 mod kubeconfig;
+
+pub use exec::{ExecApiVersion, ExecClusterInfo, ExecConfig, InteractiveMode};
 
 pub use incluster::{SERVICE_ACCOUNT_DIR, incluster_from};
 pub use kubeconfig::Kubeconfig;
@@ -73,6 +76,9 @@ pub enum Auth {
         /// Password.
         password: Secret<String>,
     },
+    /// A credential plugin (kubeconfig `exec`): its token or client certificate, cached until it
+    /// expires and renewed before that and after a 401.
+    Exec(Box<ExecConfig>),
 }
 
 /// A client certificate and its private key, both PEM. `Debug` shows neither (the key is a
@@ -195,27 +201,11 @@ impl Config {
         }
     }
 
-    /// The `Authorization` header value for the next request, if any (reads a token file).
+    /// The `Authorization` header value for the next request, if any: reads a token file, or
+    /// runs an exec plugin on this thread when its cached credential has expired (for blocking
+    /// programs; [`Client`](crate::Client) does the same without blocking).
     pub fn authorization(&self) -> Result<Option<Secret<String>>, ConfigError> {
-        Ok(match &self.auth {
-            Auth::None => None,
-            Auth::Token(t) => Some(Secret(format!("Bearer {}", t.expose()))),
-            Auth::TokenFile(path) => {
-                let token = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-                Some(Secret(format!("Bearer {}", token.trim())))
-            }
-            Auth::Basic { username, password } => {
-                use base64::Engine as _;
-                let raw = format!("{username}:{}", password.expose());
-                Some(Secret(format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode(raw)
-                )))
-            }
-        })
+        crate::credential::authorization_blocking(self).map_err(ConfigError::Credential)
     }
 }
 
@@ -268,8 +258,8 @@ pub enum ConfigError {
         /// The name looked for.
         name: String,
     },
-    /// A feature of the kubeconfig format this crate does not implement (exec or auth-provider
-    /// credential plugins).
+    /// A feature of the kubeconfig format this crate does not implement (an `auth-provider`
+    /// other than `oidc`).
     Unsupported {
         /// The kubeconfig file.
         path: PathBuf,
@@ -290,6 +280,8 @@ pub enum ConfigError {
         /// The variable, e.g. `KUBERNETES_SERVICE_HOST`.
         var: &'static str,
     },
+    /// No credential could be had (a token file unreadable, an exec plugin failing).
+    Credential(crate::credential::CredentialError),
 }
 
 impl fmt::Display for ConfigError {
@@ -311,11 +303,9 @@ impl fmt::Display for ConfigError {
             ConfigError::NotFound { path, field, name } => {
                 write!(f, "{}: {field}: no entry named {name:?}", path.display())
             }
-            ConfigError::Unsupported { path, field } => write!(
-                f,
-                "{}: {field}: credential plugins are not supported",
-                path.display()
-            ),
+            ConfigError::Unsupported { path, field } => {
+                write!(f, "{}: {field}: not supported", path.display())
+            }
             ConfigError::InsecureWithCertificateAuthority { path, cluster } => write!(
                 f,
                 "{}: clusters[{cluster}].cluster: specifying a root certificates file with the \
@@ -326,6 +316,7 @@ impl fmt::Display for ConfigError {
             ConfigError::MissingEnv { var } => {
                 write!(f, "not running in a cluster: {var} is not set")
             }
+            ConfigError::Credential(e) => e.fmt(f),
         }
     }
 }
@@ -334,6 +325,7 @@ impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ConfigError::Io { source, .. } => Some(source),
+            ConfigError::Credential(e) => Some(e),
             _ => None,
         }
     }
