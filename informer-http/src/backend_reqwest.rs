@@ -33,6 +33,24 @@ impl ReqwestBackend {
             .http1_only()
             .referer(false)
             .redirect(redirect_policy());
+        // Our own resolution of proxy-url / HTTPS_PROXY / NO_PROXY (client-go's precedence,
+        // the same as the smol backend's), never reqwest's own reading of the environment.
+        builder = match crate::proxy::proxy_for(config)? {
+            None => builder.no_proxy(),
+            Some(p) => {
+                let scheme = if p.tls { "https" } else { "http" };
+                let mut proxy = reqwest::Proxy::all(format!("{scheme}://{}", p.authority()))
+                    .map_err(|e| ClientError::Proxy(format!("{}: {e}", p.shown)))?;
+                if let Some(auth) = &p.authorization {
+                    let mut v = http::HeaderValue::from_str(auth.expose()).map_err(|_| {
+                        ClientError::Proxy(format!("{}: unusable credentials", p.shown))
+                    })?;
+                    v.set_sensitive(true);
+                    proxy = proxy.custom_http_auth(v);
+                }
+                builder.proxy(proxy)
+            }
+        };
         let scheme = if addr.tls { "https" } else { "http" };
         let mut base = format!("{scheme}://{}{}", addr.authority, addr.path_prefix);
         if !addr.tls {

@@ -26,6 +26,8 @@ pub enum ClientError {
     InvalidServer(String),
     /// The HTTP library refused to build a client.
     Backend(String),
+    /// The proxy configuration (kubeconfig `proxy-url`, `HTTPS_PROXY`, ...) is unusable.
+    Proxy(String),
 }
 
 impl fmt::Display for ClientError {
@@ -35,6 +37,7 @@ impl fmt::Display for ClientError {
             ClientError::Tls(m) => write!(f, "TLS: {m}"),
             ClientError::InvalidServer(m) => write!(f, "server URL: {m}"),
             ClientError::Backend(m) => write!(f, "HTTP client: {m}"),
+            ClientError::Proxy(m) => write!(f, "proxy: {m}"),
         }
     }
 }

@@ -34,6 +34,7 @@ struct RawCluster {
     certificate_authority_data: Option<String>,
     insecure_skip_tls_verify: Option<bool>,
     tls_server_name: Option<String>,
+    proxy_url: Option<String>,
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -368,6 +369,16 @@ impl Kubeconfig {
             });
         }
         cfg.tls_server_name = c.tls_server_name.clone().filter(|s| !s.is_empty());
+        cfg.proxy_url = c.proxy_url.clone().filter(|s| !s.is_empty());
+        if let Some(url) = &cfg.proxy_url {
+            crate::proxy::Proxy::parse(url, "proxy-url").map_err(|e| {
+                ConfigError::InvalidField {
+                    path: cfile.clone(),
+                    field: cfield("proxy-url"),
+                    message: e.to_string(),
+                }
+            })?;
+        }
         cfg.root_ca_pem = load(
             cfile,
             &cfield("certificate-authority"),
@@ -417,6 +428,7 @@ impl Kubeconfig {
                 info.tls_server_name = cfg.tls_server_name.clone();
                 info.insecure_skip_tls_verify = cfg.insecure_skip_tls_verify;
                 info.certificate_authority_data = cfg.root_ca_pem.clone();
+                info.proxy_url = cfg.proxy_url.clone();
             }
             cfg.auth = Auth::Exec(Box::new(exec));
         }

@@ -130,6 +130,12 @@ pub struct Config {
     pub client_identity: Option<ClientIdentity>,
     /// The namespace of the context (or the service account), `default` when unset.
     pub default_namespace: String,
+    /// The kubeconfig cluster's `proxy-url`: every request goes through it (see
+    /// [`crate::proxy`]).
+    pub proxy_url: Option<String>,
+    /// The proxy environment variables to honour; `None`: this process's, read when a backend
+    /// is built.
+    pub proxy_env: Option<crate::proxy::ProxyEnv>,
 }
 
 impl fmt::Debug for Config {
@@ -145,6 +151,14 @@ impl fmt::Debug for Config {
             .field("auth", &self.auth)
             .field("client_identity", &self.client_identity)
             .field("default_namespace", &self.default_namespace)
+            .field(
+                "proxy_url",
+                &self
+                    .proxy_url
+                    .as_deref()
+                    .map(|u| crate::proxy::Proxy::parse(u, "proxy-url").map(|p| p.shown)),
+            )
+            .field("proxy_env", &self.proxy_env.as_ref().map(|_| "<set>"))
             .finish()
     }
 }
@@ -165,6 +179,8 @@ impl Config {
             auth: Auth::None,
             client_identity: None,
             default_namespace: "default".into(),
+            proxy_url: None,
+            proxy_env: None,
         }
     }
 
