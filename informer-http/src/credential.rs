@@ -23,7 +23,7 @@ use rustls::sign::CertifiedKey;
 use serde::Deserialize;
 
 use crate::backend::BoxFuture;
-use crate::config::{Auth, Config, ExecConfig, InteractiveMode, Secret};
+use crate::config::{Auth, Config, ExecConfig, InteractiveMode, OidcConfig, Secret};
 
 /// Why no credential could be had. Names the kubeconfig user and the plugin's command; never
 /// shows a credential or the plugin's standard output.
@@ -83,6 +83,23 @@ pub enum CredentialError {
         command: String,
         /// The error.
         source: std::io::Error,
+    },
+    /// An OIDC id-token has expired (or is absent) and cannot be refreshed: fields are missing.
+    OidcCannotRefresh {
+        /// The kubeconfig user.
+        user: String,
+        /// The `auth-provider.config` fields missing (`refresh-token`, `idp-issuer-url`,
+        /// `client-id`).
+        missing: Vec<&'static str>,
+    },
+    /// Refreshing an OIDC id-token failed.
+    OidcRefresh {
+        /// The kubeconfig user.
+        user: String,
+        /// The issuer.
+        issuer: String,
+        /// What went wrong (never quoting a token).
+        message: String,
     },
     /// A token file could not be read.
     TokenFile {
@@ -158,6 +175,21 @@ impl fmt::Display for CredentialError {
                 who(f, user, command)?;
                 write!(f, "{source}")
             }
+            CredentialError::OidcCannotRefresh { user, missing } => write!(
+                f,
+                "OIDC credentials of kubeconfig user {user:?}: the id-token has expired or is \
+                 absent and cannot be refreshed: auth-provider.config lacks {}",
+                missing.join(", ")
+            ),
+            CredentialError::OidcRefresh {
+                user,
+                issuer,
+                message,
+            } => write!(
+                f,
+                "OIDC credentials of kubeconfig user {user:?}: refreshing the id-token at \
+                 {issuer}: {message}"
+            ),
             CredentialError::TokenFile { path, source } => {
                 write!(f, "token file {}: {source}", path.display())
             }
@@ -237,22 +269,30 @@ pub struct ThreadRunner;
 
 impl ProcessRunner for ThreadRunner {
     fn run(&self, spec: ProcessSpec) -> BoxFuture<'static, std::io::Result<ProcessOutput>> {
-        let slot: Arc<Mutex<OneShot<std::io::Result<ProcessOutput>>>> = Arc::default();
-        let tx = slot.clone();
-        let spawned = std::thread::Builder::new()
-            .name("informer-exec".into())
-            .spawn(move || {
-                let out = run_blocking(&spec);
-                let mut s = tx.lock().unwrap_or_else(|e| e.into_inner());
-                s.value = Some(out);
-                if let Some(w) = s.waker.take() {
-                    w.wake();
-                }
-            });
-        match spawned {
-            Ok(_) => Box::pin(Receive(slot)),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
+        on_thread("informer-exec", move || run_blocking(&spec))
+    }
+}
+
+/// Runs `f` on a new thread; the future completes with its result.
+fn on_thread<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> BoxFuture<'static, std::io::Result<T>> {
+    let slot: Arc<Mutex<OneShot<std::io::Result<T>>>> = Arc::default();
+    let tx = slot.clone();
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let out = f();
+            let mut s = tx.lock().unwrap_or_else(|e| e.into_inner());
+            s.value = Some(out);
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        });
+    match spawned {
+        Ok(_) => Box::pin(Receive(slot)),
+        Err(e) => Box::pin(std::future::ready(Err(e))),
     }
 }
 
@@ -449,6 +489,21 @@ pub(crate) async fn authorization(
             let c = finish(exec, out)?;
             Ok(c.token.as_ref().map(bearer))
         }
+        Auth::Oidc(oidc) => {
+            if let Some(t) = oidc_current(oidc) {
+                return Ok(Some(bearer(&t)));
+            }
+            let _running = oidc.cache.running.lock().await;
+            if let Some(t) = oidc_current(oidc) {
+                return Ok(Some(bearer(&t)));
+            }
+            let req = oidc_refresh_request(oidc)?;
+            let o = oidc.clone();
+            let out = on_thread("informer-oidc", move || Ok(oidc_refresh(&o, &req)))
+                .await
+                .map_err(|e| oidc_error(oidc, e.to_string()))??;
+            Ok(Some(bearer(&out)))
+        }
         _ => static_authorization(config),
     }
 }
@@ -466,6 +521,13 @@ pub(crate) fn authorization_blocking(
             let out = run_blocking(&spec);
             let c = finish(exec, out)?;
             Ok(c.token.as_ref().map(bearer))
+        }
+        Auth::Oidc(oidc) => {
+            if let Some(t) = oidc_current(oidc) {
+                return Ok(Some(bearer(&t)));
+            }
+            let req = oidc_refresh_request(oidc)?;
+            Ok(Some(bearer(&oidc_refresh(oidc, &req)?)))
         }
         _ => static_authorization(config),
     }
@@ -706,6 +768,202 @@ fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, String
         .load_private_key(key)
         .map_err(|_| "clientKeyData: unsupported private key".to_string())?;
     Ok(CertifiedKey::new(certs, signing))
+}
+
+/// The refreshed tokens of an OIDC identity, shared by the clones of its [`OidcConfig`].
+#[derive(Default)]
+pub(crate) struct OidcCache {
+    tokens: Mutex<Option<(Secret<String>, Option<Secret<String>>)>>,
+    running: futures_util::lock::Mutex<()>,
+    refreshes: std::sync::atomic::AtomicU64,
+}
+
+impl fmt::Debug for OidcCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OidcCache(<redacted>)")
+    }
+}
+
+/// How many times `oidc`'s id-token has been refreshed.
+pub fn oidc_refreshes(oidc: &OidcConfig) -> u64 {
+    oidc.cache
+        .refreshes
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// An id-token within this long of its `exp` counts as expired (client-go's `expiryDelta`).
+const OIDC_EXPIRY_DELTA: Duration = Duration::from_secs(10);
+
+/// The id-token to use now, when it has not expired.
+fn oidc_current(oidc: &OidcConfig) -> Option<Secret<String>> {
+    let cached = oidc
+        .cache
+        .tokens
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map(|(id, _)| id.clone());
+    let token = cached.or_else(|| oidc.id_token.clone())?;
+    let exp = jwt_expiry(token.expose())?;
+    (SystemTime::now() + OIDC_EXPIRY_DELTA < exp).then_some(token)
+}
+
+/// The `exp` claim of a JWT (`None` when it is not a JWT with one: treated as expired).
+fn jwt_expiry(jwt: &str) -> Option<SystemTime> {
+    let payload = jwt.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let exp = claims.get("exp")?.as_f64()?;
+    (exp >= 0.0).then(|| SystemTime::UNIX_EPOCH + Duration::from_secs_f64(exp))
+}
+
+fn oidc_error(oidc: &OidcConfig, message: String) -> CredentialError {
+    CredentialError::OidcRefresh {
+        user: oidc.user.clone(),
+        issuer: oidc.issuer_url.clone().unwrap_or_default(),
+        message,
+    }
+}
+
+/// What a refresh needs: the refresh token, the issuer and the client id.
+struct RefreshRequest {
+    refresh_token: Secret<String>,
+    issuer: String,
+    client_id: String,
+}
+
+fn oidc_refresh_request(oidc: &OidcConfig) -> Result<RefreshRequest, CredentialError> {
+    let refresh_token = oidc
+        .cache
+        .tokens
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|(_, r)| r.clone())
+        .or_else(|| oidc.refresh_token.clone());
+    let mut missing = Vec::new();
+    if refresh_token.is_none() {
+        missing.push("refresh-token");
+    }
+    if oidc.issuer_url.is_none() {
+        missing.push("idp-issuer-url");
+    }
+    if oidc.client_id.is_none() {
+        missing.push("client-id");
+    }
+    match (refresh_token, &oidc.issuer_url, &oidc.client_id) {
+        (Some(refresh_token), Some(issuer), Some(client_id)) => Ok(RefreshRequest {
+            refresh_token,
+            issuer: issuer.trim_end_matches('/').to_string(),
+            client_id: client_id.clone(),
+        }),
+        _ => Err(CredentialError::OidcCannotRefresh {
+            user: oidc.user.clone(),
+            missing,
+        }),
+    }
+}
+
+/// Refreshes the id-token: the token endpoint from the issuer's discovery document, then the
+/// `refresh_token` grant. Keeps the new id-token (and refresh token, when the issuer rotates
+/// it).
+fn oidc_refresh(
+    oidc: &OidcConfig,
+    req: &RefreshRequest,
+) -> Result<Secret<String>, CredentialError> {
+    let fail = |m: String| oidc_error(oidc, m);
+    let ca = oidc.issuer_ca_pem.as_deref();
+    let discovery_url = format!("{}/.well-known/openid-configuration", req.issuer);
+    let (status, body) = crate::minihttp::request(&discovery_url, ca, "GET", &[], None)
+        .map_err(|m| fail(format!("discovery: {m}")))?;
+    if status != 200 {
+        return Err(fail(format!("discovery document: HTTP {status}")));
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&body)
+        .map_err(|_| fail("the discovery document is not JSON".into()))?;
+    let endpoint = doc
+        .get("token_endpoint")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| fail("the discovery document has no token_endpoint".into()))?
+        .to_string();
+    let mut scopes = vec!["openid".to_string()];
+    scopes.extend(oidc.extra_scopes.iter().cloned());
+    let mut form = vec![
+        ("grant_type", "refresh_token".to_string()),
+        ("refresh_token", req.refresh_token.expose().clone()),
+        ("client_id", req.client_id.clone()),
+        ("scope", scopes.join(" ")),
+    ];
+    if let Some(secret) = &oidc.client_secret {
+        form.push(("client_secret", secret.expose().clone()));
+    }
+    let body = form
+        .iter()
+        .map(|(k, v)| format!("{k}={}", form_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+    let (status, answer) = crate::minihttp::request(
+        &endpoint,
+        ca,
+        "POST",
+        &[(
+            "Content-Type",
+            "application/x-www-form-urlencoded".to_string(),
+        )],
+        Some(body.as_bytes()),
+    )
+    .map_err(|m| fail(format!("token endpoint {endpoint}: {m}")))?;
+    let json: Option<serde_json::Value> = serde_json::from_slice(&answer).ok();
+    if status != 200 {
+        // The OAuth2 error code (`invalid_grant`, ...) is safe to show; the rest is not quoted.
+        let code = json
+            .as_ref()
+            .and_then(|j| j.get("error"))
+            .and_then(|e| e.as_str())
+            .unwrap_or("");
+        return Err(fail(format!(
+            "token endpoint {endpoint}: HTTP {status} {code}"
+        )));
+    }
+    let json = json.ok_or_else(|| fail(format!("token endpoint {endpoint}: not JSON")))?;
+    let id_token = json
+        .get("id_token")
+        .and_then(|v| v.as_str())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            fail(format!(
+                "token endpoint {endpoint}: no id_token in the answer"
+            ))
+        })?;
+    let id_token = Secret::new(id_token.to_string());
+    let refresh = json
+        .get("refresh_token")
+        .and_then(|v| v.as_str())
+        .filter(|t| !t.is_empty())
+        .map(|t| Secret::new(t.to_string()))
+        .unwrap_or_else(|| req.refresh_token.clone());
+    *oidc.cache.tokens.lock().unwrap_or_else(|e| e.into_inner()) =
+        Some((id_token.clone(), Some(refresh)));
+    oidc.cache
+        .refreshes
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(id_token)
+}
+
+fn form_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
 }
 
 /// Parses an RFC 3339 time (`2024-01-02T03:04:05Z`, fractions and offsets allowed).

@@ -12,6 +12,7 @@ pub mod client;
 pub mod config;
 pub mod credential;
 pub mod decode;
+mod minihttp;
 pub mod proxy;
 pub mod redirect;
 pub mod request;

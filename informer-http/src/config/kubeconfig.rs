@@ -432,13 +432,28 @@ impl Kubeconfig {
             }
             cfg.auth = Auth::Exec(Box::new(exec));
         }
-        if u.auth_provider.is_some() {
-            return Err(ConfigError::Unsupported {
-                path: ufile.clone(),
-                field: ufield("auth-provider"),
-            });
+        if let Some(ap) = &u.auth_provider {
+            match plugin_str(ap, "name") {
+                Some("oidc") => {
+                    let dir = ufile.parent().unwrap_or(Path::new("."));
+                    let oidc = super::oidc::parse(ap.get("config"), &user_name, ufile.clone(), dir)
+                        .map_err(|(field, message)| ConfigError::InvalidField {
+                            path: ufile.clone(),
+                            field: ufield(&field),
+                            message,
+                        })?;
+                    cfg.auth = Auth::Oidc(Box::new(oidc));
+                }
+                _ => {
+                    // gcp and azure were removed from client-go (1.26): exec plugins replace them.
+                    return Err(ConfigError::Unsupported {
+                        path: ufile.clone(),
+                        field: ufield("auth-provider.name"),
+                    });
+                }
+            }
         }
-        if u.exec.is_some() {
+        if u.exec.is_some() || u.auth_provider.is_some() {
             // The plugin's credential is used with (client-go: instead of) a static token.
         } else if let Some(t) = u.token.as_ref().filter(|t| !t.expose().is_empty()) {
             cfg.auth = Auth::Token(t.clone());

@@ -10,11 +10,13 @@ use std::path::{Path, PathBuf};
 mod exec;
 mod incluster;
 mod kubeconfig;
+mod oidc;
 
 pub use exec::{ExecApiVersion, ExecClusterInfo, ExecConfig, InteractiveMode};
 
 pub use incluster::{SERVICE_ACCOUNT_DIR, incluster_from};
 pub use kubeconfig::Kubeconfig;
+pub use oidc::OidcConfig;
 
 /// A value that must not be shown: `Debug` prints `Secret(<redacted>)`.
 ///
@@ -79,6 +81,9 @@ pub enum Auth {
     /// A credential plugin (kubeconfig `exec`): its token or client certificate, cached until it
     /// expires and renewed before that and after a 401.
     Exec(Box<ExecConfig>),
+    /// An OIDC identity (kubeconfig `auth-provider: oidc`): its id-token, refreshed with the
+    /// refresh-token through the issuer once expired.
+    Oidc(Box<OidcConfig>),
 }
 
 /// A client certificate and its private key, both PEM. `Debug` shows neither (the key is a
