@@ -65,7 +65,7 @@ pub(crate) fn request(
     wire.push_str("\r\n");
     let mut wire = wire.into_bytes();
     wire.extend_from_slice(body.unwrap_or_default());
-    let raw = if tls {
+    if tls {
         let mut cfg = Config::new(url);
         cfg.root_ca_pem = ca_pem.map(<[u8]>::to_vec);
         let tls = crate::tls::client_config(&cfg, &[b"http/1.1"]).map_err(|e| e.to_string())?;
@@ -76,43 +76,46 @@ pub(crate) fn request(
         let mut s = rustls::StreamOwned::new(conn, tcp);
         s.write_all(&wire)
             .map_err(|e| format!("{authority}: {e}"))?;
-        read_all(&mut s)?
+        read_answer(&mut s)
     } else {
         let mut s = tcp;
         s.write_all(&wire)
             .map_err(|e| format!("{authority}: {e}"))?;
-        read_all(&mut s)?
-    };
-    parse(&raw)
+        read_answer(&mut s)
+    }
 }
 
-fn read_all(r: &mut impl std::io::Read) -> Result<Vec<u8>, String> {
+/// Reads until the answer is complete (by its framing, or the connection closing).
+fn read_answer(r: &mut impl std::io::Read) -> Result<(u16, Vec<u8>), String> {
     let mut out = Vec::new();
     let mut buf = [0u8; 8192];
     loop {
         match r.read(&mut buf) {
-            Ok(0) => return Ok(out),
+            Ok(0) => return parse(&out, true)?.ok_or_else(|| "truncated answer".into()),
             Ok(n) => {
                 out.extend_from_slice(&buf[..n]);
                 if out.len() > MAX_ANSWER {
                     return Err("answer too large".into());
                 }
+                if let Some(answer) = parse(&out, false)? {
+                    return Ok(answer);
+                }
             }
-            // A server closing without TLS close_notify after a complete answer.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !out.is_empty() => {
-                return Ok(out);
+            // A server closing without TLS close_notify after the answer.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return parse(&out, true)?.ok_or_else(|| "truncated answer".into());
             }
             Err(e) => return Err(e.to_string()),
         }
     }
 }
 
-/// Status and body of a complete HTTP/1.1 answer (Content-Length, chunked or until close).
-fn parse(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("incomplete HTTP answer")?;
+/// Status and body of an HTTP/1.1 answer (Content-Length, chunked, or until close when `eof`);
+/// `None` while incomplete.
+fn parse(raw: &[u8], eof: bool) -> Result<Option<(u16, Vec<u8>)>, String> {
+    let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(None);
+    };
     let head = std::str::from_utf8(&raw[..end]).map_err(|_| "invalid HTTP answer head")?;
     let mut lines = head.split("\r\n");
     let status = lines
@@ -136,20 +139,19 @@ fn parse(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
     if chunked {
         let mut out = Vec::new();
         loop {
-            let eol = body
-                .windows(2)
-                .position(|w| w == b"\r\n")
-                .ok_or("broken chunked answer")?;
+            let Some(eol) = body.windows(2).position(|w| w == b"\r\n") else {
+                return Ok(None);
+            };
             let size = std::str::from_utf8(&body[..eol])
                 .ok()
                 .and_then(|s| usize::from_str_radix(s.split(';').next()?.trim(), 16).ok())
                 .ok_or("broken chunked answer")?;
             body = &body[eol + 2..];
             if size == 0 {
-                return Ok((status, out));
+                return Ok(Some((status, out)));
             }
             if body.len() < size + 2 {
-                return Err("truncated chunked answer".into());
+                return Ok(None);
             }
             out.extend_from_slice(&body[..size]);
             body = &body[size + 2..];
@@ -157,33 +159,44 @@ fn parse(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
     }
     if let Some(n) = length {
         if body.len() < n {
-            return Err("truncated answer".into());
+            return Ok(None);
         }
         body = &body[..n];
+    } else if !eof {
+        return Ok(None);
     }
-    Ok((status, body.to_vec()))
+    Ok(Some((status, body.to_vec())))
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn answers_parse() {
-        let p = |s: &str| super::parse(s.as_bytes());
+        let p = |s: &str, eof| super::parse(s.as_bytes(), eof);
         assert_eq!(
-            p("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhiXX").unwrap(),
-            (200, b"hi".to_vec())
+            p("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhiXX", false).unwrap(),
+            Some((200, b"hi".to_vec()))
+        );
+        let chunked = "HTTP/1.1 400 Bad\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n1;x\r\nc\r\n0\r\n\r\n";
+        assert_eq!(p(chunked, false).unwrap(), Some((400, b"abc".to_vec())));
+        // Incomplete: more is awaited.
+        assert_eq!(p(&chunked[..chunked.len() - 7], false).unwrap(), None);
+        assert_eq!(p("HTTP/1.0 200 OK\r\n\r\nall", false).unwrap(), None);
+        assert_eq!(
+            p("HTTP/1.0 200 OK\r\n\r\nall", true).unwrap(),
+            Some((200, b"all".to_vec()))
         );
         assert_eq!(
-            p("HTTP/1.1 400 Bad\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n1;x\r\nc\r\n0\r\n\r\n")
-                .unwrap(),
-            (400, b"abc".to_vec())
+            p("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhi", true).unwrap(),
+            None
         );
-        assert_eq!(
-            p("HTTP/1.0 200 OK\r\n\r\nall").unwrap(),
-            (200, b"all".to_vec())
+        assert!(p("garbage\r\n\r\n", true).is_err());
+        assert!(
+            p(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                false
+            )
+            .is_err()
         );
-        assert!(p("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhi").is_err());
-        assert!(p("garbage").is_err());
-        assert!(p("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err());
     }
 }
