@@ -770,10 +770,13 @@ fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, String
     Ok(CertifiedKey::new(certs, signing))
 }
 
+/// A refreshed id-token and the refresh token to use next.
+type OidcTokens = (Secret<String>, Option<Secret<String>>);
+
 /// The refreshed tokens of an OIDC identity, shared by the clones of its [`OidcConfig`].
 #[derive(Default)]
 pub(crate) struct OidcCache {
-    tokens: Mutex<Option<(Secret<String>, Option<Secret<String>>)>>,
+    tokens: Mutex<Option<OidcTokens>>,
     running: futures_util::lock::Mutex<()>,
     refreshes: std::sync::atomic::AtomicU64,
 }
