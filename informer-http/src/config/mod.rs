@@ -141,6 +141,10 @@ pub struct Config {
     /// The proxy environment variables to honour; `None`: this process's, read when a backend
     /// is built.
     pub proxy_env: Option<crate::proxy::ProxyEnv>,
+    /// Offer HTTP/2 (ALPN `h2`) and, when the server takes it, send every request of the client
+    /// over one multiplexed connection (on by default; the reqwest backend). `false`: HTTP/1.1
+    /// only, one connection per open watch. The smol backend speaks HTTP/1.1 only.
+    pub http2: bool,
 }
 
 impl fmt::Debug for Config {
@@ -164,6 +168,7 @@ impl fmt::Debug for Config {
                     .map(|u| crate::proxy::Proxy::parse(u, "proxy-url").map(|p| p.shown)),
             )
             .field("proxy_env", &self.proxy_env.as_ref().map(|_| "<set>"))
+            .field("http2", &self.http2)
             .finish()
     }
 }
@@ -186,6 +191,7 @@ impl Config {
             default_namespace: "default".into(),
             proxy_url: None,
             proxy_env: None,
+            http2: true,
         }
     }
 
