@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         ["nostd"] => nostd(),
         ["bench", "core"] => bench_core(),
         ["bench", "e2e", rest @ ..] => bench_e2e::main(rest),
+        ["bench", "conn"] => bench_conn(),
         ["demo", rest @ ..] => demo::main(rest),
         ["sim", "--seeds", n] => sim(n, None),
         ["sim", "--seeds", n, "--base", base] => sim(n, Some(base)),
@@ -54,6 +55,8 @@ usage: cargo xtask <command>
   nostd           build informer-core into a #![no_std] staticlib (fails on any std use)
   bench core      core pipeline benchmark (100k objects, 1M events)
   bench e2e       end-to-end benchmark against a local kube-apiserver (tokio and smol)
+  bench conn      connections and client memory of 20 informers on one client, HTTP/2
+                  against HTTP/1.1 (a local kube-apiserver)
   demo            start a local cluster, run an informer, change objects, show what it saw
   sim --seeds N [--base B]
                   run N deterministic simulation seeds (model API server with faults,
@@ -149,6 +152,24 @@ fn test_all() -> Result {
     let mut c = cargo();
     c.args(["test", "--workspace", "--all-targets"]);
     run_counting("cargo test --workspace --all-targets", c, &mut totals)?;
+
+    // kube-rs is heavy to compile: its feature is off in the workspace build and tested once
+    // here, against a real apiserver.
+    let mut c = cargo();
+    c.args([
+        "test",
+        "-p",
+        "informer-tokio",
+        "--features",
+        "kube",
+        "--test",
+        "kube_client",
+    ]);
+    run_counting(
+        "cargo test -p informer-tokio --features kube",
+        c,
+        &mut totals,
+    )?;
 
     let mut c = cargo();
     c.args(["test", "--workspace", "--doc"]);
@@ -274,6 +295,19 @@ fn sim_replay(seed: &str) -> Result {
     ])
     .env("INFORMER_SIM_SEED", seed);
     run(&format!("simulation replay of seed {seed}"), c)
+}
+
+fn bench_conn() -> Result {
+    let mut c = cargo();
+    c.args([
+        "run",
+        "--release",
+        "-p",
+        "informer-http",
+        "--example",
+        "conn_bench",
+    ]);
+    run("informer-http example conn_bench", c)
 }
 
 fn bench_core() -> Result {
