@@ -353,3 +353,40 @@ fn exec_hanging_plugin_is_killed_after_its_timeout() {
         assert!(e.contains("still running after 1.5s: killed"), "{e}");
     }
 }
+
+#[test]
+fn kubeconfig_client_certificate_on_both_backends() {
+    // The same client CA, the certificate given in the kubeconfig itself (no token).
+    let tc = cluster();
+    use base64::Engine as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    \
+             server: {}\n    certificate-authority-data: {}\ncontexts:\n- name: c\n  context:\n    \
+             cluster: k\n    user: alice\nusers:\n- name: alice\n  user:\n    \
+             client-certificate-data: {}\n    client-key-data: {}\n",
+            tc.server,
+            b64(&tc.ca_pem),
+            b64(include_bytes!("data/client.crt")),
+            b64(include_bytes!("data/client.key")),
+        ),
+    )
+    .unwrap();
+    let cfg = Config::from_kubeconfig_file(&path, None).unwrap();
+    assert!(cfg.client_identity.is_some());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let n = rt
+        .block_on(list_namespaces(&Client::reqwest(cfg.clone()).unwrap()))
+        .expect("reqwest with the kubeconfig's certificate");
+    assert!(n > 0);
+    let n = smol::block_on(list_namespaces(&Client::smol(cfg).unwrap()))
+        .expect("smol with the kubeconfig's certificate");
+    assert!(n > 0);
+}
