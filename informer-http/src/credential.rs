@@ -412,6 +412,9 @@ pub(crate) struct ExecCache {
     /// The client certificate the plugin gave, if any (read at every TLS handshake).
     cert: RwLock<Option<Arc<CertifiedKey>>>,
     runs: std::sync::atomic::AtomicU64,
+    /// The run number and message of the last failed run: requests that waited for that run
+    /// get its failure instead of running the plugin once each.
+    last_failure: Mutex<Option<(u64, String)>>,
 }
 
 impl fmt::Debug for ExecCache {
@@ -480,13 +483,36 @@ pub(crate) async fn authorization(
             if let Some(c) = exec.cache.current() {
                 return Ok(c.token.as_ref().map(bearer));
             }
+            let runs_before = exec.cache.runs.load(std::sync::atomic::Ordering::Relaxed);
             let _running = exec.cache.running.lock().await;
             if let Some(c) = exec.cache.current() {
                 return Ok(c.token.as_ref().map(bearer));
             }
+            if let Some((run, message)) = exec
+                .cache
+                .last_failure
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+                .filter(|(run, _)| *run > runs_before)
+            {
+                // The plugin failed while this request waited for it: one run, one failure.
+                return Err(CredentialError::ExecOutput {
+                    user: exec.user.clone(),
+                    command: exec.command.clone(),
+                    message: format!("run {run} failed: {message}"),
+                });
+            }
             let spec = spec(exec)?;
             let out = runner.run(spec).await;
-            let c = finish(exec, out)?;
+            let c = finish(exec, out).inspect_err(|e| {
+                let run = exec.cache.runs.load(std::sync::atomic::Ordering::Relaxed);
+                *exec
+                    .cache
+                    .last_failure
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some((run, e.to_string()));
+            })?;
             Ok(c.token.as_ref().map(bearer))
         }
         Auth::Oidc(oidc) => {

@@ -39,6 +39,10 @@ with open(os.path.join(d, "info-%d.json" % n), "w") as f:
 mode = os.environ["PLUGIN_MODE"]
 sys.stderr.write("test plugin: run %d\n" % n)
 sys.stderr.flush()
+if mode == "slowfail":
+    time.sleep(1)
+    sys.stderr.write("slow failure\n")
+    sys.exit(4)
 if mode == "fail":
     sys.stderr.write("PLUGIN-STDERR-MARKER: please log in again\n")
     sys.exit(3)
@@ -389,4 +393,34 @@ fn kubeconfig_client_certificate_on_both_backends() {
     let n = smol::block_on(list_namespaces(&Client::smol(cfg).unwrap()))
         .expect("smol with the kubeconfig's certificate");
     assert!(n > 0);
+}
+
+#[test]
+fn concurrent_requests_share_one_failing_run() {
+    // Ten requests at once while the plugin takes a second to fail: they wait for that one run
+    // and all get its failure, instead of running the plugin ten times.
+    let setup = Setup::new("slowfail", "client.authentication.k8s.io/v1", None);
+    let client = Client::reqwest(setup.config()).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let errors = rt.block_on(async {
+        let tasks: Vec<_> = (0..10)
+            .map(|_| {
+                let c = client.clone();
+                tokio::spawn(async move { list_namespaces(&c).await })
+            })
+            .collect();
+        let mut errors = Vec::new();
+        for t in tasks {
+            errors.push(t.await.unwrap().unwrap_err());
+        }
+        errors
+    });
+    assert_eq!(setup.runs(), 1, "{errors:?}");
+    for e in &errors {
+        assert!(e.contains("slow failure"), "{e}");
+    }
 }
