@@ -10,8 +10,10 @@ use crate::config::Config;
 use crate::transport::{Backend, BoxFuture, ClientError, HttpResponse, ServerAddr};
 use crate::transport::{Client, transport_failure};
 
-/// A [`Backend`] on reqwest: needs a tokio runtime. HTTP/1.1 over rustls (ring), honouring the
-/// configured CA, client certificate, `insecure-skip-tls-verify` and `tls-server-name`.
+/// A [`Backend`] on reqwest: needs a tokio runtime. HTTP/2 where the server offers it (ALPN),
+/// all requests of a client multiplexed over one connection, else HTTP/1.1 ([`Config::http2`]);
+/// rustls (ring), honouring the configured CA, client certificate, `insecure-skip-tls-verify`
+/// and `tls-server-name`.
 ///
 /// The TLS configuration always carries its crypto provider (ring), for `http://` servers too:
 /// building one never needs a process-wide default provider. Redirects are followed as
@@ -30,9 +32,41 @@ impl ReqwestBackend {
             .connect_timeout(Duration::from_secs(30))
             .tcp_nodelay(true)
             .tcp_keepalive(Duration::from_secs(30))
-            .http1_only()
             .referer(false)
             .redirect(redirect_policy());
+        // Our own resolution of proxy-url / HTTPS_PROXY / NO_PROXY (client-go's precedence,
+        // the same as the smol backend's), never reqwest's own reading of the environment.
+        builder = match crate::proxy::proxy_for(config)? {
+            None => builder.no_proxy(),
+            Some(p) => {
+                let scheme = if p.tls { "https" } else { "http" };
+                let mut proxy = reqwest::Proxy::all(format!("{scheme}://{}", p.authority()))
+                    .map_err(|e| ClientError::Proxy(format!("{}: {e}", p.shown)))?;
+                if let Some(auth) = &p.authorization {
+                    let mut v = http::HeaderValue::from_str(auth.expose()).map_err(|_| {
+                        ClientError::Proxy(format!("{}: unusable credentials", p.shown))
+                    })?;
+                    v.set_sensitive(true);
+                    proxy = proxy.custom_http_auth(v);
+                }
+                builder.proxy(proxy)
+            }
+        };
+        builder = if config.http2 {
+            // As client-go: a ping after 30 s without a frame, the connection dropped when it
+            // is not answered within 15 s (a dead HTTP/2 connection would hold every watch).
+            builder
+                .http2_keep_alive_interval(Duration::from_secs(30))
+                .http2_keep_alive_timeout(Duration::from_secs(15))
+                .http2_keep_alive_while_idle(true)
+        } else {
+            builder.http1_only()
+        };
+        let alpn: &[&[u8]] = if config.http2 {
+            &[b"h2", b"http/1.1"]
+        } else {
+            &[b"http/1.1"]
+        };
         let scheme = if addr.tls { "https" } else { "http" };
         let mut base = format!("{scheme}://{}{}", addr.authority, addr.path_prefix);
         if !addr.tls {
@@ -41,7 +75,7 @@ impl ReqwestBackend {
             // installed (reqwest is built with `rustls-no-provider`).
             builder = builder.tls_backend_preconfigured(crate::tls::plain_http_config()?);
         } else {
-            let tls = crate::tls::client_config(config, &[b"http/1.1"])?;
+            let tls = crate::tls::client_config(config, alpn)?;
             builder = builder.tls_backend_preconfigured(tls);
             if let Some(name) = config.tls_server_name.as_deref() {
                 // Verify against `name` while connecting to the configured address.

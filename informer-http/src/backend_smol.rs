@@ -31,9 +31,11 @@ const READ_BUF: usize = 32 * 1024;
 ///
 /// Idle connections are kept for reuse (up to four); a watch holds its connection until its
 /// stream is dropped. Redirects are followed as [`crate::redirect`] says: within the server's
-/// origin only. Proxies (`HTTPS_PROXY`, kubeconfig `proxy-url`) are not supported.
+/// origin only. Proxies (kubeconfig `proxy-url`, `HTTPS_PROXY`, `NO_PROXY`) as
+/// [`crate::proxy`] says, through `CONNECT`.
 pub struct SmolBackend {
     addr: ServerAddr,
+    proxy: Option<(crate::proxy::Proxy, Option<futures_rustls::TlsConnector>)>,
     tls: Option<(futures_rustls::TlsConnector, ServerName<'static>)>,
     idle: Arc<Mutex<Vec<Conn>>>,
     connect_timeout: Duration,
@@ -65,8 +67,35 @@ impl SmolBackend {
         } else {
             None
         };
+        let proxy = match crate::proxy::proxy_for(config)? {
+            None => None,
+            Some(p) => {
+                let tls = if p.tls {
+                    // The proxy's certificate: the system's roots (the cluster's CA when the
+                    // system has none).
+                    let mut pc = config.clone();
+                    pc.root_ca_pem = None;
+                    pc.insecure_skip_tls_verify = false;
+                    pc.client_identity = None;
+                    pc.auth = crate::config::Auth::None;
+                    let tls = match crate::tls::client_config(&pc, &[b"http/1.1"]) {
+                        Ok(t) => t,
+                        Err(_) if config.root_ca_pem.is_some() => {
+                            pc.root_ca_pem = config.root_ca_pem.clone();
+                            crate::tls::client_config(&pc, &[b"http/1.1"])?
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    Some(futures_rustls::TlsConnector::from(Arc::new(tls)))
+                } else {
+                    None
+                };
+                Some((p, tls))
+            }
+        };
         Ok(SmolBackend {
             addr,
+            proxy,
             tls,
             idle: Arc::new(Mutex::new(Vec::new())),
             connect_timeout: Duration::from_secs(30),
@@ -75,20 +104,30 @@ impl SmolBackend {
 
     async fn connect(&self) -> Result<Conn, Failure> {
         let connect = async {
-            let tcp = smol::net::TcpStream::connect((self.addr.host.as_str(), self.addr.port))
-                .await
-                .map_err(|e| {
-                    transport_failure(&format!("connect to {}", self.addr.authority), &e)
-                })?;
-            let _ = tcp.set_nodelay(true);
+            let stream: Conn = match &self.proxy {
+                None => {
+                    let tcp =
+                        smol::net::TcpStream::connect((self.addr.host.as_str(), self.addr.port))
+                            .await
+                            .map_err(|e| {
+                                transport_failure(
+                                    &format!("connect to {}", self.addr.authority),
+                                    &e,
+                                )
+                            })?;
+                    let _ = tcp.set_nodelay(true);
+                    Box::new(tcp)
+                }
+                Some((proxy, proxy_tls)) => self.tunnel(proxy, proxy_tls.as_ref()).await?,
+            };
             let conn: Conn = match &self.tls {
                 Some((connector, name)) => Box::new(
                     connector
-                        .connect(name.clone(), tcp)
+                        .connect(name.clone(), stream)
                         .await
                         .map_err(|e| transport_failure("TLS handshake", &e))?,
                 ),
-                None => Box::new(tcp),
+                None => stream,
             };
             Ok(conn)
         };
@@ -100,6 +139,76 @@ impl SmolBackend {
             )))
         };
         smol::future::or(connect, timeout).await
+    }
+
+    /// A connection to the server through `proxy`: `CONNECT host:port`, answered 2xx.
+    async fn tunnel(
+        &self,
+        proxy: &crate::proxy::Proxy,
+        proxy_tls: Option<&futures_rustls::TlsConnector>,
+    ) -> Result<Conn, Failure> {
+        let tcp = smol::net::TcpStream::connect((proxy.host.as_str(), proxy.port))
+            .await
+            .map_err(|e| transport_failure(&format!("connect to proxy {}", proxy.shown), &e))?;
+        let _ = tcp.set_nodelay(true);
+        let mut io: Conn = match proxy_tls {
+            Some(connector) => {
+                let name = ServerName::try_from(proxy.host.clone()).map_err(|e| {
+                    Failure::other(format!("proxy {}: server name: {e}", proxy.shown))
+                })?;
+                Box::new(connector.connect(name, tcp).await.map_err(|e| {
+                    transport_failure(&format!("TLS handshake with proxy {}", proxy.shown), &e)
+                })?)
+            }
+            None => Box::new(tcp),
+        };
+        let target = &self.addr.authority;
+        let mut req = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
+        if let Some(auth) = &proxy.authorization {
+            req.push_str("Proxy-Authorization: ");
+            req.push_str(auth.expose());
+            req.push_str("\r\n");
+        }
+        req.push_str("\r\n");
+        let fail = |e: std::io::Error| {
+            transport_failure(&format!("CONNECT through proxy {}", proxy.shown), &e)
+        };
+        io.write_all(req.as_bytes()).await.map_err(fail)?;
+        io.flush().await.map_err(fail)?;
+        // Read the answer's head byte by byte: nothing past it may be consumed (it belongs to
+        // the TLS handshake).
+        let mut head = Vec::with_capacity(256);
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            if head.len() > crate::h1::MAX_HEAD {
+                return Err(Failure::other(format!(
+                    "proxy {}: CONNECT answer head too large",
+                    proxy.shown
+                )));
+            }
+            if io.read(&mut b).await.map_err(fail)? == 0 {
+                return Err(Failure::ConnectionClosed(format!(
+                    "proxy {} closed the connection during CONNECT",
+                    proxy.shown
+                )));
+            }
+            head.push(b[0]);
+        }
+        let status = parse_head(&head, &http::Method::CONNECT)
+            .ok()
+            .flatten()
+            .map(|(_, h)| h.status);
+        match status {
+            Some(s) if s.is_success() => Ok(io),
+            Some(s) => Err(Failure::other(format!(
+                "proxy {} refused CONNECT {target}: {s}",
+                proxy.shown
+            ))),
+            None => Err(Failure::other(format!(
+                "proxy {}: not an HTTP answer to CONNECT",
+                proxy.shown
+            ))),
+        }
     }
 
     fn checkout(&self) -> Option<Conn> {

@@ -9,7 +9,8 @@ use informer_core::protocol::Failure;
 
 use crate::api::{Api, MAX_LIST_BODY};
 use crate::backend::{Backend, HttpResponse};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Secret};
+use crate::credential::{ProcessRunner, ThreadRunner};
 use crate::resource::Resource;
 use crate::status::failure_from_response;
 
@@ -25,6 +26,8 @@ pub enum ClientError {
     InvalidServer(String),
     /// The HTTP library refused to build a client.
     Backend(String),
+    /// The proxy configuration (kubeconfig `proxy-url`, `HTTPS_PROXY`, ...) is unusable.
+    Proxy(String),
 }
 
 impl fmt::Display for ClientError {
@@ -34,6 +37,7 @@ impl fmt::Display for ClientError {
             ClientError::Tls(m) => write!(f, "TLS: {m}"),
             ClientError::InvalidServer(m) => write!(f, "server URL: {m}"),
             ClientError::Backend(m) => write!(f, "HTTP client: {m}"),
+            ClientError::Proxy(m) => write!(f, "proxy: {m}"),
         }
     }
 }
@@ -118,6 +122,7 @@ const MAX_ERROR_BODY: usize = 1 << 20;
 pub struct Client<B> {
     backend: Arc<B>,
     config: Arc<Config>,
+    runner: Arc<dyn ProcessRunner>,
 }
 
 impl<B> Clone for Client<B> {
@@ -125,6 +130,7 @@ impl<B> Clone for Client<B> {
         Client {
             backend: self.backend.clone(),
             config: self.config.clone(),
+            runner: self.runner.clone(),
         }
     }
 }
@@ -143,7 +149,14 @@ impl<B: Backend> Client<B> {
         Client {
             backend: Arc::new(backend),
             config: Arc::new(config),
+            runner: Arc::new(ThreadRunner),
         }
+    }
+
+    /// Runs exec credential plugins with `runner` instead of the default [`ThreadRunner`].
+    pub fn with_process_runner(mut self, runner: Arc<dyn ProcessRunner>) -> Client<B> {
+        self.runner = runner;
+        self
     }
 
     /// The configuration.
@@ -157,7 +170,8 @@ impl<B: Backend> Client<B> {
     }
 
     /// Sends one request with authentication, `Accept: application/json` and a JSON body if
-    /// any. The answer's status is not checked.
+    /// any. The answer's status is not checked, except that a 401 with a renewable credential
+    /// (an exec plugin) renews it and sends the request once more.
     pub async fn send(
         &self,
         method: http::Method,
@@ -178,28 +192,64 @@ impl<B: Backend> Client<B> {
         body: Option<Vec<u8>>,
         content_type: &str,
     ) -> Result<HttpResponse, Failure> {
+        let has_body = body.is_some();
+        let body = Bytes::from(body.unwrap_or_default());
+        let auth = self.authorization().await?;
+        let req = self.build(
+            &method,
+            path_and_query,
+            has_body.then_some(content_type),
+            body.clone(),
+            auth.as_ref(),
+        )?;
+        let resp = self.backend.send(req).await?;
+        if resp.status != http::StatusCode::UNAUTHORIZED
+            || !crate::credential::renew_after_unauthorized(&self.config, auth.as_ref())
+        {
+            return Ok(resp);
+        }
+        drop(resp);
+        let auth = self.authorization().await?;
+        let req = self.build(
+            &method,
+            path_and_query,
+            has_body.then_some(content_type),
+            body,
+            auth.as_ref(),
+        )?;
+        self.backend.send(req).await
+    }
+
+    async fn authorization(&self) -> Result<Option<Secret<String>>, Failure> {
+        crate::credential::authorization(&self.config, &*self.runner)
+            .await
+            .map_err(|e| Failure::other(e.to_string()))
+    }
+
+    fn build(
+        &self,
+        method: &http::Method,
+        path_and_query: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+        auth: Option<&Secret<String>>,
+    ) -> Result<http::Request<Bytes>, Failure> {
         let mut req = http::Request::builder()
-            .method(method)
+            .method(method.clone())
             .uri(path_and_query)
             .header(http::header::ACCEPT, "application/json")
             .header(http::header::USER_AGENT, USER_AGENT);
-        if let Some(auth) = self
-            .config
-            .authorization()
-            .map_err(|e| Failure::other(e.to_string()))?
-        {
+        if let Some(auth) = auth {
             let mut value = http::HeaderValue::from_str(auth.expose())
                 .map_err(|_| Failure::other("credential is not a valid header value"))?;
             value.set_sensitive(true);
             req = req.header(http::header::AUTHORIZATION, value);
         }
-        if body.is_some() {
+        if let Some(content_type) = content_type {
             req = req.header(http::header::CONTENT_TYPE, content_type);
         }
-        let req = req
-            .body(Bytes::from(body.unwrap_or_default()))
-            .map_err(|e| Failure::other(format!("bad request {path_and_query:?}: {e}")))?;
-        self.backend.send(req).await
+        req.body(body)
+            .map_err(|e| Failure::other(format!("bad request {path_and_query:?}: {e}")))
     }
 
     /// Sends one request and reads the whole answer; a non-2xx status becomes its [`Failure`].

@@ -531,5 +531,45 @@ mod tests {
             prop_assert!(d.is_done());
             prop_assert_eq!(out, parts.concat());
         }
+
+        /// Fuzzing the parsers with arbitrary bytes (and with mutations of a valid answer):
+        /// a typed error or a result, never a panic, and never more body than was sent.
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            junk in proptest::collection::vec(any::<u8>(), 0..300),
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+            split in any::<prop::sample::Index>(),
+        ) {
+            let mut valid = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\
+                Content-Type: application/json\r\n\r\n5\r\nhello\r\n3;x=y\r\nabc\r\n0\r\n\r\n"
+                .to_vec();
+            for (i, b) in &flips {
+                let at = i.index(valid.len());
+                valid[at] = *b;
+            }
+            for input in [&junk, &valid] {
+                let _ = parse_head(input, &http::Method::GET);
+                if let Ok(Some((len, head))) = parse_head(input, &http::Method::GET) {
+                    let body = &input[len..];
+                    let mut d = BodyDecoder::new(head.framing);
+                    let mut out = Vec::new();
+                    let cut = split.index(body.len() + 1);
+                    if let Ok(n) = d.decode(&body[..cut], &mut out) {
+                        prop_assert!(n <= cut);
+                        if n == cut {
+                            let _ = d.decode(&body[cut..], &mut out);
+                        }
+                    }
+                    let _ = d.eof();
+                    prop_assert!(out.len() <= body.len());
+                }
+                for framing in [Framing::Chunked, Framing::Length(7), Framing::UntilClose] {
+                    let mut d = BodyDecoder::new(framing);
+                    let mut out = Vec::new();
+                    let _ = d.decode(input, &mut out);
+                    prop_assert!(out.len() <= input.len());
+                }
+            }
+        }
     }
 }

@@ -69,8 +69,13 @@ pub fn client_config(config: &Config, alpn: &[&[u8]]) -> Result<rustls::ClientCo
         }
         builder.with_root_certificates(roots)
     };
-    let mut tls = match &config.client_identity {
-        Some(id) => {
+    let mut tls = match (&config.auth, &config.client_identity) {
+        (crate::config::Auth::Exec(exec), _) => {
+            // The plugin's certificate, whatever it is at the time of each handshake (the
+            // plugin runs before the first request and again when its answer expires).
+            builder.with_client_cert_resolver(Arc::new(ExecCert(exec.cache.clone())))
+        }
+        (_, Some(id)) => {
             let certs = CertificateDer::pem_slice_iter(&id.cert_pem)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ClientError::Tls(format!("client certificate: {e}")))?;
@@ -81,10 +86,28 @@ pub fn client_config(config: &Config, alpn: &[&[u8]]) -> Result<rustls::ClientCo
                 .with_client_auth_cert(certs, key)
                 .map_err(|e| ClientError::Tls(format!("client certificate: {e}")))?
         }
-        None => builder.with_no_client_auth(),
+        (_, None) => builder.with_no_client_auth(),
     };
     tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(tls)
+}
+
+/// The client certificate of an exec plugin (none when it gives only tokens).
+#[derive(Debug)]
+struct ExecCert(Arc<crate::credential::ExecCache>);
+
+impl rustls::client::ResolvesClientCert for ExecCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.0.cert()
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }
 
 /// A TLS configuration for a client whose server is plain `http://`: no connection ever uses

@@ -24,6 +24,11 @@
 //! ```
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "kube")]
+mod kube_client;
+#[cfg(feature = "kube")]
+pub use kube_client::{KubeBackend, kube_client};
+
 use std::time::Duration;
 
 informer_runtime::runtime_crate_api! {

@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         ["msrv"] => msrv(),
         ["bench", "core"] => bench_core(),
         ["bench", "e2e", rest @ ..] => bench_e2e::main(rest),
+        ["bench", "conn"] => bench_conn(),
         ["demo", rest @ ..] => demo::main(rest),
         ["sim", "--seeds", n] => sim(n, None),
         ["sim", "--seeds", n, "--base", base] => sim(n, Some(base)),
@@ -70,6 +71,8 @@ benchmarks
   bench e2e [--objects N] [--namespaces N] [--updates N] [--writers N] [--runs N]
             [--runtime tokio|smol] [--transform none|strip|both]
                   end-to-end benchmark against a local kube-apiserver (tokio and smol)
+  bench conn      connections and client memory of 20 informers on one client, HTTP/2
+                  against HTTP/1.1 (a local kube-apiserver)
 
 simulation
   sim --seeds N [--base B]
@@ -204,6 +207,24 @@ fn test_all() -> Result {
     let mut c = cargo();
     c.args(["test", "--workspace", "--all-targets"]);
     run_counting("cargo test --workspace --all-targets", c, &mut totals)?;
+
+    // kube-rs is heavy to compile: its feature is off in the workspace build and tested once
+    // here, against a real apiserver.
+    let mut c = cargo();
+    c.args([
+        "test",
+        "-p",
+        "informer-tokio",
+        "--features",
+        "kube",
+        "--test",
+        "kube_client",
+    ]);
+    run_counting(
+        "cargo test -p informer-tokio --features kube",
+        c,
+        &mut totals,
+    )?;
 
     let mut c = cargo();
     c.args(["test", "--workspace", "--doc"]);
@@ -562,6 +583,19 @@ fn sim_replay(seed: &str) -> Result {
     ])
     .env("INFORMER_SIM_SEED", seed);
     run(&format!("simulation replay of seed {seed}"), c)
+}
+
+fn bench_conn() -> Result {
+    let mut c = cargo();
+    c.args([
+        "run",
+        "--release",
+        "-p",
+        "informer-http",
+        "--example",
+        "conn_bench",
+    ]);
+    run("informer-http example conn_bench", c)
 }
 
 fn bench_core() -> Result {

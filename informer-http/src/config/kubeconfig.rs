@@ -34,6 +34,7 @@ struct RawCluster {
     certificate_authority_data: Option<String>,
     insecure_skip_tls_verify: Option<bool>,
     tls_server_name: Option<String>,
+    proxy_url: Option<String>,
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -368,6 +369,16 @@ impl Kubeconfig {
             });
         }
         cfg.tls_server_name = c.tls_server_name.clone().filter(|s| !s.is_empty());
+        cfg.proxy_url = c.proxy_url.clone().filter(|s| !s.is_empty());
+        if let Some(url) = &cfg.proxy_url {
+            crate::proxy::Proxy::parse(url, "proxy-url").map_err(|e| {
+                ConfigError::InvalidField {
+                    path: cfile.clone(),
+                    field: cfield("proxy-url"),
+                    message: e.to_string(),
+                }
+            })?;
+        }
         cfg.root_ca_pem = load(
             cfile,
             &cfield("certificate-authority"),
@@ -404,19 +415,47 @@ impl Kubeconfig {
         let ufile = &user.file;
         let ufield = |f: &str| format!("users[{user_name}].user.{f}");
         let u = &user.value;
-        if u.exec.is_some() {
-            return Err(ConfigError::Unsupported {
-                path: ufile.clone(),
-                field: ufield("exec"),
-            });
+        if let Some(raw) = &u.exec {
+            let mut exec = super::exec::parse(raw, &user_name, ufile.clone()).map_err(
+                |(field, message)| ConfigError::InvalidField {
+                    path: ufile.clone(),
+                    field: ufield(&field),
+                    message,
+                },
+            )?;
+            if let Some(info) = exec.provide_cluster_info.as_mut() {
+                info.server = cfg.server.clone();
+                info.tls_server_name = cfg.tls_server_name.clone();
+                info.insecure_skip_tls_verify = cfg.insecure_skip_tls_verify;
+                info.certificate_authority_data = cfg.root_ca_pem.clone();
+                info.proxy_url = cfg.proxy_url.clone();
+            }
+            cfg.auth = Auth::Exec(Box::new(exec));
         }
-        if u.auth_provider.is_some() {
-            return Err(ConfigError::Unsupported {
-                path: ufile.clone(),
-                field: ufield("auth-provider"),
-            });
+        if let Some(ap) = &u.auth_provider {
+            match plugin_str(ap, "name") {
+                Some("oidc") => {
+                    let dir = ufile.parent().unwrap_or(Path::new("."));
+                    let oidc = super::oidc::parse(ap.get("config"), &user_name, ufile.clone(), dir)
+                        .map_err(|(field, message)| ConfigError::InvalidField {
+                            path: ufile.clone(),
+                            field: ufield(&field),
+                            message,
+                        })?;
+                    cfg.auth = Auth::Oidc(Box::new(oidc));
+                }
+                _ => {
+                    // gcp and azure were removed from client-go (1.26): exec plugins replace them.
+                    return Err(ConfigError::Unsupported {
+                        path: ufile.clone(),
+                        field: ufield("auth-provider.name"),
+                    });
+                }
+            }
         }
-        if let Some(t) = u.token.as_ref().filter(|t| !t.expose().is_empty()) {
+        if u.exec.is_some() || u.auth_provider.is_some() {
+            // The plugin's credential is used with (client-go: instead of) a static token.
+        } else if let Some(t) = u.token.as_ref().filter(|t| !t.expose().is_empty()) {
             cfg.auth = Auth::Token(t.clone());
         } else if let Some(tf) = u.token_file.as_ref().filter(|t| !t.is_empty()) {
             let path = PathBuf::from(tf);

@@ -8,11 +8,16 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+mod exec;
 mod incluster;
 mod kubeconfig;
+mod oidc;
+
+pub use exec::{ExecApiVersion, ExecClusterInfo, ExecConfig, InteractiveMode};
 
 pub use incluster::{SERVICE_ACCOUNT_DIR, incluster_from};
 pub use kubeconfig::Kubeconfig;
+pub use oidc::OidcConfig;
 
 /// A value that must not be shown: `Debug` prints `Secret(<redacted>)`.
 ///
@@ -74,6 +79,12 @@ pub enum Auth {
         /// Password.
         password: Secret<String>,
     },
+    /// A credential plugin (kubeconfig `exec`): its token or client certificate, cached until it
+    /// expires and renewed before that and after a 401.
+    Exec(Box<ExecConfig>),
+    /// An OIDC identity (kubeconfig `auth-provider: oidc`): its id-token, refreshed with the
+    /// refresh-token through the issuer once expired.
+    Oidc(Box<OidcConfig>),
 }
 
 /// A client certificate and its private key, both PEM. `Debug` shows neither (the key is a
@@ -125,6 +136,16 @@ pub struct Config {
     pub client_identity: Option<ClientIdentity>,
     /// The namespace of the context (or the service account), `default` when unset.
     pub default_namespace: String,
+    /// The kubeconfig cluster's `proxy-url`: every request goes through it (see
+    /// [`crate::proxy`]).
+    pub proxy_url: Option<String>,
+    /// The proxy environment variables to honour; `None`: this process's, read when a backend
+    /// is built.
+    pub proxy_env: Option<crate::proxy::ProxyEnv>,
+    /// Offer HTTP/2 (ALPN `h2`) and, when the server takes it, send every request of the client
+    /// over one multiplexed connection (on by default; the reqwest backend). `false`: HTTP/1.1
+    /// only, one connection per open watch. The smol backend speaks HTTP/1.1 only.
+    pub http2: bool,
 }
 
 impl fmt::Debug for Config {
@@ -140,6 +161,15 @@ impl fmt::Debug for Config {
             .field("auth", &self.auth)
             .field("client_identity", &self.client_identity)
             .field("default_namespace", &self.default_namespace)
+            .field(
+                "proxy_url",
+                &self
+                    .proxy_url
+                    .as_deref()
+                    .map(|u| crate::proxy::Proxy::parse(u, "proxy-url").map(|p| p.shown)),
+            )
+            .field("proxy_env", &self.proxy_env.as_ref().map(|_| "<set>"))
+            .field("http2", &self.http2)
             .finish()
     }
 }
@@ -160,6 +190,9 @@ impl Config {
             auth: Auth::None,
             client_identity: None,
             default_namespace: "default".into(),
+            proxy_url: None,
+            proxy_env: None,
+            http2: true,
         }
     }
 
@@ -201,27 +234,11 @@ impl Config {
         )
     }
 
-    /// The `Authorization` header value for the next request, if any (reads a token file).
+    /// The `Authorization` header value for the next request, if any: reads a token file, or
+    /// runs an exec plugin on this thread when its cached credential has expired (for blocking
+    /// programs; [`Client`](crate::Client) does the same without blocking).
     pub fn authorization(&self) -> Result<Option<Secret<String>>, ConfigError> {
-        Ok(match &self.auth {
-            Auth::None => None,
-            Auth::Token(t) => Some(Secret(format!("Bearer {}", t.expose()))),
-            Auth::TokenFile(path) => {
-                let token = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-                Some(Secret(format!("Bearer {}", token.trim())))
-            }
-            Auth::Basic { username, password } => {
-                use base64::Engine as _;
-                let raw = format!("{username}:{}", password.expose());
-                Some(Secret(format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode(raw)
-                )))
-            }
-        })
+        crate::credential::authorization_blocking(self).map_err(ConfigError::Credential)
     }
 }
 
@@ -274,8 +291,8 @@ pub enum ConfigError {
         /// The name looked for.
         name: String,
     },
-    /// A feature of the kubeconfig format this crate does not implement (exec or auth-provider
-    /// credential plugins).
+    /// A feature of the kubeconfig format this crate does not implement (an `auth-provider`
+    /// other than `oidc`).
     Unsupported {
         /// The kubeconfig file.
         path: PathBuf,
@@ -310,6 +327,8 @@ pub enum ConfigError {
         /// under [`SERVICE_ACCOUNT_DIR`].
         incluster: Box<ConfigError>,
     },
+    /// No credential could be had (a token file unreadable, an exec plugin failing).
+    Credential(crate::credential::CredentialError),
 }
 
 impl fmt::Display for ConfigError {
@@ -331,11 +350,9 @@ impl fmt::Display for ConfigError {
             ConfigError::NotFound { path, field, name } => {
                 write!(f, "{}: {field}: no entry named {name:?}", path.display())
             }
-            ConfigError::Unsupported { path, field } => write!(
-                f,
-                "{}: {field}: credential plugins are not supported",
-                path.display()
-            ),
+            ConfigError::Unsupported { path, field } => {
+                write!(f, "{}: {field}: not supported", path.display())
+            }
             ConfigError::InsecureWithCertificateAuthority { path, cluster } => write!(
                 f,
                 "{}: clusters[{cluster}].cluster: specifying a root certificates file with the \
@@ -372,6 +389,7 @@ impl fmt::Display for ConfigError {
                 }
                 write!(f, "; in-cluster ({SERVICE_ACCOUNT_DIR}): {incluster}")
             }
+            ConfigError::Credential(e) => e.fmt(f),
         }
     }
 }
@@ -381,6 +399,7 @@ impl std::error::Error for ConfigError {
         match self {
             ConfigError::Io { source, .. } => Some(source),
             ConfigError::NoConfig { incluster, .. } => Some(&**incluster),
+            ConfigError::Credential(e) => Some(e),
             _ => None,
         }
     }

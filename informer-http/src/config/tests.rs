@@ -307,8 +307,22 @@ fn broken_files_name_the_file_and_the_field() {
         &format!("{base}users:\n- name: u\n  user:\n    exec:\n      command: aws\n"),
         Some("x"),
     );
+    // An exec section without apiVersion is refused, naming the field.
     assert!(
-        matches!(&e, ConfigError::Unsupported { field, .. } if field == "users[u].user.exec"),
+        matches!(&e, ConfigError::InvalidField { field, .. } if field == "users[u].user.exec.apiVersion"),
+        "{e:?}"
+    );
+
+    let (e, _) = err_of(
+        &format!(
+            "{base}users:\n- name: u\n  user:\n    exec:\n      command: aws\n      \
+             apiVersion: client.authentication.k8s.io/v1\n"
+        ),
+        Some("x"),
+    );
+    // v1 requires interactiveMode, as in client-go.
+    assert!(
+        matches!(&e, ConfigError::InvalidField { field, .. } if field == "users[u].user.exec.interactiveMode"),
         "{e:?}"
     );
 }
@@ -481,6 +495,7 @@ users:
   user:
     exec:
       apiVersion: client.authentication.k8s.io/v1
+      interactiveMode: Never
       command: get-token
       args: [\"--token=SECRET-EXEC-ARG-0006\"]
       env:
@@ -526,7 +541,13 @@ contexts:
             Err(e) => errors.push(e),
         }
     }
-    assert_eq!((configs.len(), errors.len()), (2, 5), "{errors:?}");
+    // token, basic, oidc and exec load; gcp (removed from client-go), the bad key and the CA
+    // with insecure-skip-tls-verify do not.
+    assert_eq!((configs.len(), errors.len()), (4, 3), "{errors:?}");
+    assert!(
+        matches!(&configs[2].auth, Auth::Oidc(o) if o.client_id.as_deref() == Some("kubernetes"))
+    );
+    assert!(matches!(&configs[3].auth, Auth::Exec(e) if e.command == "get-token"));
     assert_eq!(
         configs[0].auth,
         Auth::Token(Secret::new("SECRET-TOKEN-0001".into()))
@@ -607,4 +628,71 @@ fn a_certificate_authority_with_the_insecure_flag_is_refused() {
     );
     let p = write(dir.path(), "config", &text);
     assert!(Config::from_kubeconfig_file(&p, None).is_ok());
+}
+
+#[test]
+fn exec_section_is_read_and_its_secrets_never_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = single(
+        &format!(
+            "    server: https://10.0.0.1:6443\n    certificate-authority-data: {}\n",
+            b64(CA)
+        ),
+        "    exec:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      \
+         command: aws\n      args: [eks, get-token, --token, ARG-SECRET-1]\n      \
+         env:\n      - name: AWS_SECRET_ACCESS_KEY\n        value: ENV-SECRET-2\n      \
+         installHint: brew install awscli\n      provideClusterInfo: true\n",
+        "",
+    );
+    let p = write(dir.path(), "config", &text);
+    let cfg = Config::from_kubeconfig_file(&p, None).unwrap();
+    let Auth::Exec(exec) = &cfg.auth else {
+        panic!("{cfg:?}")
+    };
+    assert_eq!(exec.command, "aws");
+    assert_eq!(exec.api_version, ExecApiVersion::V1Beta1);
+    // v1beta1 defaults to IfAvailable, as in client-go.
+    assert_eq!(exec.interactive_mode, InteractiveMode::IfAvailable);
+    assert_eq!(exec.args.len(), 4);
+    assert_eq!(exec.env[0].0, "AWS_SECRET_ACCESS_KEY");
+    assert_eq!(exec.env[0].1.expose(), "ENV-SECRET-2");
+    assert_eq!(exec.install_hint.as_deref(), Some("brew install awscli"));
+    assert_eq!(exec.user, "u1");
+    let info = exec.provide_cluster_info.as_ref().unwrap();
+    assert_eq!(info.server, "https://10.0.0.1:6443");
+    assert_eq!(
+        info.certificate_authority_data.as_deref(),
+        Some(CA.as_bytes())
+    );
+    for shown in [
+        format!("{cfg:?}"),
+        format!(
+            "{:?}",
+            Kubeconfig::read_files(std::slice::from_ref(&p)).unwrap()
+        ),
+    ] {
+        assert!(!shown.contains("ARG-SECRET-1"), "{shown}");
+        assert!(!shown.contains("ENV-SECRET-2"), "{shown}");
+        assert!(shown.contains("aws"), "{shown}");
+    }
+
+    // An output a plugin might print to a test: an error never quotes the plugin's stdout.
+    let bad = tempfile::tempdir().unwrap();
+    let script = write(
+        bad.path(),
+        "plugin.sh",
+        "#!/bin/sh\necho '{\"apiVersion\": 7, \"token\": \"STDOUT-SECRET-3\"}'\n",
+    );
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut exec = ExecConfig::new(script.display().to_string(), "u1");
+    exec.api_version = ExecApiVersion::V1;
+    let mut cfg = Config::new("https://10.0.0.1:6443");
+    cfg.auth = Auth::Exec(Box::new(exec));
+    let e = cfg.authorization().unwrap_err();
+    let shown = format!("{e} {e:?}");
+    assert!(!shown.contains("STDOUT-SECRET-3"), "{shown}");
+    assert!(shown.contains("not an ExecCredential"), "{shown}");
 }

@@ -1,0 +1,162 @@
+//! `cargo xtask bench conn`: connections and client memory for 20 informers on one client,
+//! HTTP/2 against HTTP/1.1, against a local kube-apiserver (testcluster).
+//!
+//! The parent starts the cluster and seeds 20 namespaces of 50 ConfigMaps; each mode then runs
+//! in a child process of its own (so their memory does not mix): 20 list+watch pairs on one
+//! reqwest client, held open, then the child reports its established connections to the
+//! apiserver and its resident memory (VmRSS, VmHWM).
+
+use std::collections::HashSet;
+use std::process::Command;
+
+use informer_core::object::DynamicObject;
+use informer_core::protocol::{ListRequest, WatchRequest};
+use informer_http::transport::{Client, Transport};
+use informer_http::{Config, Resource};
+
+const INFORMERS: usize = 20;
+const PER_NAMESPACE: usize = 50;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.as_slice() {
+        [child, mode, kubeconfig] if child == "--child" => run_child(mode, kubeconfig),
+        [] => run_parent(),
+        _ => {
+            eprintln!("usage: conn_bench");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn run_parent() {
+    let tc = testcluster::TestCluster::start().expect("start test cluster");
+    for i in 0..INFORMERS {
+        let ns = format!("bench-{i}");
+        let (s, b) = tc
+            .request(
+                "POST",
+                "/api/v1/namespaces",
+                Some(&format!(r#"{{"metadata":{{"name":"{ns}"}}}}"#)),
+            )
+            .unwrap();
+        assert!((200..300).contains(&s), "{s} {b}");
+        for j in 0..PER_NAMESPACE {
+            let (s, b) = tc
+                .request(
+                    "POST",
+                    &format!("/api/v1/namespaces/{ns}/configmaps"),
+                    Some(&format!(
+                        r#"{{"metadata":{{"name":"cm-{j}"}},"data":{{"v":"{}"}}}}"#,
+                        "x".repeat(512)
+                    )),
+                )
+                .unwrap();
+            assert!((200..300).contains(&s), "{s} {b}");
+        }
+    }
+    let exe = std::env::current_exe().unwrap();
+    println!(
+        "{INFORMERS} informers (list + watch, {PER_NAMESPACE} ConfigMaps each) on one reqwest client:"
+    );
+    println!(
+        "{:<10} {:>12} {:>14} {:>14}",
+        "protocol", "connections", "VmRSS (KiB)", "VmHWM (KiB)"
+    );
+    for mode in ["h2", "h1"] {
+        let out = Command::new(&exe)
+            .args(["--child", mode, &tc.kubeconfig.to_string_lossy()])
+            .output()
+            .expect("run child");
+        assert!(out.status.success(), "{mode}: {out:?}");
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+    }
+}
+
+fn run_child(mode: &str, kubeconfig: &str) {
+    let mut cfg = Config::from_kubeconfig_file(kubeconfig, None).unwrap();
+    cfg.http2 = mode == "h2";
+    let port: u16 = cfg.server.rsplit(':').next().unwrap().parse().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = Client::reqwest(cfg).unwrap();
+    let watches = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for i in 0..INFORMERS {
+            let api =
+                client.api::<DynamicObject>(Resource::CONFIGMAPS, Some(&format!("bench-{i}")));
+            tasks.push(tokio::spawn(async move {
+                let page = api.list(&ListRequest::default()).await.expect("list");
+                assert_eq!(page.items.len(), PER_NAMESPACE);
+                let w = api
+                    .watch(&WatchRequest {
+                        resource_version: page.resource_version.clone(),
+                        timeout_seconds: Some(300),
+                        ..WatchRequest::default()
+                    })
+                    .await
+                    .expect("watch");
+                (page, w)
+            }));
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    let conns = connections_to(port);
+    let (rss, hwm) = memory();
+    let name = if mode == "h2" { "HTTP/2" } else { "HTTP/1.1" };
+    println!("{name:<10} {conns:>12} {rss:>14} {hwm:>14}");
+    drop(watches);
+}
+
+fn memory() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let get = |k: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (get("VmRSS:"), get("VmHWM:"))
+}
+
+/// Established TCP connections of this process to `port`.
+fn connections_to(port: u16) -> usize {
+    let mut inodes = HashSet::new();
+    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        if let Ok(target) = std::fs::read_link(fd.path()) {
+            let t = target.to_string_lossy();
+            if let Some(n) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+                inodes.insert(n.to_string());
+            }
+        }
+    }
+    let mut n = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 || f[3] != "01" {
+                continue;
+            }
+            let remote = f[2]
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            if remote == Some(port) && inodes.contains(f[9]) {
+                n += 1;
+            }
+        }
+    }
+    n
+}

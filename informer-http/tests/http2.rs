@@ -1,0 +1,213 @@
+//! HTTP/2 on the reqwest backend against a real kube-apiserver: 20 list+watch pairs (what 20
+//! informers do) share one connection, counted from this process's sockets; with
+//! `Config::http2 = false` each open watch holds its own. A watch over HTTP/2 that the
+//! apiserver ends (its timeout, or the apiserver restarting) is re-opened on the same client.
+#![cfg(all(feature = "tokio", target_os = "linux"))]
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use informer_core::object::{DynamicObject, Object};
+use informer_core::protocol::{ListRequest, WatchEvent, WatchRequest};
+use informer_http::transport::{BoxStream, Client, Transport};
+use informer_http::{Config, ReqwestBackend, Resource};
+use testcluster::TestCluster;
+
+const INFORMERS: usize = 20;
+
+/// Established TCP connections of this process to `port`.
+fn connections_to(port: u16) -> usize {
+    let mut inodes = HashSet::new();
+    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        if let Ok(target) = std::fs::read_link(fd.path()) {
+            let t = target.to_string_lossy();
+            if let Some(n) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+                inodes.insert(n.to_string());
+            }
+        }
+    }
+    let mut n = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 || f[3] != "01" {
+                continue;
+            }
+            let remote_port = f[2]
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            if remote_port == Some(port) && inodes.contains(f[9]) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+fn port_of(tc: &TestCluster) -> u16 {
+    tc.server.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+fn create(tc: &TestCluster, path: &str, name: &str) {
+    let (status, body) = tc
+        .request(
+            "POST",
+            path,
+            Some(&format!(r#"{{"metadata":{{"name":"{name}"}}}}"#)),
+        )
+        .unwrap();
+    assert!((200..300).contains(&status), "{status} {body}");
+}
+
+/// What 20 informers do at start: list, then watch from the list's resourceVersion, all at
+/// once. Returns the open watches (each synced: its list held the namespace's ConfigMap).
+async fn start_informers(
+    client: &Client<ReqwestBackend>,
+) -> Vec<BoxStream<'static, WatchEvent<DynamicObject>>> {
+    let mut tasks = Vec::new();
+    for i in 0..INFORMERS {
+        let api = client.api::<DynamicObject>(Resource::CONFIGMAPS, Some(&format!("h2-{i}")));
+        tasks.push(tokio::spawn(async move {
+            let page = api.list(&ListRequest::default()).await.expect("list");
+            assert!(
+                page.items.iter().any(|c| c.name() == format!("cm-{i}")),
+                "informer {i} synced"
+            );
+            api.watch(&WatchRequest {
+                resource_version: page.resource_version,
+                timeout_seconds: Some(300),
+                ..WatchRequest::default()
+            })
+            .await
+            .expect("watch")
+        }));
+    }
+    let mut watches = Vec::new();
+    for t in tasks {
+        watches.push(t.await.unwrap());
+    }
+    watches
+}
+
+#[test]
+fn twenty_informers_share_one_http2_connection_and_watches_survive_the_server_ending_them() {
+    let mut tc = TestCluster::start().expect("start test cluster");
+    let port = port_of(&tc);
+    for i in 0..INFORMERS {
+        create(&tc, "/api/v1/namespaces", &format!("h2-{i}"));
+        create(
+            &tc,
+            &format!("/api/v1/namespaces/h2-{i}/configmaps"),
+            &format!("cm-{i}"),
+        );
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let admin = Config::from_kubeconfig_file(&tc.kubeconfig, None).unwrap();
+
+    // HTTP/1.1: a connection per open watch.
+    let mut h1 = admin.clone();
+    h1.http2 = false;
+    let h1 = Client::reqwest(h1).unwrap();
+    let watches = rt.block_on(start_informers(&h1));
+    let h1_conns = connections_to(port);
+    assert!(h1_conns >= INFORMERS, "HTTP/1.1: {h1_conns} connections");
+    drop(watches);
+    drop(h1);
+
+    // HTTP/2 (the default): one connection for all of them.
+    assert!(admin.http2);
+    let h2 = Client::reqwest(admin).unwrap();
+    // Let the HTTP/1.1 sockets close (they belong to the dropped client).
+    for _ in 0..100 {
+        if connections_to(port) == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(connections_to(port), 0);
+    let mut watches = rt.block_on(start_informers(&h2));
+    assert_eq!(connections_to(port), 1, "HTTP/2: one connection");
+    // Every watch still delivers.
+    create(&tc, "/api/v1/namespaces/h2-7/configmaps", "late");
+    rt.block_on(async {
+        match watches[7].next().await {
+            Some(WatchEvent::Added(cm)) => assert_eq!(cm.name(), "late"),
+            other => panic!("{other:?}"),
+        }
+    });
+    eprintln!("connections for {INFORMERS} informers: HTTP/1.1 {h1_conns}, HTTP/2 1");
+
+    // The apiserver ends a watch (timeoutSeconds): the stream ends, a new watch from the last
+    // resourceVersion goes on over the same connection.
+    let api = h2.api::<DynamicObject>(Resource::CONFIGMAPS, Some("h2-3"));
+    rt.block_on(async {
+        let page = api.list(&ListRequest::default()).await.unwrap();
+        let mut short = api
+            .watch(&WatchRequest {
+                resource_version: page.resource_version.clone(),
+                timeout_seconds: Some(1),
+                ..WatchRequest::default()
+            })
+            .await
+            .unwrap();
+        assert!(short.next().await.is_none(), "the server ended the watch");
+        let mut again = api
+            .watch(&WatchRequest {
+                resource_version: page.resource_version,
+                timeout_seconds: Some(60),
+                ..WatchRequest::default()
+            })
+            .await
+            .unwrap();
+        create(&tc, "/api/v1/namespaces/h2-3/configmaps", "after-rewatch");
+        match again.next().await {
+            Some(WatchEvent::Added(cm)) => assert_eq!(cm.name(), "after-rewatch"),
+            other => panic!("{other:?}"),
+        }
+    });
+    assert_eq!(connections_to(port), 1);
+
+    // The apiserver restarts: the connection and every stream on it end; a re-watch on the
+    // same client opens a new HTTP/2 connection and goes on.
+    tc.stop_apiserver().unwrap();
+    rt.block_on(async {
+        for w in watches.iter_mut() {
+            // Ends (or ends with a failure event): never hangs on a dead connection.
+            while let Some(ev) = w.next().await {
+                if matches!(ev, WatchEvent::Error(_)) {
+                    break;
+                }
+            }
+        }
+    });
+    tc.start_apiserver().unwrap();
+    rt.block_on(async {
+        let page = api
+            .list(&ListRequest::default())
+            .await
+            .expect("list after restart");
+        let mut w = api
+            .watch(&WatchRequest {
+                resource_version: page.resource_version,
+                timeout_seconds: Some(60),
+                ..WatchRequest::default()
+            })
+            .await
+            .unwrap();
+        create(&tc, "/api/v1/namespaces/h2-3/configmaps", "after-restart");
+        match w.next().await {
+            Some(WatchEvent::Added(cm)) => assert_eq!(cm.name(), "after-restart"),
+            other => panic!("{other:?}"),
+        }
+    });
+    assert_eq!(connections_to(port), 1);
+}
