@@ -115,7 +115,10 @@ impl<K> Default for DeltaFifo<K> {
 impl<K> fmt::Debug for DeltaFifo<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeltaFifo")
-            .field("queued_keys", &(self.queue.len() + usize::from(self.head.is_some())))
+            .field(
+                "queued_keys",
+                &(self.queue.len() + usize::from(self.head.is_some())),
+            )
             .field("populated", &self.populated)
             .field("initial_population_count", &self.initial_population_count)
             .finish()
