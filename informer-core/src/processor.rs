@@ -814,7 +814,10 @@ mod tests {
             Some(Notification::Add { obj, .. }) => assert!(Arc::ptr_eq(&obj, &a1)),
             other => panic!("{other:?}"),
         }
-        assert!(!p.handler_has_synced(ids[0], true), "its initial add is in flight");
+        assert!(
+            !p.handler_has_synced(ids[0], true),
+            "its initial add is in flight"
+        );
         // An update: handler 0 is busy, 1 and 2 have an unread entry: all three go to queues,
         // 1 and 2 coalesce `Add(a1)` + `Update(a1→a2)` into `Add(a2)`.
         let a2 = obj("a", "2");
