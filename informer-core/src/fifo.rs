@@ -90,6 +90,10 @@ impl<K: Object + 'static> KnownObjects<K> for Indexer<K> {
 /// Unlike client-go there is no lock and no blocking `Pop`: the owner calls [`pop`](Self::pop)
 /// and processes the result.
 pub struct DeltaFifo<K> {
+    /// The oldest queued key and its deltas, kept outside `items`/`queue`: with a consumer that
+    /// keeps up (the driver pops after every input) each key passes through this slot alone, so
+    /// the common case costs no hashing and no queue insert. Everything in `items` is newer.
+    head: Option<(Key, Deltas<K>)>,
     items: HashMap<Key, Deltas<K>>,
     queue: VecDeque<Key>,
     populated: bool,
@@ -99,6 +103,7 @@ pub struct DeltaFifo<K> {
 impl<K> Default for DeltaFifo<K> {
     fn default() -> Self {
         DeltaFifo {
+            head: None,
             items: HashMap::default(),
             queue: VecDeque::new(),
             populated: false,
@@ -110,7 +115,10 @@ impl<K> Default for DeltaFifo<K> {
 impl<K> fmt::Debug for DeltaFifo<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeltaFifo")
-            .field("queued_keys", &self.queue.len())
+            .field(
+                "queued_keys",
+                &(self.queue.len() + usize::from(self.head.is_some())),
+            )
             .field("populated", &self.populated)
             .field("initial_population_count", &self.initial_population_count)
             .finish()
@@ -145,7 +153,7 @@ impl<K: Object> DeltaFifo<K> {
             ObjectOrTombstone::Object(o) => o.key_ref(),
             ObjectOrTombstone::Tombstone(t) => t.key.as_ref_parts(),
         };
-        let key = if let Some((k, _)) = self.items.get_key_value(&kr) {
+        let key = if let Some((k, _)) = self.find(kr) {
             k.clone()
         } else if let Some((k, _)) = known.get_known(kr) {
             k.clone()
@@ -172,7 +180,8 @@ impl<K: Object> DeltaFifo<K> {
 
         // Tombstones for queued keys the list lacks, then for known keys with nothing queued.
         let mut tombstones: Vec<Tombstone<K>> = Vec::new();
-        for (key, deltas) in &self.items {
+        let head = self.head.as_ref().map(|(k, d)| (k, d));
+        for (key, deltas) in head.into_iter().chain(&self.items) {
             if listed.contains(&key.as_ref_parts()) {
                 continue;
             }
@@ -185,7 +194,7 @@ impl<K: Object> DeltaFifo<K> {
         }
         known.for_each_known(&mut |key, obj| {
             let kr = key.as_ref_parts();
-            if listed.contains(&kr) || self.items.contains_key(&kr) {
+            if listed.contains(&kr) || self.find(kr).is_some() {
                 return;
             }
             tombstones.push(Tombstone {
@@ -206,16 +215,17 @@ impl<K: Object> DeltaFifo<K> {
 
         if !self.populated {
             self.populated = true;
-            self.initial_population_count = self.queue.len();
+            self.initial_population_count = self.len();
         }
     }
 
     /// Queues `Sync` for every known object whose key has nothing queued (CONFORMANCE 9).
     pub fn resync(&mut self, known: &dyn KnownObjects<K>) {
+        let head = self.head.as_ref().map(|(k, _)| k);
         let items = &mut self.items;
         let queue = &mut self.queue;
         known.for_each_known(&mut |key, obj| {
-            if items.contains_key(key) {
+            if head == Some(key) || items.contains_key(key) {
                 return;
             }
             let mut deltas = Deltas::new();
@@ -230,6 +240,17 @@ impl<K: Object> DeltaFifo<K> {
 
     /// Pops the oldest key with its deltas.
     pub fn pop(&mut self) -> Option<Popped<K>> {
+        if let Some((key, deltas)) = self.head.take() {
+            let in_initial_list = !self.has_synced();
+            if self.initial_population_count > 0 {
+                self.initial_population_count -= 1;
+            }
+            return Some(Popped {
+                key,
+                deltas,
+                in_initial_list,
+            });
+        }
         loop {
             let key = self.queue.pop_front()?;
             let in_initial_list = !self.has_synced();
@@ -258,22 +279,35 @@ impl<K: Object> DeltaFifo<K> {
 
     /// The queued deltas of `key`.
     pub fn get(&self, key: KeyRef<'_>) -> Option<&Deltas<K>> {
-        self.items.get(&key)
+        self.find(key).map(|(_, d)| d)
     }
 
     /// The queued keys, oldest first.
     pub fn queued_keys(&self) -> impl Iterator<Item = &Key> {
-        self.queue.iter()
+        self.head.iter().map(|(k, _)| k).chain(self.queue.iter())
     }
 
     /// Number of queued keys.
     pub fn len(&self) -> usize {
-        self.queue.len()
+        self.queue.len() + usize::from(self.head.is_some())
     }
 
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.head.is_none() && self.queue.is_empty()
+    }
+
+    /// The queued key and deltas for `kr`.
+    fn find(&self, kr: KeyRef<'_>) -> Option<(&Key, &Deltas<K>)> {
+        if let Some((k, d)) = &self.head {
+            if hashbrown::Equivalent::equivalent(&kr, k) {
+                return Some((k, d));
+            }
+        }
+        if self.items.is_empty() {
+            return None;
+        }
+        self.items.get_key_value(&kr)
     }
 
     /// After a burst (an initial list of 100k objects, say) the queue is mostly empty; a table
@@ -290,7 +324,7 @@ impl<K: Object> DeltaFifo<K> {
 
     /// The key for `kr`, reusing an allocation already held by the queue or the known objects.
     fn key_for(&self, kr: KeyRef<'_>, known: &dyn KnownObjects<K>) -> Key {
-        if let Some((k, _)) = self.items.get_key_value(&kr) {
+        if let Some((k, _)) = self.find(kr) {
             k.clone()
         } else if let Some((k, _)) = known.get_known(kr) {
             k.clone()
@@ -301,6 +335,20 @@ impl<K: Object> DeltaFifo<K> {
 
     fn queue_action(&mut self, key: Key, kind: DeltaType, object: ObjectOrTombstone<K>) {
         let delta = Delta { kind, object };
+        match &mut self.head {
+            Some((k, deltas)) if *k == key => {
+                deltas.push(delta);
+                dedup_trailing_deletes(deltas);
+                return;
+            }
+            None if self.queue.is_empty() => {
+                let mut deltas = Deltas::new();
+                deltas.push(delta);
+                self.head = Some((key, deltas));
+                return;
+            }
+            _ => {}
+        }
         match self.items.get_mut(&key) {
             Some(deltas) => {
                 deltas.push(delta);

@@ -338,6 +338,9 @@ struct Listener<K> {
     next_resync: Instant,
     syncing: bool,
     queue: Queue<K>,
+    /// Sequence number of the next [`Log`] entry this handler reads. Entries before it are read
+    /// or spilled into `queue`; entries from it on are newer than everything in `queue`.
+    read: u64,
     /// `Some(initial)` while a notification is being handled.
     in_flight: Option<bool>,
 }
@@ -345,6 +348,117 @@ struct Listener<K> {
 impl<K> Listener<K> {
     fn should_resync(&self, now: Instant) -> bool {
         self.resync_period != Duration::ZERO && now >= self.next_resync
+    }
+}
+
+/// One notification shared by every handler that was keeping up when it was distributed.
+struct LogEntry<K> {
+    key: Key,
+    /// Taken by the last reader.
+    notification: Option<Notification<K>>,
+    /// Handlers that have not read it yet.
+    readers: usize,
+    /// Whether it is an add flagged `in_initial_list`.
+    initial: bool,
+}
+
+/// The shared notification log: a notification for handlers that keep up (idle, nothing
+/// pending) is stored once, and each of them reads it through its cursor
+/// ([`Listener::read`]) instead of getting its own copy queued. A handler that is busy or has
+/// anything pending when a notification arrives first has its unread entries spilled into its
+/// coalescing [`Queue`], then gets the notification there, so a handler never has more than
+/// one unread entry and the [`Queue`] bound holds for its pending notifications as a whole.
+/// An entry leaves the log once its last reader has read or spilled it.
+struct Log<K> {
+    entries: VecDeque<LogEntry<K>>,
+    /// Sequence number of `entries[0]`.
+    start: u64,
+    /// Sequence number of the newest initial-list add ever appended.
+    last_initial: Option<u64>,
+}
+
+impl<K> Log<K> {
+    fn new() -> Self {
+        Log {
+            entries: VecDeque::new(),
+            start: 0,
+            last_initial: None,
+        }
+    }
+
+    /// Sequence number of the next entry to be appended.
+    fn end(&self) -> u64 {
+        self.start + self.entries.len() as u64
+    }
+
+    /// Reads entry `seq` for one of its readers: its notification, whether it is an initial
+    /// add, and (with `want_key`) its key.
+    fn read(&mut self, seq: u64, want_key: bool) -> Option<(Notification<K>, bool, Option<Key>)> {
+        let idx = usize::try_from(seq.checked_sub(self.start)?).ok()?;
+        let e = self.entries.get_mut(idx)?;
+        e.readers = e.readers.saturating_sub(1);
+        let key = want_key.then(|| e.key.clone());
+        if e.readers > 0 {
+            return Some((e.notification.clone()?, e.initial, key));
+        }
+        let out = (e.notification.take()?, e.initial, key);
+        self.trim();
+        Some(out)
+    }
+
+    /// Drops fully read entries from the front.
+    fn trim(&mut self) {
+        while self.entries.front().is_some_and(|e| e.readers == 0) {
+            self.entries.pop_front();
+            self.start += 1;
+        }
+        if self.entries.is_empty() && self.entries.capacity() > IDLE_CAPACITY {
+            self.entries.shrink_to(IDLE_CAPACITY);
+        }
+    }
+
+    /// Moves `l`'s unread entries into its queue (coalescing them there).
+    fn spill(&mut self, l: &mut Listener<K>) {
+        let end = self.end();
+        while l.read < end {
+            let seq = l.read;
+            l.read += 1;
+            if let Some((n, _, Some(key))) = self.read(seq, true) {
+                l.queue.push(&key, n);
+            }
+        }
+    }
+
+    /// Forgets `l`'s unread entries (the handler is removed).
+    fn abandon(&mut self, l: &mut Listener<K>) {
+        let end = self.end();
+        while l.read < end {
+            let seq = l.read;
+            l.read += 1;
+            let _ = self.read(seq, false);
+        }
+    }
+
+    /// Whether `l` has an unread initial-list add.
+    fn has_unread_initial(&self, l: &Listener<K>) -> bool {
+        self.last_initial
+            .is_some_and(|s| s >= l.read && s < self.end())
+    }
+
+    /// The next notification for idle listener `l`: its queue first (older), then the log.
+    fn pop_for(&mut self, l: &mut Listener<K>) -> Option<(Notification<K>, bool)> {
+        if !l.queue.is_empty() {
+            if let Some(out) = l.queue.pop() {
+                return Some(out);
+            }
+        }
+        if l.read < self.end() {
+            let seq = l.read;
+            l.read += 1;
+            let (n, initial, _) = self.read(seq, false)?;
+            return Some((n, initial));
+        }
+        None
     }
 }
 
@@ -366,8 +480,14 @@ pub struct ResyncPeriods {
 /// [`handler_done`](Self::handler_done). A handler has at most one notification in flight, so
 /// its queue (and the coalescing in it) holds everything it has not started yet; a stalled
 /// handler delays nobody else.
+///
+/// A notification for handlers that keep up (idle, nothing pending) is stored once, in a
+/// shared log each of them reads through its own cursor: adding a handler that keeps up costs
+/// no per-handler queue insert. A handler that is busy or behind gets its notifications in its
+/// coalescing queue instead, so its pending memory keeps the queue's bound.
 pub struct Processor<K> {
     listeners: Vec<Listener<K>>,
+    log: Log<K>,
     next_id: u64,
     check_period: Duration,
     /// Round-robin start for `poll_notification`.
@@ -398,6 +518,7 @@ impl<K> Processor<K> {
     pub fn new(check_period: Duration) -> Self {
         Processor {
             listeners: Vec::new(),
+            log: Log::new(),
             next_id: 0,
             check_period,
             cursor: 0,
@@ -448,6 +569,7 @@ impl<K> Processor<K> {
             next_resync: now + effective,
             syncing: false,
             queue: Queue::new(),
+            read: self.log.end(),
             in_flight: None,
         });
         (
@@ -464,7 +586,8 @@ impl<K> Processor<K> {
     pub fn remove_handler(&mut self, id: HandlerId) -> bool {
         match self.listeners.iter().position(|l| l.id == id) {
             Some(i) => {
-                self.listeners.remove(i);
+                let mut l = self.listeners.remove(i);
+                self.log.abandon(&mut l);
                 true
             }
             None => false,
@@ -506,24 +629,65 @@ impl<K> Processor<K> {
 
     /// Queues `n` for the handlers it is for: every handler, or with `is_sync`, only those in
     /// the syncing set chosen by the last [`should_resync`](Self::should_resync).
+    ///
+    /// Handlers that keep up (idle, nothing pending) share one entry of the notification log;
+    /// the others get it in their coalescing queues.
     pub fn distribute(&mut self, key: &Key, n: Notification<K>, is_sync: bool) {
-        let mut targets = self
+        let end = self.log.end();
+        // A resync goes to some handlers only: always through their queues (it is rare).
+        let keeps_up = |l: &Listener<K>| {
+            !is_sync && l.in_flight.is_none() && l.read == end && l.queue.is_empty()
+        };
+        let readers = self.listeners.iter().filter(|l| keeps_up(l)).count();
+        let log = &mut self.log;
+        let mut behind = self
             .listeners
             .iter_mut()
-            .filter(|l| !is_sync || l.syncing)
+            .filter(|l| (!is_sync || l.syncing) && !keeps_up(l))
             .peekable();
-        while let Some(l) = targets.next() {
-            if targets.peek().is_none() {
-                l.queue.push(key, n);
-                return;
+        let mut n = Some(n);
+        while let Some(l) = behind.next() {
+            log.spill(l);
+            let own = if readers == 0 && behind.peek().is_none() {
+                n.take()
+            } else {
+                n.clone()
+            };
+            if let Some(own) = own {
+                l.queue.push(key, own);
             }
-            l.queue.push(key, n.clone());
+            if readers > 0 {
+                // Skips the entry appended below.
+                l.read = end + 1;
+            }
+        }
+        if readers > 0 {
+            if let Some(n) = n {
+                let initial = matches!(
+                    n,
+                    Notification::Add {
+                        in_initial_list: true,
+                        ..
+                    }
+                );
+                if initial {
+                    log.last_initial = Some(end);
+                }
+                log.entries.push_back(LogEntry {
+                    key: key.clone(),
+                    notification: Some(n),
+                    readers,
+                    initial,
+                });
+            }
         }
     }
 
     /// Queues `n` for one handler only (used to replay the cache to a late-added handler).
     pub fn push_to(&mut self, id: HandlerId, key: &Key, n: Notification<K>) {
-        if let Some(l) = self.listener_mut(id) {
+        let log = &mut self.log;
+        if let Some(l) = self.listeners.iter_mut().find(|l| l.id == id) {
+            log.spill(l);
             l.queue.push(key, n);
         }
     }
@@ -533,12 +697,13 @@ impl<K> Processor<K> {
     pub fn poll_notification(&mut self) -> Option<(HandlerId, Notification<K>)> {
         let n = self.listeners.len();
         let start = self.cursor.min(n);
+        let end = self.log.end();
         for idx in (start..n).chain(0..start) {
             let l = &mut self.listeners[idx];
-            if l.in_flight.is_some() || l.queue.is_empty() {
+            if l.in_flight.is_some() || (l.queue.is_empty() && l.read == end) {
                 continue;
             }
-            if let Some((notification, initial)) = l.queue.pop() {
+            if let Some((notification, initial)) = self.log.pop_for(l) {
                 l.in_flight = Some(initial);
                 self.cursor = (idx + 1) % n;
                 return Some((l.id, notification));
@@ -549,11 +714,12 @@ impl<K> Processor<K> {
 
     /// The next notification for handler `id`, if it is idle.
     pub fn poll_notification_for(&mut self, id: HandlerId) -> Option<Notification<K>> {
-        let l = self.listener_mut(id)?;
+        let log = &mut self.log;
+        let l = self.listeners.iter_mut().find(|l| l.id == id)?;
         if l.in_flight.is_some() {
             return None;
         }
-        let (notification, initial) = l.queue.pop()?;
+        let (notification, initial) = log.pop_for(l)?;
         l.in_flight = Some(initial);
         Some(notification)
     }
@@ -570,13 +736,19 @@ impl<K> Processor<K> {
     /// `HasSynced`, CONFORMANCE 14). False for unknown handlers.
     pub fn handler_has_synced(&self, id: HandlerId, upstream_synced: bool) -> bool {
         self.listener(id).is_some_and(|l| {
-            upstream_synced && l.queue.initial_pending == 0 && l.in_flight != Some(true)
+            upstream_synced
+                && l.queue.initial_pending == 0
+                && !self.log.has_unread_initial(l)
+                && l.in_flight != Some(true)
         })
     }
 
     /// Number of pending (not yet started) notification entries of handler `id`.
     pub fn pending(&self, id: HandlerId) -> usize {
-        self.listener(id).map_or(0, |l| l.queue.len())
+        let end = self.log.end();
+        self.listener(id).map_or(0, |l| {
+            l.queue.len() + usize::try_from(end.saturating_sub(l.read)).unwrap_or(usize::MAX)
+        })
     }
 
     /// Whether handler `id` has a notification in flight.
@@ -590,5 +762,115 @@ impl<K> Processor<K> {
 
     fn listener_mut(&mut self, id: HandlerId) -> Option<&mut Listener<K>> {
         self.listeners.iter_mut().find(|l| l.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::{DynamicObject, ObjectMeta};
+
+    fn obj(name: &str, rv: &str) -> Arc<DynamicObject> {
+        Arc::new(DynamicObject {
+            metadata: ObjectMeta {
+                name: name.into(),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn add(o: &Arc<DynamicObject>, initial: bool) -> Notification<DynamicObject> {
+        Notification::Add {
+            obj: o.clone(),
+            in_initial_list: initial,
+        }
+    }
+
+    /// Handlers that keep up share one log entry and get the very same object; one that is
+    /// busy or has an unread entry falls back to its coalescing queue, and the log empties once
+    /// every reader has read or spilled its entry.
+    #[test]
+    fn handlers_that_keep_up_share_one_log_entry() {
+        let mut p: Processor<DynamicObject> = Processor::new(Duration::ZERO);
+        let ids: Vec<HandlerId> = (0..3)
+            .map(|_| p.add_handler(Duration::ZERO, Instant::ZERO, true).0)
+            .collect();
+        let key = Key::parse("ns/a");
+        let a1 = obj("a", "1");
+        p.distribute(&key, add(&a1, true), false);
+        assert_eq!(p.log.entries.len(), 1);
+        for l in &p.listeners {
+            assert!(l.queue.is_empty());
+        }
+        for id in &ids {
+            assert_eq!(p.pending(*id), 1);
+            assert!(!p.handler_has_synced(*id, true), "an initial add is unread");
+        }
+        // Handler 0 reads it and stays busy.
+        match p.poll_notification_for(ids[0]) {
+            Some(Notification::Add { obj, .. }) => assert!(Arc::ptr_eq(&obj, &a1)),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            !p.handler_has_synced(ids[0], true),
+            "its initial add is in flight"
+        );
+        // An update: handler 0 is busy, 1 and 2 have an unread entry: all three go to queues,
+        // 1 and 2 coalesce `Add(a1)` + `Update(a1→a2)` into `Add(a2)`.
+        let a2 = obj("a", "2");
+        p.distribute(
+            &key,
+            Notification::Update {
+                old: a1.clone(),
+                new: a2.clone(),
+            },
+            false,
+        );
+        assert!(p.log.entries.is_empty(), "every reader read or spilled it");
+        for id in &ids {
+            assert_eq!(p.pending(*id), 1);
+        }
+        match p.poll_notification_for(ids[1]) {
+            Some(Notification::Add {
+                obj,
+                in_initial_list: true,
+            }) => assert!(Arc::ptr_eq(&obj, &a2)),
+            other => panic!("{other:?}"),
+        }
+        p.handler_done(ids[0]);
+        match p.poll_notification_for(ids[0]) {
+            Some(Notification::Update { old, new }) => {
+                assert!(Arc::ptr_eq(&old, &a1) && Arc::ptr_eq(&new, &a2))
+            }
+            other => panic!("{other:?}"),
+        }
+        for id in &ids {
+            p.handler_done(*id);
+            while p.poll_notification_for(*id).is_some() {
+                p.handler_done(*id);
+            }
+            assert_eq!(p.pending(*id), 0);
+            assert!(p.handler_has_synced(*id, true));
+        }
+        // Back in step: the next notification is shared again; removing a handler with an
+        // unread entry releases its share.
+        p.distribute(&Key::parse("ns/b"), add(&obj("b", "3"), false), false);
+        assert_eq!(p.log.entries.len(), 1);
+        assert!(p.remove_handler(ids[2]));
+        assert!(p.poll_notification_for(ids[0]).is_some());
+        assert_eq!(p.log.entries.len(), 1, "handler 1 has not read it");
+        let (id, _) = p.poll_notification().unwrap();
+        assert_eq!(id, ids[1]);
+        assert!(p.log.entries.is_empty());
+        assert!(p.poll_notification().is_none());
+        // A late handler starts after the log's end and a replay goes through its queue.
+        let (late, _) = p.add_handler(Duration::ZERO, Instant::ZERO, true);
+        assert_eq!(p.pending(late), 0);
+        p.push_to(late, &key, add(&a2, true));
+        assert_eq!(p.pending(late), 1);
+        assert!(!p.handler_has_synced(late, true));
     }
 }

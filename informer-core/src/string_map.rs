@@ -1,103 +1,241 @@
 //! A compact string → string map for labels and annotations.
 
+use alloc::borrow::Cow;
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::cmp::Ordering;
 use core::fmt;
 
-use serde::de::{MapAccess, Visitor};
+use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A map of strings to strings, sorted by key, stored as one exact-size vector.
+/// A map of strings to strings, sorted by key, stored in one heap block.
 ///
 /// Labels and annotations are small maps held by every cached object. A
-/// `BTreeMap<String, String>` spends a whole B-tree node (about 540 bytes) on even one entry;
-/// this type spends 32 bytes per entry plus the strings, so a typical object is about a
-/// quarter smaller. Lookups are binary searches. It reads like a map: [`get`](Self::get),
+/// `BTreeMap<String, String>` spends a whole B-tree node (about 540 bytes) on even one entry,
+/// and a vector of string pairs one heap block per key and per value; this type keeps every
+/// entry in a single exact-size string (`<key length>:<key><value length>:<value>`, lengths in
+/// decimal bytes), so three labels are one allocation to build and one `free` to drop. Lookups
+/// scan the entries, skipping by length. It reads like a map: [`get`](Self::get),
 /// [`iter`](Self::iter), [`insert`](Self::insert), `collect()`, and (de)serializes as a JSON
 /// object.
-#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StringMap(Vec<(Box<str>, Box<str>)>);
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct StringMap {
+    /// The entries, sorted by key, without duplicates; `None` when empty.
+    text: Option<Box<str>>,
+    /// Number of entries.
+    len: usize,
+}
 
 impl StringMap {
     /// An empty map (no allocation).
     pub const fn new() -> Self {
-        StringMap(Vec::new())
+        StringMap { text: None, len: 0 }
     }
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.len
     }
 
     /// Whether there are no entries.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    fn find(&self, key: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|(k, _)| (**k).cmp(key))
+        self.len == 0
     }
 
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.find(key).ok().map(|i| &*self.0[i].1)
+        for (k, v) in self.iter() {
+            match k.cmp(key) {
+                Ordering::Less => {}
+                Ordering::Equal => return Some(v),
+                Ordering::Greater => return None,
+            }
+        }
+        None
     }
 
     /// Whether `key` is present.
     pub fn contains_key(&self, key: &str) -> bool {
-        self.find(key).is_ok()
+        self.get(key).is_some()
     }
 
     /// Sets `key` to `value`; returns the previous value.
     pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) -> Option<String> {
         let key = key.into();
-        let value: Box<str> = value.into().into_boxed_str();
-        match self.find(&key) {
-            Ok(i) => Some(core::mem::replace(&mut self.0[i].1, value).into_string()),
+        let value = value.into();
+        let mut entries: Vec<(&str, &str)> = self.iter().collect();
+        let old = match entries.binary_search_by(|(k, _)| (*k).cmp(&key)) {
+            Ok(i) => Some(String::from(core::mem::replace(&mut entries[i].1, &value))),
             Err(i) => {
-                self.0.insert(i, (key.into_boxed_str(), value));
+                entries.insert(i, (&key, &value));
+                None
+            }
+        };
+        *self = StringMap::encode(&entries);
+        old
+    }
+
+    /// Removes `key`; returns its value.
+    pub fn remove(&mut self, key: &str) -> Option<String> {
+        let mut entries: Vec<(&str, &str)> = self.iter().collect();
+        let i = entries.binary_search_by(|(k, _)| (*k).cmp(key)).ok()?;
+        let old = String::from(entries.remove(i).1);
+        *self = StringMap::encode(&entries);
+        Some(old)
+    }
+
+    /// The entries, sorted by key.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter {
+            rest: self.text.as_deref().unwrap_or(""),
+            left: self.len,
+        }
+    }
+
+    /// The keys, sorted.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.iter().map(|(k, _)| k)
+    }
+
+    /// The values, in key order.
+    pub fn values(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.iter().map(|(_, v)| v)
+    }
+
+    /// Builds from unsorted pairs: later duplicates win.
+    fn from_pairs<S: AsRef<str>>(mut pairs: Vec<(S, S)>) -> Self {
+        // Stable sort keeps input order among equal keys; keep the last of each run.
+        pairs.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+        let mut out: Vec<(&str, &str)> = Vec::with_capacity(pairs.len());
+        for (k, v) in &pairs {
+            match out.last_mut() {
+                Some(last) if last.0 == k.as_ref() => last.1 = v.as_ref(),
+                _ => out.push((k.as_ref(), v.as_ref())),
+            }
+        }
+        StringMap::encode(&out)
+    }
+
+    /// Encodes sorted, distinct entries into one exact-size block.
+    fn encode(entries: &[(&str, &str)]) -> Self {
+        if entries.is_empty() {
+            return StringMap::new();
+        }
+        let size: usize = entries
+            .iter()
+            .map(|(k, v)| digits(k.len()) + 1 + k.len() + digits(v.len()) + 1 + v.len())
+            .sum();
+        let mut text = String::with_capacity(size);
+        for (k, v) in entries {
+            push_field(&mut text, k);
+            push_field(&mut text, v);
+        }
+        StringMap {
+            text: Some(text.into_boxed_str()),
+            len: entries.len(),
+        }
+    }
+}
+
+/// Number of decimal digits of `n`.
+fn digits(mut n: usize) -> usize {
+    let mut d = 1;
+    while n >= 10 {
+        n /= 10;
+        d += 1;
+    }
+    d
+}
+
+/// Appends `<len>:<s>`.
+fn push_field(out: &mut String, s: &str) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let mut n = s.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &b in &buf[i..] {
+        out.push(char::from(b));
+    }
+    out.push(':');
+    out.push_str(s);
+}
+
+/// Splits `<len>:<field>` off the front of `s`.
+fn take_field(s: &str) -> Option<(&str, &str)> {
+    let bytes = s.as_bytes();
+    let mut n = 0usize;
+    let mut i = 0;
+    loop {
+        let b = *bytes.get(i)?;
+        i += 1;
+        match b {
+            b'0'..=b'9' => n = n.checked_mul(10)?.checked_add(usize::from(b - b'0'))?,
+            b':' => break,
+            _ => return None,
+        }
+    }
+    let end = i.checked_add(n)?;
+    Some((s.get(i..end)?, s.get(end..)?))
+}
+
+/// The entries of a [`StringMap`], sorted by key.
+#[derive(Clone, Debug)]
+pub struct Iter<'a> {
+    rest: &'a str,
+    left: usize,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        // The text is built by `encode`, so both fields are always there.
+        let entry = take_field(self.rest)
+            .and_then(|(k, rest)| take_field(rest).map(|(v, rest)| (k, v, rest)));
+        match entry {
+            Some((k, v, rest)) => {
+                self.rest = rest;
+                self.left -= 1;
+                Some((k, v))
+            }
+            None => {
+                self.left = 0;
                 None
             }
         }
     }
 
-    /// Removes `key`; returns its value.
-    pub fn remove(&mut self, key: &str) -> Option<String> {
-        let i = self.find(key).ok()?;
-        Some(self.0.remove(i).1.into_string())
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
     }
+}
 
-    /// The entries, sorted by key.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (&**k, &**v))
+impl ExactSizeIterator for Iter<'_> {}
+
+impl PartialOrd for StringMap {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
     }
+}
 
-    /// The keys, sorted.
-    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> {
-        self.0.iter().map(|(k, _)| &**k)
-    }
-
-    /// The values, in key order.
-    pub fn values(&self) -> impl ExactSizeIterator<Item = &str> {
-        self.0.iter().map(|(_, v)| &**v)
-    }
-
-    /// Builds from unsorted pairs: later duplicates win, storage is exact-size.
-    fn from_pairs(mut pairs: Vec<(Box<str>, Box<str>)>) -> Self {
-        // Stable sort keeps input order among equal keys; keep the last of each run.
-        pairs.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut out: Vec<(Box<str>, Box<str>)> = Vec::with_capacity(pairs.len());
-        for (k, v) in pairs {
-            match out.last_mut() {
-                Some(last) if last.0 == k => last.1 = v,
-                _ => out.push((k, v)),
-            }
-        }
-        out.shrink_to_fit();
-        StringMap(out)
+impl Ord for StringMap {
+    /// Entry by entry, as a sorted list of pairs.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.iter().cmp(other.iter())
     }
 }
 
@@ -105,34 +243,30 @@ impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for StringMap {
     fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
         StringMap::from_pairs(
             iter.into_iter()
-                .map(|(k, v)| (k.into().into_boxed_str(), v.into().into_boxed_str()))
-                .collect(),
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect::<Vec<(String, String)>>(),
         )
     }
 }
 
 impl From<BTreeMap<String, String>> for StringMap {
     fn from(m: BTreeMap<String, String>) -> Self {
-        m.into_iter().collect()
+        let entries: Vec<(&str, &str)> = m.iter().map(|(k, v)| (&**k, &**v)).collect();
+        StringMap::encode(&entries)
     }
 }
 
 impl From<StringMap> for BTreeMap<String, String> {
     fn from(m: StringMap) -> Self {
-        m.0.into_iter()
-            .map(|(k, v)| (k.into_string(), v.into_string()))
-            .collect()
+        m.iter().map(|(k, v)| (k.into(), v.into())).collect()
     }
 }
 
 impl<'a> IntoIterator for &'a StringMap {
     type Item = (&'a str, &'a str);
-    type IntoIter = core::iter::Map<
-        core::slice::Iter<'a, (Box<str>, Box<str>)>,
-        fn(&'a (Box<str>, Box<str>)) -> (&'a str, &'a str),
-    >;
+    type IntoIter = Iter<'a>;
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter().map(|(k, v)| (&**k, &**v))
+        self.iter()
     }
 }
 
@@ -152,6 +286,37 @@ impl Serialize for StringMap {
     }
 }
 
+/// A JSON string, borrowed from the input when it has no escapes.
+struct Str<'de>(Cow<'de, str>);
+
+impl AsRef<str> for Str<'_> {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Str<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v.into())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 impl<'de> Deserialize<'de> for StringMap {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -161,9 +326,12 @@ impl<'de> Deserialize<'de> for StringMap {
                 f.write_str("a map of strings")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StringMap, A::Error> {
-                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
-                while let Some((k, v)) = map.next_entry::<String, String>()? {
-                    pairs.push((k.into_boxed_str(), v.into_boxed_str()));
+                // Borrowed from the input where possible: the map's one block is the only
+                // allocation that outlives decoding.
+                let mut pairs: Vec<(Str<'de>, Str<'de>)> =
+                    Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
+                while let Some((k, v)) = map.next_entry::<Str<'de>, Str<'de>>()? {
+                    pairs.push((k, v));
                 }
                 Ok(StringMap::from_pairs(pairs))
             }
@@ -198,5 +366,49 @@ mod tests {
         let b: BTreeMap<String, String> = m.clone().into();
         assert_eq!(StringMap::from(b), m);
         assert!(serde_json::from_str::<StringMap>(r#"{"a":1}"#).is_err());
+    }
+
+    /// Keys and values holding the encoding's own characters (digits, `:`), empty strings,
+    /// escapes, multi-byte text and long values all read back as stored, in one block.
+    #[test]
+    fn one_block_keeps_any_strings() {
+        let long = "x:1:".repeat(5000);
+        let pairs = [
+            ("", ""),
+            ("1:", "2:3"),
+            ("a\"b\n", "\u{7}é"),
+            ("long", long.as_str()),
+            ("10", ""),
+            ("ü", "0"),
+        ];
+        let m: StringMap = pairs.iter().copied().collect();
+        assert_eq!(m.len(), pairs.len());
+        for (k, v) in pairs {
+            assert_eq!(m.get(k), Some(v), "{k:?}");
+        }
+        assert_eq!(m.get("1"), None);
+        assert_eq!(m.get("zzz"), None);
+        let mut sorted: Vec<_> = pairs.to_vec();
+        sorted.sort();
+        assert_eq!(m.iter().collect::<Vec<_>>(), sorted);
+        assert_eq!(m.iter().len(), pairs.len());
+        let json = serde_json::to_string(&m).unwrap();
+        let back: StringMap = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, m);
+        let via_value: StringMap =
+            serde_json::from_value(serde_json::to_value(&m).unwrap()).unwrap();
+        assert_eq!(via_value, m);
+        assert!(StringMap::new().iter().next().is_none());
+        assert_eq!(
+            StringMap::new(),
+            [("a", "b")].into_iter().filter(|_| false).collect()
+        );
+        let (a, b): (StringMap, StringMap) = (
+            [("a", "1")].into_iter().collect(),
+            [("a", "1"), ("b", "0")].into_iter().collect(),
+        );
+        assert!(a < b);
+        assert_eq!(b.cmp(&a), Ordering::Greater);
+        assert_eq!(a.cmp(&a.clone()), Ordering::Equal);
     }
 }

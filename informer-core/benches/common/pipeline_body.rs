@@ -81,6 +81,16 @@ fn scale() -> usize {
         asked.max(100)
     }
 }
+/// `INFORMER_BENCH_HANDLERS=N` registers N counting handlers instead of 4, to see the cost of
+/// each extra handler that keeps up (compare instruction counts at 1, 4 and 16).
+fn handlers() -> usize {
+    std::env::var("INFORMER_BENCH_HANDLERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4usize)
+        .max(1)
+}
+
 const NAMESPACES: usize = 10;
 const APPS: [&str; 8] = [
     "web", "api", "db", "cache", "queue", "auth", "search", "batch",
@@ -242,8 +252,8 @@ fn run<K: Object + 'static>(
 
     let mut p: Pipeline<K> = Pipeline::new(Duration::ZERO);
     p.add_index("app", index).unwrap();
-    let mut counts: Vec<Counts> = (0..4).map(|_| Counts::default()).collect();
-    for _ in 0..4 {
+    let mut counts: Vec<Counts> = (0..handlers()).map(|_| Counts::default()).collect();
+    for _ in 0..handlers() {
         p.add_handler(Duration::ZERO, informer_core::Instant::ZERO);
     }
     p.start(informer_core::Instant::ZERO);
@@ -337,7 +347,10 @@ fn run<K: Object + 'static>(
         steady as f64 / objects as f64,
         steady as f64 / objects_bytes as f64
     );
-    println!("  events: {events} ({n_mod} modify, {n_add} add, {n_del} delete) through 4 handlers");
+    println!(
+        "  events: {events} ({n_mod} modify, {n_add} add, {n_del} delete) through {} handlers",
+        handlers()
+    );
     println!(
         "  throughput: {:.0} events/s, {:.0} ns/event wall (objects built outside the timing: {:.0} ns each)",
         ev_per_s,
