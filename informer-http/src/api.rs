@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
+use informer_core::PartialObjectMetadata;
 use informer_core::object::{DynamicObject, Object};
 use informer_core::protocol::{
     DecodeFailure, DecodeKind, Failure, ListPage, ListRequest, WatchEvent, WatchRequest,
 };
 use serde::de::DeserializeOwned;
 
-use crate::backend::{Backend, BoxStream};
+use crate::backend::{Backend, BoxStream, HttpResponse};
 use crate::client::{Client, error_failure};
 use crate::decode::{DEFAULT_MAX_LINE, DecodeError, ListDecoder, WatchDecoder};
 use crate::request::{list_url, watch_url};
@@ -91,15 +92,38 @@ impl<K, B> Api<K, B> {
     }
 }
 
+/// `Accept` for a list of metadata only: `meta.k8s.io/v1` `PartialObjectMetadataList`, or
+/// whole objects from a server without it.
+pub const ACCEPT_PARTIAL_METADATA_LIST: &str =
+    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+
+/// `Accept` for a watch of metadata only (`PartialObjectMetadata` events).
+pub const ACCEPT_PARTIAL_METADATA: &str =
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+
 impl<K, B> Api<K, B>
 where
     K: DeserializeOwned + Object + Send + Sync + 'static,
     B: Backend,
 {
+    /// An informer of [`PartialObjectMetadata`] asks the server for metadata only.
+    fn metadata_only() -> bool {
+        std::any::TypeId::of::<K>() == std::any::TypeId::of::<PartialObjectMetadata>()
+    }
+
+    /// A `GET` of `url`, for metadata only when `K` is [`PartialObjectMetadata`].
+    async fn get_url(&self, url: &str, metadata_accept: &str) -> Result<HttpResponse, Failure> {
+        if Self::metadata_only() {
+            self.client.get_accepting(url, metadata_accept).await
+        } else {
+            self.client.send(http::Method::GET, url, None).await
+        }
+    }
+
     /// Fetches one list page.
     pub async fn list_page(&self, request: &ListRequest) -> Result<ListPage<K>, Failure> {
         let url = list_url(&self.resource, self.namespace.as_deref(), request);
-        let resp = self.client.send(http::Method::GET, &url, None).await?;
+        let resp = self.get_url(&url, ACCEPT_PARTIAL_METADATA_LIST).await?;
         if !resp.status.is_success() {
             return Err(error_failure(resp).await);
         }
@@ -167,7 +191,7 @@ where
         request: &WatchRequest,
     ) -> Result<BoxStream<'static, Result<WatchEvent<K>, DecodeError>>, Failure> {
         let url = watch_url(&self.resource, self.namespace.as_deref(), request);
-        let resp = self.client.send(http::Method::GET, &url, None).await?;
+        let resp = self.get_url(&url, ACCEPT_PARTIAL_METADATA).await?;
         if !resp.status.is_success() {
             let failure = error_failure(resp).await;
             return Err(match failure {

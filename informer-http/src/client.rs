@@ -114,6 +114,9 @@ impl ServerAddr {
 /// The user agent sent with every request.
 pub const USER_AGENT: &str = concat!("informer-rs/", env!("CARGO_PKG_VERSION"));
 
+/// The `Accept` (and body `Content-Type`) of ordinary requests.
+const JSON: &str = "application/json";
+
 /// Largest error body read (1 MiB).
 const MAX_ERROR_BODY: usize = 1 << 20;
 
@@ -192,6 +195,30 @@ impl<B: Backend> Client<B> {
         body: Option<Vec<u8>>,
         content_type: &str,
     ) -> Result<HttpResponse, Failure> {
+        self.send_full(method, path_and_query, body, content_type, JSON)
+            .await
+    }
+
+    /// A `GET` asking for the representation `accept` (for example
+    /// [`ACCEPT_PARTIAL_METADATA_LIST`](crate::api::ACCEPT_PARTIAL_METADATA_LIST): only the
+    /// objects' metadata).
+    pub async fn get_accepting(
+        &self,
+        path_and_query: &str,
+        accept: &str,
+    ) -> Result<HttpResponse, Failure> {
+        self.send_full(http::Method::GET, path_and_query, None, JSON, accept)
+            .await
+    }
+
+    async fn send_full(
+        &self,
+        method: http::Method,
+        path_and_query: &str,
+        body: Option<Vec<u8>>,
+        content_type: &str,
+        accept: &str,
+    ) -> Result<HttpResponse, Failure> {
         let has_body = body.is_some();
         let body = Bytes::from(body.unwrap_or_default());
         let auth = self.authorization().await?;
@@ -199,6 +226,7 @@ impl<B: Backend> Client<B> {
             &method,
             path_and_query,
             has_body.then_some(content_type),
+            accept,
             body.clone(),
             auth.as_ref(),
         )?;
@@ -214,6 +242,7 @@ impl<B: Backend> Client<B> {
             &method,
             path_and_query,
             has_body.then_some(content_type),
+            accept,
             body,
             auth.as_ref(),
         )?;
@@ -231,13 +260,14 @@ impl<B: Backend> Client<B> {
         method: &http::Method,
         path_and_query: &str,
         content_type: Option<&str>,
+        accept: &str,
         body: Bytes,
         auth: Option<&Secret<String>>,
     ) -> Result<http::Request<Bytes>, Failure> {
         let mut req = http::Request::builder()
             .method(method.clone())
             .uri(path_and_query)
-            .header(http::header::ACCEPT, "application/json")
+            .header(http::header::ACCEPT, accept)
             .header(http::header::USER_AGENT, USER_AGENT);
         if let Some(auth) = auth {
             let mut value = http::HeaderValue::from_str(auth.expose())

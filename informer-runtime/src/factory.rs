@@ -54,6 +54,7 @@ impl InformerOptions {
 struct FactoryKey {
     resource: Resource,
     options: InformerOptions,
+    metadata_only: bool,
 }
 
 trait Control: Send + Sync {
@@ -174,6 +175,10 @@ impl<R: Runtime, B: Backend> SharedInformerFactory<R, B> {
         let key = FactoryKey {
             resource: resource.clone(),
             options: options.clone(),
+            // Metadata only is another stream from the server (client-go has a factory of its
+            // own for it), so it is another informer, not a type mismatch.
+            metadata_only: TypeId::of::<K>()
+                == TypeId::of::<informer_core::PartialObjectMetadata>(),
         };
         let mut informers = self
             .informers

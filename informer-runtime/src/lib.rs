@@ -107,7 +107,7 @@ pub use informer_core::protocol::Failure;
 pub use informer_core::reflector::{BackoffConfig, ReflectorConfig};
 pub use informer_core::{
     DynamicObject, HandlerId, IndexError, Key, KeyRef, Labels, Notification, Object,
-    ObjectOrTombstone, Selector, SelectorError, Tombstone,
+    ObjectOrTombstone, PartialObjectMetadata, Selector, SelectorError, Tombstone,
 };
 pub use informer_http::{Config, HasResource, Resource};
 
@@ -127,8 +127,9 @@ macro_rules! runtime_crate_api {
             BackoffConfig, CacheSync, Config, DynamicObject, Error, EventHandler, Failure,
             HandlerFns, HandlerId, HasResource, IndexError, IndexFunc, IndexValues,
             InformerOptions, Key, KeyRef, LabelIndex, Labels, Metrics, NAMESPACE_INDEX,
-            Notification, Object, ObjectOrTombstone, ReflectorConfig, Resource, Runtime, Selector,
-            SelectorError, Store, Tombstone, impl_object, index_fn, label_index_name,
+            Notification, Object, ObjectOrTombstone, PartialObjectMetadata, ReflectorConfig,
+            Resource, Runtime, Selector, SelectorError, Store, Tombstone, impl_object, index_fn,
+            label_index_name,
         };
 
         #[doc = concat!("The transport backend this crate uses (", $backend_doc, ").")]

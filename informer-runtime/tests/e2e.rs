@@ -136,6 +136,7 @@ scenarios!(
     converges_after_apiserver_restart,
     panicking_handler_does_not_stop_the_others_and_shutdown_stops_delivery,
     typed_objects_with_label_and_field_selectors,
+    metadata_only_informers_cache_metadata_without_data,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1178,4 +1179,51 @@ async fn typed_objects_with_label_and_field_selectors<E: Env>(c: Client<E::B>) {
     assert_eq!(store.by_index("i-mod-10", "4").unwrap().len(), 70);
     assert_eq!(store.by_index("i-mod-10", "1").unwrap().len(), 69);
     inf.shutdown().await;
+}
+
+/// A metadata-only informer (client-go's metadatainformer) through the factory: the server
+/// sends only metadata (the seeded ConfigMaps' `data` never arrives), labels and selectors work
+/// on it, and a change made afterwards arrives as metadata too. A full informer of the same
+/// resource sits beside it in the same factory (another object type, another informer).
+async fn metadata_only_informers_cache_metadata_without_data<E: Env>(c: Client<E::B>) {
+    let factory = SharedInformerFactory::<E::R, E::B>::new(c.clone());
+    let opts = InformerOptions::new().namespace("seed-2");
+    let meta = factory
+        .informer_with::<informer_runtime::PartialObjectMetadata>(
+            Resource::CONFIGMAPS,
+            opts.clone(),
+            |b| b.label_index("seed"),
+        )
+        .unwrap();
+    let full = factory
+        .informer_with::<DynamicObject>(Resource::CONFIGMAPS, opts, |b| b)
+        .unwrap();
+    factory.start().unwrap();
+    factory.wait_for_cache_sync(Some(DEADLINE)).await.unwrap();
+    let store = meta.store();
+    assert!(store.len() >= SEED_PER_NAMESPACE, "{}", store.len());
+    let one = store.get("seed-2/cm-00002").expect("cm-00002 is in seed-2");
+    assert_eq!(
+        one.kind.as_deref(),
+        Some("PartialObjectMetadata"),
+        "the server sent metadata only"
+    );
+    assert_eq!(one.metadata.labels.get("seed"), Some("yes"));
+    let full_one = full.store().get("seed-2/cm-00002").unwrap();
+    assert!(
+        full_one.fields.get("data").is_some(),
+        "the full informer has the data"
+    );
+    let sel: informer_runtime::Selector = "seed=yes".parse().unwrap();
+    assert_eq!(store.select(&sel).len(), full.store().select(&sel).len());
+    assert!(store.select(&sel).len() >= SEED_PER_NAMESPACE);
+    put_cm(&c, "seed-2", "meta-late", &[("late", "yes")]).await;
+    let store2 = store.clone();
+    eventually::<E>("the change arrives as metadata", DEADLINE, || {
+        store2
+            .get("seed-2/meta-late")
+            .is_some_and(|o| o.metadata.labels.get("late") == Some("yes"))
+    })
+    .await;
+    factory.shutdown().await;
 }
