@@ -4,6 +4,7 @@
 mod bench_e2e;
 mod cluster;
 mod demo;
+mod fuzz;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
         ["sim", "--seeds", n, "--base", base] => sim(n, Some(base)),
         ["sim", "--replay", seed] => sim_replay(seed),
         ["cluster", rest @ ..] => cluster::main(rest),
+        ["fuzz", rest @ ..] => fuzz::main(rest),
         [] | ["help"] | ["--help"] | ["-h"] => {
             print!("{}", HELP);
             Ok(())
@@ -53,7 +55,8 @@ checks
                   rejects std APIs newer than rust-version); msrv; package; each published
                   crate checked on its own; the no_std proof build; every test, including
                   the end-to-end suite against a real kube-apiserver; docs with warnings
-                  denied
+                  denied; the fuzz seeds and saved crashes replayed, each fuzz target
+                  for 10 s
   nostd           build informer-core into a #![no_std] staticlib (fails on any std use)
   docs            cargo doc (warnings denied), then check that links resolve and the
                   runtime crates' Informer pages show their methods
@@ -70,6 +73,12 @@ benchmarks
   bench e2e [--objects N] [--namespaces N] [--updates N] [--writers N] [--runs N]
             [--runtime tokio|smol] [--transform none|strip|both]
                   end-to-end benchmark against a local kube-apiserver (tokio and smol)
+
+fuzzing
+  fuzz [--secs N] [TARGET]
+                  run every fuzz target (or one) for N seconds each (default 60) with
+                  cargo-fuzz (installed when missing; RUSTC_BOOTSTRAP=1 on stable); a
+                  crash is saved into fuzz/regressions/<target>/ and fails the run
 
 simulation
   sim --seeds N [--base B]
@@ -209,8 +218,14 @@ fn test_all() -> Result {
     c.args(["test", "--workspace", "--doc"]);
     run_counting("cargo test --doc", c, &mut totals)?;
 
+    // The fuzz crate (own workspace): its seeds and every saved crash replayed, then each
+    // target briefly.
+    fuzz::replay()?;
+    let fuzzed = fuzz::fuzz(fuzz::TARGETS, FUZZ_SECS_IN_TEST_ALL)?;
+
     docs()?;
 
+    fuzz::print_summary(&fuzzed);
     eprintln!("\ntest-all: every step passed in {}", secs(start.elapsed()));
     println!("{} passed, {} failed", totals.passed, totals.failed);
     Ok(())
@@ -279,6 +294,9 @@ fn check_docs() -> Result {
         Err(format!("docs:\n  {}", bad.join("\n  ")))
     }
 }
+
+/// Seconds each fuzz target runs in `test-all`.
+const FUZZ_SECS_IN_TEST_ALL: u64 = 10;
 
 /// Test counts summed over every `test result:` line cargo printed.
 #[derive(Default)]
