@@ -236,10 +236,9 @@ pub fn list_decoder(data: &[u8]) {
 /// resolution reads the files they name.
 pub fn kubeconfig(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let Ok(k) = informer_http::config::Kubeconfig::from_yaml(
-        "/nonexistent-informer-fuzz/config",
-        &text,
-    ) else {
+    let Ok(k) =
+        informer_http::config::Kubeconfig::from_yaml("/nonexistent-informer-fuzz/config", &text)
+    else {
         return;
     };
     let _ = format!("{k:?}");
@@ -282,9 +281,7 @@ pub fn incluster(data: &[u8]) {
         let debug = format!("{cfg:?}");
         let token = String::from_utf8_lossy(token);
         let token = token.trim();
-        let elsewhere = [&host, &port]
-            .iter()
-            .any(|s| s.contains(token))
+        let elsewhere = [&host, &port].iter().any(|s| s.contains(token))
             || String::from_utf8_lossy(ca).contains(token)
             || String::from_utf8_lossy(ns).contains(token)
             || debug.contains("informer-fuzz-incluster");
@@ -421,11 +418,7 @@ pub fn informer_core(data: &[u8]) {
         handlers.push((b & 0x80 != 0, Duration::from_secs(u64::from(b % 64))));
     }
     if !handlers.is_empty() {
-        cfg.handlers_before = handlers
-            .iter()
-            .filter(|h| !h.0)
-            .map(|h| h.1)
-            .collect();
+        cfg.handlers_before = handlers.iter().filter(|h| !h.0).map(|h| h.1).collect();
         cfg.handlers_late = handlers.iter().filter(|h| h.0).map(|h| h.1).collect();
     }
     if let Err(f) = run_with(cfg) {
