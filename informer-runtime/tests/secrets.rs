@@ -187,12 +187,11 @@ async fn run<E: Env>(config_path: &std::path::Path) -> Vec<Failure> {
     .await;
     assert!(done, "{:?}", failures.lock().unwrap());
     // Everything a user might print.
-    let mut out = CAPTURED.lock().unwrap();
-    let _ = write!(out, "\n{client:?}\n{:?}\n{:?}", inf.metrics(), store.list());
+    let mut printed = format!("\n{client:?}\n{:?}\n{:?}", inf.metrics(), store.list());
     for f in failures.lock().unwrap().iter() {
-        let _ = write!(out, "\n{f}\n{f:?}");
+        let _ = write!(printed, "\n{f}\n{f:?}");
     }
-    drop(out);
+    CAPTURED.lock().unwrap().push_str(&printed);
     inf.shutdown().await;
     assert!(
         server
@@ -202,8 +201,7 @@ async fn run<E: Env>(config_path: &std::path::Path) -> Vec<Failure> {
         "the configured server got the token on every request"
     );
     assert!(other.requests().is_empty(), "the other origin got nothing");
-    let failures = failures.lock().unwrap().clone();
-    failures
+    failures.lock().unwrap().clone()
 }
 
 /// The secrets: the token, and every line of the key's PEM body and of its base64 in the
