@@ -69,6 +69,7 @@ mod stream;
 mod informer;
 
 mod builder;
+mod consistency;
 mod factory;
 
 /// The behaviour list (`docs/CONFORMANCE.md` in the repository): what the informer does that
@@ -79,6 +80,7 @@ mod factory;
 pub mod conformance {}
 
 pub use builder::InformerBuilder;
+pub use consistency::{ConsistencyCheck, Divergence};
 pub use driver::WatchErrorHook;
 pub use error::Error;
 pub use factory::{InformerOptions, SharedInformerFactory};

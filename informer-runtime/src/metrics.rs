@@ -21,6 +21,8 @@ pub(crate) struct Counters {
     last_failure: Mutex<Option<Failure>>,
     pub(crate) backoffs: AtomicU64,
     pub(crate) handler_panics: AtomicU64,
+    pub(crate) consistency_checks: AtomicU64,
+    pub(crate) divergences: AtomicU64,
 }
 
 /// A snapshot of an informer's counters ([`Informer::metrics`](crate::Informer::metrics)).
@@ -47,6 +49,11 @@ pub struct Metrics {
     pub backoffs: u64,
     /// Handler panics caught.
     pub handler_panics: u64,
+    /// Consistency checks completed (see
+    /// [`InformerBuilder::consistency_check`](crate::InformerBuilder::consistency_check)).
+    pub consistency_checks: u64,
+    /// Consistency checks that found the cache diverging from the server.
+    pub divergences: u64,
 }
 
 impl Counters {
@@ -86,6 +93,8 @@ impl Counters {
                 .clone(),
             backoffs: g(&self.backoffs),
             handler_panics: g(&self.handler_panics),
+            consistency_checks: g(&self.consistency_checks),
+            divergences: g(&self.divergences),
         }
     }
 }
