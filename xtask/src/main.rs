@@ -31,6 +31,8 @@ fn main() -> ExitCode {
         ["sim", "--replay", seed] => sim_replay(seed),
         ["cluster", rest @ ..] => cluster::main(rest),
         ["fuzz", rest @ ..] => fuzz::main(rest),
+        ["soak"] => soak("2"),
+        ["soak", "--minutes", n] => soak(n),
         [] | ["help"] | ["--help"] | ["-h"] => {
             print!("{}", HELP);
             Ok(())
@@ -73,6 +75,14 @@ benchmarks
   bench e2e [--objects N] [--namespaces N] [--updates N] [--writers N] [--runs N]
             [--runtime tokio|smol] [--transform none|strip|both]
                   end-to-end benchmark against a local kube-apiserver (tokio and smol)
+
+chaos
+  soak [--minutes N]
+                  informers of both runtimes against a real kube-apiserver through a TCP
+                  fault proxy (resets, stalls, half-closes, split writes), with apiserver
+                  restarts, compactions, 429s and writers; checks every quiet point and
+                  prints a summary (faults, relists, convergence, RSS); default 2 minutes
+                  (test-all runs the 2-minute soak as part of the tests)
 
 fuzzing
   fuzz [--secs N] [TARGET]
@@ -293,6 +303,29 @@ fn check_docs() -> Result {
     } else {
         Err(format!("docs:\n  {}", bad.join("\n  ")))
     }
+}
+
+/// The chaos soak (`informer-runtime/tests/soak.rs`) for `minutes`, its summary printed.
+fn soak(minutes: &str) -> Result {
+    let m: f64 = minutes
+        .parse()
+        .map_err(|_| format!("soak: --minutes takes a number, not {minutes:?}"))?;
+    cluster::main(&["build"])?;
+    let mut c = cargo();
+    c.args([
+        "test",
+        "-p",
+        "informer-runtime",
+        "--test",
+        "soak",
+        "--",
+        "--nocapture",
+    ])
+    .env(
+        "INFORMER_SOAK_SECS",
+        format!("{}", (m * 60.0).round() as u64),
+    );
+    run(&format!("chaos soak for {minutes} min"), c)
 }
 
 /// Seconds each fuzz target runs in `test-all`.
