@@ -131,9 +131,9 @@ pub fn fuzz(targets: &[&'static str], secs: u64) -> Result<Vec<Outcome>> {
         let log = String::from_utf8_lossy(&out.stderr);
         let runs = log
             .lines()
+            .rev()
             .filter_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
-            .filter_map(|n| n.trim().parse().ok())
-            .last()
+            .find_map(|n| n.trim().parse().ok())
             .unwrap_or(0);
         let elapsed = start.elapsed().as_secs_f64();
         eprintln!("<== fuzz {target}: {runs} executions in {elapsed:.1} s");
