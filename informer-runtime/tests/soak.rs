@@ -387,6 +387,7 @@ fn soak_against_the_real_apiserver_through_a_fault_proxy() {
     let mut max_rss = rss_kib();
     let start_rss = max_rss;
     let mut too_many = 0u64;
+    let mut bursts = 0u64;
     while t0.elapsed() < Duration::from_secs(secs) {
         // Busy: faults on, writes, chaos.
         proxy.on.store(true, Ordering::SeqCst);
@@ -408,6 +409,27 @@ fn soak_against_the_real_apiserver_through_a_fault_proxy() {
                 1..=2 if tc.compact().is_ok() => compactions += 1,
                 3..=8 => {
                     proxy.reset_all();
+                }
+                9..=11 => {
+                    // A burst of parallel lists over the inflight limit: 429s for everyone
+                    // (the informers' lists included) while it lasts.
+                    thread::scope(|s| {
+                        let hs: Vec<_> = (0..12)
+                            .map(|_| {
+                                s.spawn(|| {
+                                    tc.request("GET", "/api/v1/configmaps", None)
+                                        .map(|(c, _)| c)
+                                        .unwrap_or(0)
+                                })
+                            })
+                            .collect();
+                        for h in hs {
+                            if h.join().unwrap_or(0) == 429 {
+                                too_many += 1;
+                            }
+                        }
+                    });
+                    bursts += 1;
                 }
                 _ => {}
             }
@@ -459,10 +481,10 @@ fn soak_against_the_real_apiserver_through_a_fault_proxy() {
     tokio_stop.store(true, Ordering::SeqCst);
     smol_stop.store(true, Ordering::SeqCst);
     let faults = proxy.faults.lock().unwrap().clone();
-    let injected: u64 = faults.values().sum::<u64>() + restarts + compactions;
+    let injected: u64 = faults.values().sum::<u64>() + restarts + compactions + bursts;
     println!("soak summary ({secs} s, {rounds} quiet points, {writes} writes):");
     println!(
-        "  faults injected: {injected} (proxy {faults:?}, apiserver restarts {restarts}, compactions {compactions}); writes answered 429: {too_many}"
+        "  faults injected: {injected} (proxy {faults:?}, apiserver restarts {restarts}, compactions {compactions}, request bursts {bursts}); requests answered 429: {too_many}"
     );
     for (name, p) in probes {
         let (relists, checks, divergences) = (p.relists)();
