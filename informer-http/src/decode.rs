@@ -295,6 +295,15 @@ fn object_error(event_type: Option<&str>, raw: &str, err: serde_json::Error) -> 
     }
 }
 
+/// Decodes `raw` into `T` only when it is a JSON object: serde's derived structs also accept a
+/// JSON array (fields by position), so `["Failure", …]` would pass for a `Status` or a bookmark.
+fn from_json_object<T: DeserializeOwned>(raw: &str) -> Result<T, String> {
+    if !raw.trim_start().starts_with('{') {
+        return Err("expected a JSON object".into());
+    }
+    serde_json::from_str(raw).map_err(|e| e.to_string())
+}
+
 /// Decodes one watch line (`{"type":…,"object":{…}}`) into an event.
 ///
 /// `ERROR` events become [`WatchEvent::Error`] with the server's `Status` classified (410 →
@@ -359,11 +368,15 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for FastEvent<K> {
                                     WatchEvent::Deleted(Arc::new(map.next_value()?))
                                 }
                                 EventType::Bookmark => {
-                                    let ident: Ident = map.next_value()?;
+                                    let raw: &'de RawValue = map.next_value()?;
+                                    let ident: Ident = from_json_object(raw.get())
+                                        .map_err(|_| A::Error::custom("bad bookmark"))?;
                                     bookmark(ident).map_err(|_| A::Error::custom("bad bookmark"))?
                                 }
                                 EventType::Error => {
-                                    let status: StatusObject = map.next_value()?;
+                                    let raw: &'de RawValue = map.next_value()?;
+                                    let status: StatusObject = from_json_object(raw.get())
+                                        .map_err(|_| A::Error::custom("bad status"))?;
                                     WatchEvent::Error(status.to_failure(0, None))
                                 }
                             })
@@ -414,7 +427,7 @@ fn decode_event_slow<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, 
         "MODIFIED" => WatchEvent::Modified,
         "DELETED" => WatchEvent::Deleted,
         "BOOKMARK" => {
-            let ident: Ident = serde_json::from_str(raw).map_err(|e| DecodeError::Object {
+            let ident: Ident = from_json_object(raw).map_err(|e| DecodeError::Object {
                 event_type: Some("BOOKMARK".into()),
                 kind: None,
                 namespace: None,
@@ -425,7 +438,7 @@ fn decode_event_slow<K: DeserializeOwned>(line: &[u8]) -> Result<WatchEvent<K>, 
         }
         "ERROR" => {
             let status: StatusObject =
-                serde_json::from_str(raw).map_err(|e| DecodeError::Malformed {
+                from_json_object(raw).map_err(|e| DecodeError::Malformed {
                     message: format!("ERROR event without a Status: {e}"),
                 })?;
             return Ok(WatchEvent::Error(status.to_failure(0, None)));

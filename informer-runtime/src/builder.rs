@@ -15,6 +15,7 @@ use informer_core::{Object, SharedIndexInformer};
 use informer_http::{Backend, Client, HasResource, Resource, Transport};
 use serde::de::DeserializeOwned;
 
+use crate::consistency::{ConsistencyCheck, Divergence, DivergenceHook};
 use crate::driver::{Driver, WatchErrorHook};
 use crate::error::Error;
 use crate::informer::Informer;
@@ -47,6 +48,7 @@ pub struct InformerBuilder<K, R> {
     indexers: Vec<(String, Box<dyn IndexFunc<K>>)>,
     transform: Option<Transform<K>>,
     watch_error: Option<WatchErrorHook>,
+    consistency: Option<(ConsistencyCheck, Option<DivergenceHook>)>,
     name: String,
     seed_set: bool,
     /// Set when `K` holds one kind and the resource is of another (refused by `build`).
@@ -118,6 +120,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             indexers: Vec::new(),
             transform: None,
             watch_error: None,
+            consistency: None,
             name,
             seed_set: false,
             kind_mismatch: None,
@@ -200,6 +203,24 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         self
     }
 
+    /// Switches the consistency check on (off by default): every `check.interval`, when the
+    /// informer has synced, it lists the resource from the server at the informer's last synced
+    /// resourceVersion (`resourceVersionMatch=Exact`, in pages) and compares the keys and
+    /// resourceVersions with the cache. A divergence is logged (`tracing` error), counted
+    /// ([`Metrics::divergences`](crate::Metrics::divergences)), handed to `on_divergence`, and,
+    /// with [`ConsistencyCheck::heal`], repaired by a relist. A list that fails (say 410: the
+    /// resourceVersion was compacted away) gives no verdict; the next check tries again.
+    ///
+    /// It costs one full list per interval: meant for tests, soaks and canaries.
+    pub fn consistency_check(
+        mut self,
+        check: ConsistencyCheck,
+        on_divergence: impl Fn(&Divergence) + Send + Sync + 'static,
+    ) -> Self {
+        self.consistency = Some((check, Some(Arc::new(on_divergence))));
+        self
+    }
+
     /// The list/watch backoff (client-go's defaults unless set).
     pub fn backoff(mut self, backoff: BackoffConfig) -> Self {
         self.config.reflector.backoff = backoff;
@@ -229,6 +250,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             self.config.reflector.seed =
                 std::collections::hash_map::RandomState::new().hash_one(&self.name);
         }
+        let selectors = self.config.reflector.selectors.clone();
         let mut core = SharedIndexInformer::new(self.config);
         for (name, func) in self.indexers {
             core.add_index(&name, BoxedIndex(func))?;
@@ -257,6 +279,11 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             default_resync: self.default_resync,
             finished: AtomicBool::new(false),
         });
+        if let Some((check, hook)) = self.consistency {
+            let task =
+                crate::consistency::run(shared.clone(), transport.clone(), selectors, check, hook);
+            self.rt.spawn(Box::pin(task))?;
+        }
         let driver = Driver::new(
             shared.clone(),
             transport,

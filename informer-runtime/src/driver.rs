@@ -226,6 +226,20 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
         match wakeup {
             Wakeup::Cmd(Cmd::Wake) => {}
             Wakeup::Cmd(Cmd::Stop) => *stop = true,
+            Wakeup::Cmd(Cmd::Relist) => {
+                // The request in flight (the watch, at a quiet moment) fails as if the server
+                // had answered 410: the reflector relists, as after any expired watch.
+                if let Some(id) = core.in_flight() {
+                    let status = informer_core::protocol::Status {
+                        code: 410,
+                        reason: "Expired".into(),
+                        message: "consistency check: the cache diverged from the server; relisting"
+                            .into(),
+                        ..Default::default()
+                    };
+                    core.handle_input(now, id, Input::Failed(Failure::Expired(status)));
+                }
+            }
             Wakeup::Timer => core.handle_timeout(now),
             Wakeup::Reply(id, input) => {
                 let applied = match &input {

@@ -73,6 +73,7 @@ mod stream;
 mod informer;
 
 mod builder;
+mod consistency;
 mod controller;
 mod factory;
 mod leader;
@@ -85,6 +86,7 @@ mod leader;
 pub mod conformance {}
 
 pub use builder::InformerBuilder;
+pub use consistency::{ConsistencyCheck, Divergence};
 pub use controller::{Action, OwnerReference, WorkQueue, Workers, owner_keys, owner_references};
 pub use driver::WatchErrorHook;
 pub use error::Error;

@@ -11,6 +11,8 @@
 //! | `informer_watch_restarts_total` | `informer` | watches after the first |
 //! | `informer_watch_errors_total` | `informer`, `kind` | list/watch failures by [`Failure::kind`] |
 //! | `informer_backoffs_total` | `informer` | backoffs entered |
+//! | `informer_consistency_checks_total` | `informer` | consistency checks run (when switched on) |
+//! | `informer_divergences_total` | `informer` | cache/server divergences they found |
 //! | `informer_handler_delivered_total` | `informer`, `handler` | notifications a handler finished |
 //! | `informer_handler_panics_total` | `informer`, `handler` | panics caught in a handler |
 //! | `informer_handler_pending` (gauge) | `informer`, `handler` | notifications pending for it |
@@ -111,6 +113,8 @@ pub(crate) struct Counters {
     last_failure: Mutex<Option<Failure>>,
     pub(crate) backoffs: Count,
     pub(crate) handler_panics: Count,
+    pub(crate) consistency_checks: Count,
+    pub(crate) divergences: Count,
 }
 
 /// A snapshot of an informer's counters ([`Informer::metrics`](crate::Informer::metrics)).
@@ -137,6 +141,11 @@ pub struct Metrics {
     pub backoffs: u64,
     /// Handler panics caught.
     pub handler_panics: u64,
+    /// Consistency checks completed (see
+    /// [`InformerBuilder::consistency_check`](crate::InformerBuilder::consistency_check)).
+    pub consistency_checks: u64,
+    /// Consistency checks that found the cache diverging from the server.
+    pub divergences: u64,
 }
 
 impl Counters {
@@ -158,6 +167,8 @@ impl Counters {
             backoffs: c("informer_backoffs_total"),
             // Exported per handler (informer_handler_panics_total{informer, handler}).
             handler_panics: Count::default(),
+            consistency_checks: c("informer_consistency_checks_total"),
+            divergences: c("informer_divergences_total"),
         }
     }
 
@@ -214,6 +225,8 @@ impl Counters {
                 .clone(),
             backoffs: g(&self.backoffs),
             handler_panics: g(&self.handler_panics),
+            consistency_checks: g(&self.consistency_checks),
+            divergences: g(&self.divergences),
         }
     }
 }

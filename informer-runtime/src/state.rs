@@ -104,6 +104,8 @@ pub(crate) enum Cmd {
     Wake,
     /// Shut down.
     Stop,
+    /// The consistency check found a divergence and heals it: relist.
+    Relist,
 }
 
 /// Everything the handles and the driver share.

@@ -104,15 +104,24 @@ impl Env for SmolEnv {
     }
 }
 
+/// Divergences the consistency check found in the scenario running (see [`builder`]).
+static DIVERGENCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn run<E: Env, F: Future<Output = ()>>(scenario: impl FnOnce(Client<E::B>) -> F) {
     let _serial = serial();
     let sh = shared();
     let t0 = Instant::now();
+    DIVERGENCES.store(0, std::sync::atomic::Ordering::SeqCst);
     E::block_on(async {
         let c = E::client(sh.config.clone());
         scenario(c).await
     });
     eprintln!("[{}] scenario took {:?}", E::NAME, t0.elapsed());
+    assert_eq!(
+        DIVERGENCES.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the consistency check found the cache diverging from the server"
+    );
 }
 
 macro_rules! scenarios {
@@ -416,6 +425,14 @@ fn builder<E: Env>(
     Informer::<DynamicObject, E::R>::builder_for(c, res)
         .namespace(ns)
         .backoff(fast_backoff())
+        // On in every scenario: a divergence fails it (see `run`).
+        .consistency_check(
+            informer_runtime::ConsistencyCheck::every(Duration::from_secs(1)),
+            |d| {
+                eprintln!("consistency check: {d}");
+                DIVERGENCES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            },
+        )
 }
 
 fn fast_backoff() -> BackoffConfig {

@@ -4,6 +4,7 @@
 mod bench_e2e;
 mod cluster;
 mod demo;
+mod fuzz;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -30,6 +31,9 @@ fn main() -> ExitCode {
         ["sim", "--seeds", n, "--base", base] => sim(n, Some(base)),
         ["sim", "--replay", seed] => sim_replay(seed),
         ["cluster", rest @ ..] => cluster::main(rest),
+        ["fuzz", rest @ ..] => fuzz::main(rest),
+        ["soak"] => soak("2"),
+        ["soak", "--minutes", n] => soak(n),
         [] | ["help"] | ["--help"] | ["-h"] => {
             print!("{}", HELP);
             Ok(())
@@ -54,7 +58,8 @@ checks
                   rejects std APIs newer than rust-version); msrv; package; each published
                   crate checked on its own; the no_std proof build; every test, including
                   the end-to-end suite against a real kube-apiserver; docs with warnings
-                  denied
+                  denied; the fuzz seeds and saved crashes replayed, each fuzz target
+                  for 10 s
   nostd           build informer-core into a #![no_std] staticlib (fails on any std use)
   docs            cargo doc (warnings denied), then check that links resolve and the
                   runtime crates' Informer pages show their methods
@@ -73,6 +78,20 @@ benchmarks
                   end-to-end benchmark against a local kube-apiserver (tokio and smol)
   bench conn      connections and client memory of 20 informers on one client, HTTP/2
                   against HTTP/1.1 (a local kube-apiserver)
+
+chaos
+  soak [--minutes N]
+                  informers of both runtimes against a real kube-apiserver through a TCP
+                  fault proxy (resets, stalls, half-closes, split writes), with apiserver
+                  restarts, compactions, 429s and writers; checks every quiet point and
+                  prints a summary (faults, relists, convergence, RSS); default 2 minutes
+                  (test-all runs the 2-minute soak as part of the tests)
+
+fuzzing
+  fuzz [--secs N] [TARGET]
+                  run every fuzz target (or one) for N seconds each (default 60) with
+                  cargo-fuzz (installed when missing; RUSTC_BOOTSTRAP=1 on stable); a
+                  crash is saved into fuzz/regressions/<target>/ and fails the run
 
 simulation
   sim --seeds N [--base B]
@@ -247,9 +266,14 @@ fn test_all() -> Result {
         c,
         &mut totals,
     )?;
+    // The fuzz crate (own workspace): its seeds and every saved crash replayed, then each
+    // target briefly.
+    fuzz::replay()?;
+    let fuzzed = fuzz::fuzz(fuzz::TARGETS, FUZZ_SECS_IN_TEST_ALL)?;
 
     docs()?;
 
+    fuzz::print_summary(&fuzzed);
     eprintln!("\ntest-all: every step passed in {}", secs(start.elapsed()));
     println!("{} passed, {} failed", totals.passed, totals.failed);
     Ok(())
@@ -318,6 +342,32 @@ fn check_docs() -> Result {
         Err(format!("docs:\n  {}", bad.join("\n  ")))
     }
 }
+
+/// The chaos soak (`informer-runtime/tests/soak.rs`) for `minutes`, its summary printed.
+fn soak(minutes: &str) -> Result {
+    let m: f64 = minutes
+        .parse()
+        .map_err(|_| format!("soak: --minutes takes a number, not {minutes:?}"))?;
+    cluster::main(&["build"])?;
+    let mut c = cargo();
+    c.args([
+        "test",
+        "-p",
+        "informer-runtime",
+        "--test",
+        "soak",
+        "--",
+        "--nocapture",
+    ])
+    .env(
+        "INFORMER_SOAK_SECS",
+        format!("{}", (m * 60.0).round() as u64),
+    );
+    run(&format!("chaos soak for {minutes} min"), c)
+}
+
+/// Seconds each fuzz target runs in `test-all`.
+const FUZZ_SECS_IN_TEST_ALL: u64 = 10;
 
 /// Test counts summed over every `test result:` line cargo printed.
 #[derive(Default)]

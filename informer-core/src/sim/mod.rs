@@ -5,7 +5,8 @@
 //! Every run is a seed. [`run`] returns a [`Report`] or a [`SimFailure`] that names the seed
 //! and how to replay it. The checks (CONFORMANCE 25):
 //!
-//! - while running: no handler ever sees an object go back to an older resourceVersion; each
+//! - while running: no handler ever has more notifications pending than there are keys (one per
+//!   key at most); no handler ever sees an object go back to an older resourceVersion; each
 //!   handler's notifications fold consistently (no add of a key it has, no update or delete of
 //!   a key it lacks, an update's `old` is the state it saw last); a removed handler gets
 //!   nothing;
@@ -715,6 +716,17 @@ impl Sim {
 
     /// Advances the clock to the earliest pending event and runs it.
     fn step(&mut self) -> Result<(), String> {
+        // Notifications coalesce per object: a handler never has more pending than there are
+        // keys (`names` bounds every key the server ever had).
+        for h in self.handlers.iter().filter(|h| !h.removed) {
+            let pending = self.inf.pending(h.id);
+            if pending > self.cfg.names as usize {
+                return Err(format!(
+                    "handler {} has {pending} notifications pending for at most {} keys",
+                    h.id.0, self.cfg.names
+                ));
+            }
+        }
         let handler_t = self.handlers.iter().filter_map(|h| h.busy_until).min();
         let work_t = [
             if self.mutations_left > 0 {

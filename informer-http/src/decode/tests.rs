@@ -329,3 +329,68 @@ fn object_before_type_and_bad_bookmarks() {
         Err(DecodeError::Object { event_type: Some(t), kind: Some(k), .. }) if t == "BOOKMARK" && k == "Pod"
     ));
 }
+
+/// An ERROR or BOOKMARK whose object is a JSON array: serde's derived structs accept arrays
+/// (fields by position), so `["Failure","boom"]` used to pass for a Status (an `Other` failure
+/// with code 0) and `["ConfigMap",{"resourceVersion":"9"}]` for a bookmark at 9. The hostile
+/// table found it; both are decode errors now.
+#[test]
+fn error_and_bookmark_objects_must_be_json_objects() {
+    for (line, kind) in [
+        (
+            r#"{"type":"ERROR","object":["not","a","status"]}"#,
+            DecodeKind::Malformed,
+        ),
+        (
+            r#"{"type":"ERROR","object":["Status","Failure","gone","Expired",410]}"#,
+            DecodeKind::Malformed,
+        ),
+        (r#"{"type":"ERROR","object":"boom"}"#, DecodeKind::Malformed),
+        (
+            r#"{"type":"BOOKMARK","object":["ConfigMap",{"resourceVersion":"9"}]}"#,
+            DecodeKind::Object,
+        ),
+    ] {
+        match decode_event::<DynamicObject>(line.as_bytes()) {
+            Err(e) => assert_eq!(e.kind(), kind, "{line}: {e:?}"),
+            Ok(ev) => panic!("{line} decoded as {ev:?}"),
+        }
+    }
+    // Objects still decode, in either key order.
+    let ok = r#"{"object":{"kind":"Status","code":410,"reason":"Expired","message":"old"},"type":"ERROR"}"#;
+    assert!(matches!(
+        decode_event::<DynamicObject>(ok.as_bytes()),
+        Ok(WatchEvent::Error(Failure::Expired(_)))
+    ));
+}
+
+/// 100,000 nested arrays, never a stack overflow: kept as raw JSON in a field `DynamicObject`
+/// does not read, skipped (without recursion) in an unknown field of the event, and an `Object`
+/// error naming the object where a value is read (a label).
+#[test]
+fn deep_nesting_in_watch_lines() {
+    let nested = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let kept = format!(
+        r#"{{"type":"ADDED","object":{{"kind":"ConfigMap","metadata":{{"name":"d","namespace":"ns","resourceVersion":"6"}},"data":{nested}}}}}"#
+    );
+    match decode_event::<DynamicObject>(kept.as_bytes()) {
+        Ok(WatchEvent::Added(o)) => assert_eq!(o.name(), "d"),
+        other => panic!("{other:?}"),
+    }
+    let skipped =
+        format!(r#"{{"type":"ADDED","x":{nested},"object":{{"metadata":{{"name":"e"}}}}}}"#);
+    assert!(matches!(
+        decode_event::<DynamicObject>(skipped.as_bytes()),
+        Ok(WatchEvent::Added(o)) if o.name() == "e"
+    ));
+    let read = format!(
+        r#"{{"type":"ADDED","object":{{"metadata":{{"name":"f","namespace":"ns","labels":{{"k":{nested}}}}}}}}}"#
+    );
+    match decode_event::<DynamicObject>(read.as_bytes()) {
+        Err(e) => {
+            assert_eq!(e.kind(), DecodeKind::Object);
+            assert!(e.to_string().contains("ns/f"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

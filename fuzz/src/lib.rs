@@ -1,0 +1,488 @@
+//! The bodies of the fuzz targets, as plain functions: `fuzz_targets/*.rs` hand them libFuzzer's
+//! input, and this crate's own tests replay the committed seeds (`corpus/<target>/`) and every
+//! saved crash (`regressions/<target>/`) through them without libFuzzer
+//! (`cargo test --manifest-path fuzz/Cargo.toml --lib`, run by `cargo xtask test-all`).
+//!
+//! Each function panics when an invariant fails; a panic is a finding. Inputs are split into
+//! parameters (chunk sizes, limits) and payload by their first bytes, so the fuzzer explores
+//! both.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use informer_http::core::DynamicObject;
+use informer_http::core::protocol::ListPage;
+use informer_http::decode::{DecodeError, LineDecoder, ListDecoder, WatchDecoder};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+
+/// Cut points for `len` bytes from a seed: a xorshift sequence of chunk sizes in `1..=max`.
+fn chunk_sizes(len: usize, seed: u8) -> Vec<usize> {
+    let mut x = u64::from(seed).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let max = 1 + usize::from(seed % 64);
+    let mut sizes = Vec::new();
+    let mut done = 0;
+    while done < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let n = (1 + (x as usize) % max).min(len - done);
+        sizes.push(n);
+        done += n;
+    }
+    sizes
+}
+
+fn chunks(data: &[u8], seed: u8) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for n in chunk_sizes(data.len(), seed) {
+        out.push(&data[at..at + n]);
+        at += n;
+    }
+    out
+}
+
+/// An event or error, rendered for comparison.
+fn show<T: Debug, E: Debug>(r: &Result<T, E>) -> String {
+    format!("{r:?}")
+}
+
+/// Decodes a watch stream fed in `pieces` with a line limit; also checks the decoder's memory
+/// bound after each piece (the limit, once every complete line is taken out).
+fn watch_stream(pieces: &[&[u8]], max_line: usize) -> Vec<String> {
+    let mut d = WatchDecoder::<DynamicObject>::new(max_line);
+    let mut lines = LineDecoder::new(max_line);
+    let mut out = Vec::new();
+    for p in pieces {
+        d.feed(p);
+        while let Some(ev) = d.next_event() {
+            out.push(show(&ev));
+        }
+        lines.feed(p);
+        while lines.next_line().is_some() {}
+        assert!(
+            lines.buffered() <= max_line,
+            "{} bytes held with a limit of {max_line}",
+            lines.buffered()
+        );
+    }
+    if let Some(ev) = d.finish() {
+        out.push(show(&ev));
+    }
+    out
+}
+
+/// Watch-event line decoder: the events (and errors) do not depend on how the stream is cut;
+/// memory stays within the line limit; a line over the limit is `LineTooLong`, never decoded.
+///
+/// Input: `[limit byte, chunk seed, stream...]`.
+pub fn watch_decoder(data: &[u8]) {
+    let [limit, seed, stream @ ..] = data else {
+        return;
+    };
+    // Small limits reach the over-long paths; 0 means the default.
+    let max_line = match *limit {
+        0 => informer_http::decode::DEFAULT_MAX_LINE,
+        n => usize::from(n) * 4,
+    };
+    let whole = watch_stream(&[stream], max_line);
+    let cut = watch_stream(&chunks(stream, *seed), max_line);
+    assert_eq!(whole, cut, "chunking changed the events");
+    let bytewise: Vec<&[u8]> = stream.chunks(1).collect();
+    if stream.len() <= 4096 {
+        assert_eq!(whole, watch_stream(&bytewise, max_line), "byte by byte");
+    }
+    // Every complete line over the limit is reported as too long, not decoded.
+    let over = stream
+        .split(|&b| b == b'\n')
+        .rev()
+        .skip(1) // the unterminated tail
+        .filter(|l| l.len() > max_line)
+        .count();
+    let too_long = whole
+        .iter()
+        .filter(|e| e.starts_with("Err(LineTooLong"))
+        .count();
+    assert!(too_long >= over, "{over} long lines, {too_long} reported");
+}
+
+/// `metadata` of a list, as the reference reads it.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ListMeta {
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<String>,
+    #[serde(rename = "continue")]
+    continue_token: Option<String>,
+    #[serde(rename = "remainingItemCount")]
+    remaining_item_count: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct TypedList<K> {
+    #[serde(default)]
+    metadata: ListMeta,
+    #[serde(default = "none")]
+    items: Option<Vec<K>>,
+}
+
+fn none<T>() -> Option<T> {
+    None
+}
+
+/// The list's structure parsed strictly outside the items: every other value must be a
+/// `serde_json::Value` (valid UTF-8, paired surrogates, numbers in range), `items` null or an
+/// array of JSON texts.
+struct Skeleton;
+
+impl<'de> Deserialize<'de> for Skeleton {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Skeleton;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Skeleton, A::Error> {
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "items" {
+                        map.next_value::<Option<Vec<Box<RawValue>>>>()?;
+                    } else {
+                        map.next_value::<serde_json::Value>()?;
+                    }
+                }
+                Ok(Skeleton)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// serde_json's reading of a list body: the page, or `None` when it is not a list of `K`.
+fn oracle<K: DeserializeOwned>(body: &[u8]) -> Option<ListPage<K>> {
+    serde_json::from_slice::<Skeleton>(body).ok()?;
+    let list = serde_json::from_slice::<TypedList<K>>(body).ok()?;
+    Some(ListPage {
+        items: list
+            .items
+            .unwrap_or_default()
+            .into_iter()
+            .map(Arc::new)
+            .collect(),
+        resource_version: list.metadata.resource_version.unwrap_or_default(),
+        continue_token: list.metadata.continue_token.filter(|c| !c.is_empty()),
+        remaining_item_count: list
+            .metadata
+            .remaining_item_count
+            .and_then(|n| u64::try_from(n).ok()),
+    })
+}
+
+fn page_text<K: Debug>(p: &ListPage<K>) -> String {
+    format!(
+        "items={:?} rv={:?} continue={:?} remaining={:?}",
+        p.items, p.resource_version, p.continue_token, p.remaining_item_count
+    )
+}
+
+fn streamed<K: DeserializeOwned>(pieces: &[&[u8]]) -> Result<ListPage<K>, DecodeError> {
+    let mut d = ListDecoder::<K>::new();
+    for p in pieces {
+        d.feed(p)?;
+    }
+    d.finish()
+}
+
+fn list_as<K: DeserializeOwned + Debug>(body: &[u8], seed: u8) {
+    let expected = oracle::<K>(body).map(|p| page_text(&p));
+    for (how, got) in [
+        ("whole", streamed::<K>(&[body])),
+        ("chunked", streamed::<K>(&chunks(body, seed))),
+    ] {
+        let got = got.as_ref().map(page_text).ok();
+        assert_eq!(
+            got,
+            expected,
+            "{how}: decoder and serde_json disagree on {:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+}
+
+/// List decoder fed in random chunkings, with serde_json as the oracle: the same items,
+/// resourceVersion, continue token and remaining count, or both an error.
+///
+/// Input: `[item type and chunk seed, body...]`; even: items as `serde_json::Value` (any JSON),
+/// odd: as `DynamicObject`.
+pub fn list_decoder(data: &[u8]) {
+    let [sel, body @ ..] = data else {
+        return;
+    };
+    if sel % 2 == 0 {
+        list_as::<serde_json::Value>(body, *sel / 2);
+    } else {
+        list_as::<DynamicObject>(body, *sel / 2);
+    }
+}
+
+/// Kubeconfig parsing: any text is a kubeconfig or a typed error; resolving each context is a
+/// config or a typed error. Inputs naming paths (`/`, `\`) are only parsed, not resolved: the
+/// resolution reads the files they name.
+pub fn kubeconfig(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let Ok(k) =
+        informer_http::config::Kubeconfig::from_yaml("/nonexistent-informer-fuzz/config", &text)
+    else {
+        return;
+    };
+    let _ = format!("{k:?}");
+    if text.contains(['/', '\\']) {
+        return;
+    }
+    let contexts: Vec<String> = k.contexts().map(str::to_string).collect();
+    for c in contexts.iter().map(|c| Some(c.as_str())).chain([None]) {
+        if let Ok(cfg) = k.config(c) {
+            let debug = format!("{cfg:?}");
+            if let Ok(Some(auth)) = cfg.authorization() {
+                let secret = auth.expose();
+                // A credential never shows in Debug (unless the text shows it elsewhere).
+                let token = secret
+                    .trim_start_matches("Bearer ")
+                    .trim_start_matches("Basic ");
+                if token.len() >= 12 && !debug.contains("***") {
+                    assert!(!debug.contains(token), "credential in Debug: {debug}");
+                }
+            }
+        }
+    }
+}
+
+/// In-cluster configuration: host, port, token, CA and namespace from the input (split at
+/// `0xff`), written to a service-account directory. A config or a typed error; the token never
+/// in its Debug.
+pub fn incluster(data: &[u8]) {
+    let mut parts = data.split(|&b| b == 0xff);
+    let mut next = || parts.next().unwrap_or_default();
+    let host = String::from_utf8_lossy(next()).into_owned();
+    let port = String::from_utf8_lossy(next()).into_owned();
+    let (token, ca, ns) = (next(), next(), next());
+    let dir = std::env::temp_dir().join(format!("informer-fuzz-incluster-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("token"), token).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca).unwrap();
+    std::fs::write(dir.join("namespace"), ns).unwrap();
+    if let Ok(cfg) = informer_http::config::incluster_from(&dir, Some(&host), Some(&port)) {
+        let debug = format!("{cfg:?}");
+        let token = String::from_utf8_lossy(token);
+        let token = token.trim();
+        let elsewhere = [&host, &port].iter().any(|s| s.contains(token))
+            || String::from_utf8_lossy(ca).contains(token)
+            || String::from_utf8_lossy(ns).contains(token)
+            || debug.contains("informer-fuzz-incluster");
+        if token.len() >= 12 && !elsewhere {
+            assert!(!debug.contains(token), "token in Debug: {debug}");
+        }
+        let auth = cfg.authorization().unwrap().unwrap();
+        assert!(auth.expose().starts_with("Bearer "));
+    }
+}
+
+/// What a connection delivered: each response's status and body, then how it ended.
+fn h1_connection(pieces: &[&[u8]]) -> (Vec<(u16, Vec<u8>)>, String) {
+    use informer_http::h1::{BodyDecoder, Framing, parse_head};
+    let mut responses = Vec::new();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut fed = pieces.iter();
+    let mut more = |buf: &mut Vec<u8>| match fed.next() {
+        Some(p) => {
+            buf.extend_from_slice(p);
+            true
+        }
+        None => false,
+    };
+    loop {
+        // The head.
+        let (len, head) = loop {
+            match parse_head(&buf, &http::Method::GET) {
+                Ok(Some(h)) => break h,
+                Ok(None) => {
+                    if !more(&mut buf) {
+                        return (responses, format!("eof in head after {} bytes", buf.len()));
+                    }
+                }
+                Err(e) => return (responses, format!("head error {e:?}")),
+            }
+        };
+        assert!(len <= buf.len());
+        buf.drain(..len);
+        let mut body = BodyDecoder::new(head.framing);
+        let mut out = Vec::new();
+        loop {
+            if !buf.is_empty() {
+                match body.decode(&buf, &mut out) {
+                    Ok(n) => {
+                        assert!(n <= buf.len());
+                        buf.drain(..n);
+                    }
+                    Err(e) => return (responses, format!("body error {e:?}")),
+                }
+            }
+            if body.is_done() {
+                break;
+            }
+            if !more(&mut buf) {
+                let end = body.eof();
+                responses.push((head.status.as_u16(), out));
+                return (responses, format!("eof in body: {end:?}"));
+            }
+        }
+        if let Framing::Length(n) = head.framing {
+            assert_eq!(out.len() as u64, n, "Content-Length body");
+        }
+        responses.push((head.status.as_u16(), out));
+        if !head.keep_alive {
+            return (responses, "closed (no keep-alive)".into());
+        }
+        if head.framing == Framing::UntilClose {
+            unreachable!("a body until close is never keep-alive");
+        }
+    }
+}
+
+/// The smol backend's HTTP/1.1 response parser over a connection carrying several responses
+/// (status line, headers, chunked and Content-Length bodies, reuse): what the connection
+/// delivers does not depend on how the bytes arrive.
+///
+/// Input: `[chunk seed, bytes...]`.
+pub fn h1_response(data: &[u8]) {
+    let [seed, stream @ ..] = data else {
+        return;
+    };
+    let whole = h1_connection(&[stream]);
+    let cut = h1_connection(&chunks(stream, *seed));
+    // A head is only complete once its empty line is there; given all bytes at once it may
+    // fail where piecewise it would wait for more, so compare only the responses delivered,
+    // and the ending when both ended alike.
+    assert_eq!(whole.0, cut.0, "chunking changed the responses");
+}
+
+/// The core informer driven through the deterministic simulation: a model API server with
+/// faults (expired lists and watches, resets, 429s, hung watches, compaction), handlers added
+/// and removed, resyncs, on a virtual clock, with the sim's checks (no handler sees an object
+/// go back; every handler's notifications fold consistently; once quiet the cache equals the
+/// server and every handler's view equals the cache). The input picks the seed and the
+/// parameters.
+pub fn informer_core(data: &[u8]) {
+    use informer_core::sim::{SimConfig, run_with};
+    let mut bytes = data.iter().copied();
+    let mut seed = [0u8; 8];
+    for b in &mut seed {
+        *b = bytes.next().unwrap_or(0);
+    }
+    let mut cfg = SimConfig::from_seed(u64::from_le_bytes(seed));
+    let mut byte = || bytes.next();
+    if let Some(b) = byte() {
+        cfg.mutations = u32::from(b % 160);
+    }
+    if let Some(b) = byte() {
+        cfg.names = 1 + u32::from(b % 40);
+    }
+    if let Some(b) = byte() {
+        cfg.fault_rate = f64::from(b % 8) / 10.0;
+    }
+    if let Some(b) = byte() {
+        cfg.streaming_list = b & 1 != 0;
+        cfg.server_streaming = b & 2 != 0;
+        cfg.watch_cache = b & 4 != 0;
+        cfg.transform = b & 8 != 0;
+        cfg.remove_one = b & 16 != 0;
+        cfg.page_size = (b & 32 != 0).then(|| 1 + u32::from(b >> 6));
+    }
+    if let Some(b) = byte() {
+        cfg.resync_check_period = Duration::from_secs(u64::from(b % 40));
+    }
+    if let Some(b) = byte() {
+        cfg.compaction_every = Duration::from_secs(1 + u64::from(b % 90));
+    }
+    let mut handlers = Vec::new();
+    while let Some(b) = byte() {
+        if handlers.len() == 6 {
+            break;
+        }
+        handlers.push((b & 0x80 != 0, Duration::from_secs(u64::from(b % 64))));
+    }
+    if !handlers.is_empty() {
+        cfg.handlers_before = handlers.iter().filter(|h| !h.0).map(|h| h.1).collect();
+        cfg.handlers_late = handlers.iter().filter(|h| h.0).map(|h| h.1).collect();
+    }
+    if let Err(f) = run_with(cfg) {
+        panic!("{f}");
+    }
+}
+
+#[cfg(test)]
+mod replay {
+    //! Every committed seed and saved crash, through its target, without libFuzzer.
+
+    use std::path::Path;
+
+    type Target = fn(&[u8]);
+
+    const TARGETS: &[(&str, Target)] = &[
+        ("watch_decoder", super::watch_decoder),
+        ("list_decoder", super::list_decoder),
+        ("kubeconfig", super::kubeconfig),
+        ("incluster", super::incluster),
+        ("h1_response", super::h1_response),
+        ("informer_core", super::informer_core),
+    ];
+
+    fn replay(kind: &str) -> usize {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(kind);
+        let mut n = 0;
+        for (name, target) in TARGETS {
+            let Ok(dir) = std::fs::read_dir(root.join(name)) else {
+                continue;
+            };
+            for entry in dir {
+                let path = entry.unwrap().path();
+                if path.extension().is_some_and(|e| e == "md") {
+                    continue;
+                }
+                let data = std::fs::read(&path).unwrap();
+                eprintln!("{name}: {}", path.display());
+                target(&data);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// The seeds: every target has some, and they pass.
+    #[test]
+    fn seed_corpora_pass() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds");
+        for (name, _) in TARGETS {
+            let n = std::fs::read_dir(root.join(name))
+                .map(|d| d.count())
+                .unwrap_or(0);
+            assert!(n > 0, "no seeds for {name} in {}", root.display());
+        }
+        assert!(replay("seeds") >= TARGETS.len());
+    }
+
+    /// Every crash the fuzzer (or the outside probe) ever found stays fixed.
+    #[test]
+    fn saved_crashes_stay_fixed() {
+        assert!(
+            replay("regressions") >= 6,
+            "the probe's list crashes are kept"
+        );
+    }
+}

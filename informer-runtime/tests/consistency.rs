@@ -1,0 +1,116 @@
+//! The consistency check against a scripted server, on both runtimes: a server whose later
+//! lists hold an object its watch never announced (a lost event, as a faulty transport or
+//! server would cause) is caught as a typed `Divergence` (hook, metrics) and, with healing on,
+//! repaired by a relist; a consistent server passes every check.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use informer_http::Config;
+use informer_runtime::{ConsistencyCheck, Divergence, DynamicObject, InformerBuilder, Resource};
+use support::{Env, Reply, Server, cm, event, eventually, list_of};
+
+type Seen = Arc<Mutex<Vec<Divergence>>>;
+
+async fn checked<E: Env>(
+    server: &Server,
+    heal: bool,
+) -> (informer_runtime::Informer<DynamicObject, E::R>, Seen) {
+    let client = E::client(Config::new(server.url.clone()));
+    let seen: Seen = Arc::default();
+    let s = seen.clone();
+    let inf =
+        InformerBuilder::<DynamicObject, E::R>::new(E::R::default(), &client, Resource::CONFIGMAPS)
+            .consistency_check(
+                ConsistencyCheck::every(Duration::from_millis(200)).heal(heal),
+                move |d| s.lock().unwrap().push(d.clone()),
+            )
+            .build()
+            .unwrap();
+    inf.start().unwrap();
+    (inf, seen)
+}
+
+/// The first list has `a`; the watch brings `a` at 7 and stays open; every later list (the
+/// check's, at resourceVersion 7, and any relist) also has `b`, which no event announced.
+fn lost_event_server() -> Server {
+    Server::start(Box::new(|r| match (r.watch, r.n) {
+        (false, 0) => Reply::Ok(list_of(&[cm("a", 5, "{}")], 5).into_bytes()),
+        (false, _) => Reply::Ok(list_of(&[cm("a", 7, "{}"), cm("b", 6, "{}")], 7).into_bytes()),
+        (true, 0) => Reply::ThenSilent(event("MODIFIED", &cm("a", 7, "{}")).into_bytes()),
+        (true, _) => Reply::Silent,
+    }))
+}
+
+async fn a_lost_event_is_caught_and_healed<E: Env>() {
+    let server = lost_event_server();
+    let (inf, seen) = checked::<E>(&server, true).await;
+    let store = inf.store();
+    let healed = eventually::<E>(Duration::from_secs(20), || store.get("ns/b").is_some()).await;
+    assert!(healed, "the relist brought b: {:?}", seen.lock().unwrap());
+    let first = seen.lock().unwrap()[0].clone();
+    assert_eq!(first.resource_version, "7");
+    assert_eq!(first.missing, vec!["ns/b".to_string()]);
+    assert!(first.unexpected.is_empty() && first.stale.is_empty());
+    // The check listed at the informer's resourceVersion, exactly.
+    let check = server
+        .requests()
+        .into_iter()
+        .find(|r| !r.watch && r.n == 1)
+        .unwrap();
+    assert!(
+        check.path.contains("resourceVersion=7")
+            && check.path.contains("resourceVersionMatch=Exact"),
+        "{}",
+        check.path
+    );
+    // Healed: later checks agree.
+    let m0 = inf.metrics();
+    let clean = eventually::<E>(Duration::from_secs(20), || {
+        inf.metrics().consistency_checks >= m0.consistency_checks + 2
+    })
+    .await;
+    let m = inf.metrics();
+    assert!(clean, "{m:?}");
+    assert_eq!(m.divergences, 1, "reported once, then healed: {m:?}");
+    assert!(m.relists >= 1, "{m:?}");
+    assert_eq!(m.watch_errors_by_kind.get("expired"), Some(&1));
+    inf.shutdown().await;
+}
+
+async fn without_healing_the_divergence_is_reported_again<E: Env>() {
+    let server = lost_event_server();
+    let (inf, seen) = checked::<E>(&server, false).await;
+    let twice = eventually::<E>(Duration::from_secs(20), || seen.lock().unwrap().len() >= 2).await;
+    assert!(twice);
+    assert!(inf.store().get("ns/b").is_none(), "not healed");
+    assert_eq!(inf.metrics().relists, 0);
+    inf.shutdown().await;
+}
+
+async fn a_consistent_server_passes<E: Env>() {
+    let server = Server::start(Box::new(|r| match (r.watch, r.n) {
+        (false, 0) => Reply::Ok(list_of(&[cm("a", 5, "{}")], 5).into_bytes()),
+        (false, _) => Reply::Ok(list_of(&[cm("a", 7, "{}")], 7).into_bytes()),
+        (true, 0) => Reply::ThenSilent(event("MODIFIED", &cm("a", 7, "{}")).into_bytes()),
+        (true, _) => Reply::Silent,
+    }));
+    let (inf, seen) = checked::<E>(&server, true).await;
+    let checked = eventually::<E>(Duration::from_secs(20), || {
+        inf.metrics().consistency_checks >= 3
+    })
+    .await;
+    assert!(checked);
+    assert!(seen.lock().unwrap().is_empty());
+    let m = inf.metrics();
+    assert_eq!((m.divergences, m.relists), (0, 0), "{m:?}");
+    inf.shutdown().await;
+}
+
+on_both_runtimes!(
+    a_lost_event_is_caught_and_healed,
+    without_healing_the_divergence_is_reported_again,
+    a_consistent_server_passes,
+);
