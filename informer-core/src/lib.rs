@@ -51,6 +51,7 @@ pub mod selector;
 pub mod shared;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
+pub mod snapshot;
 pub mod string_map;
 pub mod time;
 
@@ -63,5 +64,6 @@ pub use processor::{HandlerId, Notification, Processor};
 pub use raw::RawFields;
 pub use reflector::{Reflector, ReflectorConfig};
 pub use selector::{Labels, Selector, SelectorError};
+pub use snapshot::{Snapshot, SnapshotError, SnapshotIdentity};
 pub use string_map::StringMap;
 pub use time::Instant;
