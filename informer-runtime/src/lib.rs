@@ -70,6 +70,7 @@ mod informer;
 
 mod builder;
 mod factory;
+mod snapshot;
 
 /// The behaviour list (`docs/CONFORMANCE.md` in the repository): what the informer does that
 /// users rely on, item by item, each a named `conformance_NN_*` test, and where it deliberately
@@ -86,6 +87,7 @@ pub use handler::{EventHandler, HandlerFns, HandlerRegistration};
 pub use informer::Informer;
 pub use metrics::Metrics;
 pub use runtime::{BoxFuture, Runtime, SpawnError};
+pub use snapshot::{SnapshotLoad, SnapshotWritten};
 pub use store::Store;
 pub use stream::EventStream;
 pub use sync::{CacheSync, wait_for_cache_sync};
@@ -118,8 +120,8 @@ macro_rules! runtime_crate_api {
             BackoffConfig, CacheSync, Config, DynamicObject, Error, EventHandler, Failure,
             HandlerFns, HandlerId, IndexError, IndexFunc, IndexValues, InformerOptions, Key,
             KeyRef, LabelIndex, Labels, Metrics, NAMESPACE_INDEX, Notification, Object,
-            ObjectOrTombstone, ReflectorConfig, Resource, Selector, SelectorError, Store,
-            Tombstone, impl_object, index_fn, label_index_name,
+            ObjectOrTombstone, ReflectorConfig, Resource, Selector, SelectorError, SnapshotLoad,
+            SnapshotWritten, Store, Tombstone, impl_object, index_fn, label_index_name,
         };
 
         #[doc = concat!("The transport backend this crate uses (", $backend_doc, ").")]
