@@ -13,9 +13,18 @@
 //!    `metadata.managedFields` before caching (`+strip` in the table).
 //! 4. Prints a table against the targets (client CPU for the sync at most 0.2 s, RSS after
 //!    sync at most 60 MB).
+//! 5. Warm restarts (`--restart yes`, the default): per runtime, the client with
+//!    `--snapshot FILE` three times — a cold start (no file; it writes one), a restart with the
+//!    fresh snapshot, and a restart with a snapshot made stale (updates, etcd compacted,
+//!    kube-apiserver restarted so its watch cache no longer reaches back: the watch gets 410)
+//!    — and prints sync time and bytes read from the API server against the targets (fresh:
+//!    at most 0.1× the time and 1% of the bytes of a cold start; stale: at most a cold start
+//!    plus loading the file), and the snapshot format against JSON (bytes per object, decode
+//!    time).
 //!
 //! Options: `--objects N` (20000), `--namespaces N` (10), `--updates N` (5000), `--writers N`
-//! (32), `--runs N` (1), `--runtime tokio|smol` (both), `--transform none|strip|both` (none).
+//! (32), `--runs N` (1), `--runtime tokio|smol` (both), `--transform none|strip|both` (none),
+//! `--restart yes|no` (yes).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -31,6 +40,7 @@ use testcluster::TestCluster;
 const USAGE: &str = "\
 usage: cargo xtask bench e2e [--objects N] [--namespaces N] [--updates N] [--writers N]
                              [--runs N] [--runtime tokio|smol] [--transform none|strip|both]
+                             [--restart yes|no]
 ";
 
 /// The workload and how often to run it.
@@ -43,6 +53,8 @@ struct Options {
     runtimes: Vec<&'static str>,
     /// Whether to run the clients without (false) and with (true) the managedFields transform.
     strip: Vec<bool>,
+    /// Whether to measure warm restarts.
+    restart: bool,
 }
 
 fn parse(args: &[&str]) -> Result<Options, String> {
@@ -54,6 +66,7 @@ fn parse(args: &[&str]) -> Result<Options, String> {
         runs: 1,
         runtimes: vec!["tokio", "smol"],
         strip: vec![false],
+        restart: true,
     };
     let mut it = args.iter();
     while let Some(&flag) = it.next() {
@@ -88,6 +101,13 @@ fn parse(args: &[&str]) -> Result<Options, String> {
                     _ => return Err(format!("--transform: none, strip or both, not {value}")),
                 }
             }
+            "--restart" => {
+                o.restart = match *value {
+                    "yes" => true,
+                    "no" => false,
+                    _ => return Err(format!("--restart: yes or no, not {value}")),
+                }
+            }
             _ => return Err(format!("unknown option {flag}\n\n{USAGE}")),
         }
     }
@@ -103,7 +123,7 @@ pub fn main(args: &[&str]) -> super::Result {
     let bins = build_clients()?;
 
     eprintln!("\n==> local kube-apiserver + etcd");
-    let cluster = TestCluster::start().map_err(|e| e.to_string())?;
+    let mut cluster = TestCluster::start().map_err(|e| e.to_string())?;
     let api = Api::new(&cluster)?;
 
     eprintln!(
@@ -228,6 +248,13 @@ pub fn main(args: &[&str]) -> super::Result {
             cached.secs
         );
     }
+    if o.restart {
+        let mut restarts = Vec::new();
+        for &rt in &o.runtimes {
+            restarts.push(restart_runs(&bins, &mut cluster, &api, &o, rt)?);
+        }
+        print_restarts(&restarts);
+    }
     eprintln!("\nbench e2e: done in {}", super::secs(t_all.elapsed()));
     Ok(())
 }
@@ -320,6 +347,183 @@ fn client_run(
         return Err(format!("sync-{runtime}: {}", super::outcome(status)));
     }
     Ok(row)
+}
+
+/// One start of a client process with `--snapshot`.
+struct Start {
+    sync_s: f64,
+    /// Bytes read from the API server: `rchar` minus the snapshot file it read.
+    server_bytes: f64,
+    lists: u64,
+    load: String,
+}
+
+/// The three starts of one runtime, and the format figures of its snapshot.
+struct Restarts {
+    runtime: &'static str,
+    cold: Start,
+    fresh: Start,
+    stale: Start,
+    formats: Value,
+}
+
+/// Runs the client with `--snapshot path` until it has synced and written its snapshot.
+fn snapshot_start(
+    bin: &PathBuf,
+    cluster: &TestCluster,
+    path: &std::path::Path,
+) -> Result<(Start, Value), String> {
+    let mut child = Command::new(bin)
+        .args(["--updates", "0", "--timeout", "300", "--snapshot"])
+        .arg(path)
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+    let lines = lines_of(&mut child);
+    let result = (|| -> Result<(Start, Value), String> {
+        let synced = next_line(&lines, "synced")?;
+        let resume = next_line(&lines, "resume")?;
+        let formats = next_line(&lines, "formats")?;
+        let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        Ok((
+            Start {
+                sync_s: f(&synced, "wall_s"),
+                server_bytes: f(&synced, "rchar") - f(&resume, "snapshot_bytes"),
+                lists: resume["lists"].as_u64().unwrap_or(0),
+                load: resume["load"].as_str().unwrap_or("?").to_string(),
+            },
+            formats,
+        ))
+    })();
+    if result.is_err() {
+        let _ = child.kill();
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let r = result?;
+    if !status.success() {
+        return Err(format!("{}: {}", bin.display(), super::outcome(status)));
+    }
+    Ok(r)
+}
+
+/// Cold start, restart with a fresh snapshot, restart with a stale one.
+fn restart_runs(
+    bins: &[(String, PathBuf)],
+    cluster: &mut TestCluster,
+    api: &Api,
+    o: &Options,
+    runtime: &'static str,
+) -> Result<Restarts, String> {
+    let name = format!("sync-{runtime}");
+    let bin = bins
+        .iter()
+        .find(|(n, _)| *n == name)
+        .ok_or_else(|| format!("cargo built no {name}"))?
+        .1
+        .clone();
+    let path = std::env::temp_dir().join(format!(
+        "informer-bench-{}-{runtime}.snap",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&path);
+    eprintln!("==> {runtime}: cold start with a snapshot file");
+    let (cold, formats) = snapshot_start(&bin, cluster, &path)?;
+    eprintln!("==> {runtime}: restart with the fresh snapshot");
+    let (fresh, _) = snapshot_start(&bin, cluster, &path)?;
+    let changed = o.updates.min(1000);
+    eprintln!(
+        "==> {runtime}: {changed} updates, etcd compacted, kube-apiserver restarted: the snapshot is stale"
+    );
+    parallel(changed, o.writers, |i| {
+        api.patch(
+            &format!(
+                "/api/v1/namespaces/bench-{}/configmaps/cm-{i}",
+                i % o.namespaces
+            ),
+            &format!(r#"{{"data":{{"round":"stale-{runtime}"}}}}"#),
+        )
+    })?;
+    cluster.compact().map_err(|e| e.to_string())?;
+    cluster.stop_apiserver().map_err(|e| e.to_string())?;
+    cluster.start_apiserver().map_err(|e| e.to_string())?;
+    let (stale, _) = snapshot_start(&bin, cluster, &path)?;
+    let _ = std::fs::remove_file(&path);
+    Ok(Restarts {
+        runtime,
+        cold,
+        fresh,
+        stale,
+        formats,
+    })
+}
+
+fn print_restarts(all: &[Restarts]) {
+    println!("\nwarm restart (client with --snapshot FILE):");
+    println!(
+        "{:<7} {:<26} | {:>8} {:>11} {:>6}  how it started",
+        "client", "start", "sync s", "server MB", "lists"
+    );
+    for r in all {
+        for (what, s) in [
+            ("cold (no file)", &r.cold),
+            ("fresh snapshot", &r.fresh),
+            ("stale snapshot (410)", &r.stale),
+        ] {
+            println!(
+                "{:<7} {:<26} | {:>8.3} {:>11.3} {:>6}  {}",
+                r.runtime,
+                what,
+                s.sync_s,
+                s.server_bytes / 1e6,
+                s.lists,
+                s.load
+            );
+        }
+    }
+    println!(
+        "sync s: process start until its handler has synced; server MB: bytes the process read \
+         (rchar) minus the snapshot file, i.e. the API server's answers with TLS, kubeconfig and \
+         /proc reads; lists: list calls made before the sync."
+    );
+    for r in all {
+        let f = |k: &str| r.formats[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "  {} format: {} objects; snapshot {:.0} B/object, JSON {:.0} B/object ({:.2}x); \
+             decode: snapshot {:.3} s, JSON array {:.3} s ({:.2}x); write (encode + fsync + \
+             rename): {:.3} s",
+            r.runtime,
+            f("objects"),
+            f("snapshot_per_object"),
+            f("json_per_object"),
+            f("snapshot_per_object") / f("json_per_object"),
+            f("snapshot_decode_s"),
+            f("json_decode_s"),
+            f("snapshot_decode_s") / f("json_decode_s"),
+            f("write_s"),
+        );
+        let ok = |b: bool| if b { "met" } else { "MISSED" };
+        let time = r.fresh.sync_s / r.cold.sync_s;
+        let bytes = r.fresh.server_bytes / r.cold.server_bytes;
+        let stale_limit = r.cold.sync_s + f("snapshot_decode_s");
+        println!(
+            "  {} targets: fresh restart {:.3}x the cold sync time (<= 0.1x: {}), {:.2}% of its \
+             bytes (<= 1%: {}); stale restart {:.3} s vs cold + load {:.3} s ({}){}",
+            r.runtime,
+            time,
+            ok(time <= 0.1),
+            bytes * 100.0,
+            ok(bytes <= 0.01),
+            r.stale.sync_s,
+            stale_limit,
+            ok(r.stale.sync_s <= stale_limit),
+            if r.stale.lists == 0 {
+                "; NOTE: the stale start did not list (no 410 seen)"
+            } else {
+                ""
+            }
+        );
+    }
 }
 
 /// The client's stdout, line by line, on a channel.
