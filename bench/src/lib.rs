@@ -11,7 +11,7 @@
 //! Arguments: `--updates N` (default 0: exit right after the sync), `--timeout SECONDS`
 //! (default 120), `--strip-managed-fields` (a transform drops `metadata.managedFields` before
 //! objects are cached, as client-go users often do), `--snapshot PATH` (warm restarts through
-//! that file: after the sync the client also prints a `resume` line — how it started, how many
+//! that file: after the sync and the updates the client also prints a `resume` line — how it started, how many
 //! lists it made — and a `formats` line comparing the snapshot with JSON). The API server comes from `$KUBECONFIG`
 //! (or in-cluster configuration).
 

@@ -12,6 +12,8 @@
 //!
 //! - [`SharedIndexInformer`]: a [`Reflector`] feeding the pipeline behind one step/poll API;
 //!   [`protocol::Input`] is the one type for what a transport feeds back.
+//! - [`snapshot`]: the cache as bytes for warm restarts ([`Snapshot`]); a resumed informer
+//!   watches from the snapshot's resourceVersion instead of listing.
 //!
 //! The crate is `#![no_std]` + `alloc`; the `std` feature (on by default) only enables std in
 //! its dependencies. Two small no_std crates earn their place:

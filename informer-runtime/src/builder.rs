@@ -212,7 +212,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     /// missing, corrupt, truncated or foreign file means a normal list
     /// ([`Informer::snapshot_load`] says why). The cache is written back at
     /// [`Informer::shutdown`], on [`Informer::write_snapshot`] and every
-    /// [`snapshot_every`](Self::snapshot_every), atomically. Objects are stored as JSON, so
+    /// [`snapshot_every`](Self::snapshot_every), atomically. Objects are stored as cached (after
+    /// the [`transform`](Self::transform), which is not applied again on load) and as JSON, so
     /// `K` must serialize back to what it was decoded from.
     pub fn snapshot(mut self, path: impl Into<std::path::PathBuf>) -> Self
     where

@@ -75,6 +75,9 @@ pub(crate) struct SnapshotFile<K> {
     encode: EncodeFn<K>,
     decode: DecodeFn<K>,
     loading: AtomicBool,
+    /// Set when a panic in a transform or index function stopped the informer: its cache may
+    /// be half-updated, so it is never written.
+    poisoned: AtomicBool,
     loaded: Mutex<Option<SnapshotLoad>>,
     /// Orders writes: the sequence number of the snapshot taken last.
     taken: AtomicU64,
@@ -91,6 +94,7 @@ impl<K: Object + serde::Serialize + serde::de::DeserializeOwned> SnapshotFile<K>
             encode: |s, id, out| s.encode(id, out),
             decode: Snapshot::decode,
             loading: AtomicBool::new(false),
+            poisoned: AtomicBool::new(false),
             loaded: Mutex::new(None),
             taken: AtomicU64::new(0),
             written: Mutex::new(0),
@@ -99,6 +103,11 @@ impl<K: Object + serde::Serialize + serde::de::DeserializeOwned> SnapshotFile<K>
 }
 
 impl<K> SnapshotFile<K> {
+    /// The cache may be inconsistent (a panic mid-step): no snapshot is written from now on.
+    pub(crate) fn poison(&self) {
+        self.poisoned.store(true, Ordering::Release);
+    }
+
     fn load(&self) -> (SnapshotLoad, Option<Snapshot<K>>) {
         let bytes = match fs::read(&self.path) {
             Ok(b) => b,
@@ -272,8 +281,11 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
 
     /// Takes a snapshot of the cache and writes it to the snapshot file.
     pub(crate) async fn write_snapshot(self: &Arc<Self>) -> Result<SnapshotWritten, Error> {
-        if self.snapshot.is_none() {
+        let Some(file) = &self.snapshot else {
             return Err(Error::NoSnapshotFile);
+        };
+        if file.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Stopped);
         }
         let (seq, snapshot) = {
             let state = self.state.read();

@@ -26,6 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok::<_, Box<dyn std::error::Error>>(informer)
     })?;
     run.synced(informer.store().len());
+    run.wait_for_updates()?;
     if let Some(path) = &run.snapshot {
         let (load, bytes) = match informer.snapshot_load() {
             Some(SnapshotLoad::Resumed { bytes, .. }) => ("resumed".to_string(), bytes),
@@ -36,7 +37,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rt.block_on(informer.write_snapshot())?;
         format_figures(&informer.store().list(), path, t.elapsed().as_secs_f64());
     }
-    run.wait_for_updates()?;
     rt.block_on(informer.shutdown());
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(())
