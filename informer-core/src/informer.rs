@@ -200,9 +200,9 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     /// Resumes from `snapshot` (a warm restart) instead of listing: at [`start`](Self::start)
     /// its objects become the initial population (handlers get an `Add` flagged
     /// `in_initial_list` for each, and the informer has synced once they are applied), and the
-    /// first request is a watch from the snapshot's resourceVersion. If the server has
-    /// compacted past it (410), the informer relists at once and the list's `Replace` turns
-    /// the difference into the right adds, updates and tombstoned deletes.
+    /// first request is a watch from the snapshot's resourceVersion. If the server no longer
+    /// has it (410), the informer relists at once and the list's `Replace` turns the difference
+    /// into the right adds, updates and tombstoned deletes.
     ///
     /// The objects are not transformed again (a snapshot holds cached, transformed objects);
     /// checking that the snapshot belongs to this informer's resource and selectors is

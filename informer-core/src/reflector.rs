@@ -72,9 +72,10 @@
 //! - Warm restart ([`Reflector::resume_at`], not in client-go): the store was loaded from a
 //!   snapshot, so the first request is a watch from the snapshot's resourceVersion. If that
 //!   watch fails with 410 Expired or "too large resource version" before it delivered anything,
-//!   the snapshot is older than the compaction window: relist at once, with a consistent read
-//!   (no backoff: this is the expected path, not a failure loop). Any other failure recovers as
-//!   usual (a relist then asks for the snapshot's resourceVersion).
+//!   the snapshot is older than the watch window: relist at once (no backoff: this is the
+//!   expected path, not a failure loop), at the snapshot's resourceVersion like any relist (a
+//!   410 on that list retries at once with a consistent read). Any other failure recovers as
+//!   usual.
 //! - Optional streaming list ([`ReflectorConfig::streaming_list`], client-go's `UseWatchList`):
 //!   a watch with `sendInitialEvents=true` and `resourceVersionMatch=NotOlderThan`; its initial
 //!   events are collected aside and applied as one [`StoreOp::Replace`] at the bookmark marked
@@ -459,8 +460,7 @@ impl<K: Object> Reflector<K> {
 
     /// Before [`start`](Self::start): the store already holds the state at `resource_version`
     /// (loaded from a snapshot), so start with a watch from there instead of a list. A 410 (or
-    /// "too large resource version") on that first watch relists at once, with a consistent
-    /// read, without a backoff. Does nothing once started or when `resource_version` is empty.
+    /// "too large resource version") on that first watch relists at once, without a backoff. Does nothing once started or when `resource_version` is empty.
     pub fn resume_at(&mut self, resource_version: String) {
         if matches!(self.phase, Phase::Idle) && !resource_version.is_empty() {
             self.last_sync_rv = resource_version;
@@ -892,10 +892,11 @@ impl<K: Object> Reflector<K> {
                 Failure::Expired(_) | Failure::TooLargeResourceVersion(_)
             )
         {
-            // The snapshot is older than the compaction window: list now, a consistent read,
-            // and let the Replace work out what changed.
+            // The snapshot is older than the watch window: list now, and let the Replace work
+            // out what changed. At the snapshot's resourceVersion (not older than it, so
+            // nothing goes back in time; the watch cache serves it), falling back at once to a
+            // consistent read if that is gone too (no watch cache, etcd compacted).
             self.report(failure);
-            self.last_sync_rv_unavailable = true;
             self.begin_sync(now);
             return;
         }

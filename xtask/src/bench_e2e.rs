@@ -24,7 +24,7 @@
 //!
 //! Options: `--objects N` (20000), `--namespaces N` (10), `--updates N` (5000), `--writers N`
 //! (32), `--runs N` (1), `--runtime tokio|smol` (both), `--transform none|strip|both` (none),
-//! `--restart yes|no` (yes).
+//! `--restart yes|no|only` (yes; only: skip step 3).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -40,7 +40,7 @@ use testcluster::TestCluster;
 const USAGE: &str = "\
 usage: cargo xtask bench e2e [--objects N] [--namespaces N] [--updates N] [--writers N]
                              [--runs N] [--runtime tokio|smol] [--transform none|strip|both]
-                             [--restart yes|no]
+                             [--restart yes|no|only]
 ";
 
 /// The workload and how often to run it.
@@ -55,6 +55,8 @@ struct Options {
     strip: Vec<bool>,
     /// Whether to measure warm restarts.
     restart: bool,
+    /// Only the warm restarts (no sync/update rows).
+    restart_only: bool,
 }
 
 fn parse(args: &[&str]) -> Result<Options, String> {
@@ -67,6 +69,7 @@ fn parse(args: &[&str]) -> Result<Options, String> {
         runtimes: vec!["tokio", "smol"],
         strip: vec![false],
         restart: true,
+        restart_only: false,
     };
     let mut it = args.iter();
     while let Some(&flag) = it.next() {
@@ -105,7 +108,11 @@ fn parse(args: &[&str]) -> Result<Options, String> {
                 o.restart = match *value {
                     "yes" => true,
                     "no" => false,
-                    _ => return Err(format!("--restart: yes or no, not {value}")),
+                    "only" => {
+                        o.restart_only = true;
+                        true
+                    }
+                    _ => return Err(format!("--restart: yes, no or only, not {value}")),
                 }
             }
             _ => return Err(format!("unknown option {flag}\n\n{USAGE}")),
@@ -160,7 +167,7 @@ pub fn main(args: &[&str]) -> super::Result {
     let (cached, paged) = (best(&cached), best(&paged));
 
     let mut rows = Vec::new();
-    for run in 0..o.runs {
+    for run in 0..if o.restart_only { 0 } else { o.runs } {
         for &strip in &o.strip {
             for &rt in &o.runtimes {
                 rows.push(client_run(&bins, &cluster, &api, &o, rt, strip, run)?);

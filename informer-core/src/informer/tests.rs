@@ -594,8 +594,8 @@ fn resume_from_snapshot_watches_instead_of_listing() {
 }
 
 /// A snapshot older than the compaction window: the watch gets 410, the informer relists at
-/// once (a consistent read, no backoff), and the list's Replace delivers exactly the
-/// difference: updates for changed objects, tombstones for deletes missed while down, adds for
+/// once (no backoff) at the snapshot's resourceVersion, which is gone too (410: no watch
+/// cache), then with a consistent read; the list's Replace delivers exactly the difference: updates for changed objects, tombstones for deletes missed while down, adds for
 /// new objects, nothing for unchanged ones.
 #[test]
 fn resume_from_compacted_snapshot_relists_and_delivers_the_difference() {
@@ -619,6 +619,21 @@ fn resume_from_compacted_snapshot_relists_and_delivers_the_difference() {
     assert!(
         inf.backing_off_until().is_none(),
         "no backoff before the relist"
+    );
+    let (lid, req) = d.requests.last().cloned().expect("a list");
+    match req {
+        Request::List(l) => assert_eq!(l.resource_version.as_deref(), Some("10")),
+        other => panic!("expected a list, got {other:?}"),
+    }
+    let status = Status {
+        code: 410,
+        ..Status::default()
+    };
+    inf.handle_input(at(5), lid, Input::Failed(Failure::Expired(status)));
+    let d = drain(&mut inf);
+    assert!(
+        inf.backing_off_until().is_none(),
+        "no backoff before the retry"
     );
     let (lid, req) = d.requests.last().cloned().expect("a list");
     match req {
