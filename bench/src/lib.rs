@@ -10,9 +10,12 @@
 //!
 //! Arguments: `--updates N` (default 0: exit right after the sync), `--timeout SECONDS`
 //! (default 120), `--strip-managed-fields` (a transform drops `metadata.managedFields` before
-//! objects are cached, as client-go users often do). The API server comes from `$KUBECONFIG`
+//! objects are cached, as client-go users often do), `--snapshot PATH` (warm restarts through
+//! that file: after the sync and the updates the client also prints a `resume` line — how it started, how many
+//! lists it made — and a `formats` line comparing the snapshot with JSON). The API server comes from `$KUBECONFIG`
 //! (or in-cluster configuration).
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
@@ -41,6 +44,9 @@ pub struct Usage {
     pub rss_kb: u64,
     /// Peak resident set size (`VmHWM`), KiB.
     pub hwm_kb: u64,
+    /// Bytes read through `read(2)` and friends (`rchar` of `/proc/self/io`): sockets (the API
+    /// server's answers, TLS included), files (the snapshot) and the `/proc` files read here.
+    pub rchar: u64,
 }
 
 impl Usage {
@@ -56,6 +62,13 @@ impl Usage {
             let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
             u.user_s = tick(11) / TICKS;
             u.sys_s = tick(12) / TICKS;
+        }
+        if let Ok(io) = std::fs::read_to_string("/proc/self/io") {
+            u.rchar = io
+                .lines()
+                .find_map(|l| l.strip_prefix("rchar:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
         }
         if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
             for line in status.lines() {
@@ -86,6 +99,8 @@ pub struct Run {
     pub timeout: Duration,
     /// Whether to drop `metadata.managedFields` before caching (`--strip-managed-fields`).
     pub strip_managed_fields: bool,
+    /// The snapshot file (`--snapshot PATH`).
+    pub snapshot: Option<PathBuf>,
     seen: Arc<AtomicU64>,
     done_tx: SyncSender<()>,
     done_rx: Receiver<()>,
@@ -108,6 +123,11 @@ impl Run {
             updates: flag("--updates").unwrap_or(0),
             timeout: Duration::from_secs(flag("--timeout").unwrap_or(120)),
             strip_managed_fields: args.iter().any(|a| a == "--strip-managed-fields"),
+            snapshot: args
+                .iter()
+                .position(|a| a == "--snapshot")
+                .and_then(|i| args.get(i + 1))
+                .map(PathBuf::from),
             seen: Arc::default(),
             done_tx,
             done_rx,
@@ -150,19 +170,72 @@ impl Run {
     }
 
     fn report(&self, event: &str, what: &str, n: u64) {
-        use std::io::Write;
         let u = Usage::now();
-        let line = format!(
+        print_line(&format!(
             "{{\"event\":\"{event}\",\"{what}\":{n},\"wall_s\":{:.3},\"cpu_user_s\":{:.2},\
-             \"cpu_sys_s\":{:.2},\"rss_kb\":{},\"hwm_kb\":{}}}\n",
+             \"cpu_sys_s\":{:.2},\"rss_kb\":{},\"hwm_kb\":{},\"rchar\":{}}}",
             self.started.elapsed().as_secs_f64(),
             u.user_s,
             u.sys_s,
             u.rss_kb,
-            u.hwm_kb
-        );
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(line.as_bytes());
-        let _ = out.flush();
+            u.hwm_kb,
+            u.rchar
+        ));
     }
+
+    /// Prints the `resume` line: how the informer started (`load`, the snapshot's size when it
+    /// resumed) and how many lists it made.
+    pub fn resumed(&self, load: &str, snapshot_bytes: usize, lists: u64) {
+        print_line(&format!(
+            "{{\"event\":\"resume\",\"load\":\"{load}\",\"snapshot_bytes\":{snapshot_bytes},\"lists\":{lists}}}"
+        ));
+    }
+}
+
+fn print_line(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(line.as_bytes());
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+}
+
+/// Prints the `formats` line: the snapshot file against the same objects as a JSON array (what
+/// a list's `items` is), bytes per object and decode time (best of 3), and the time
+/// `write_s` the informer took to write the file (encode + fsync + rename).
+pub fn format_figures(objects: &[Arc<DynamicObject>], file: &Path, write_s: f64) {
+    use informer_core::snapshot::{Snapshot, peek_identity};
+    let Ok(bytes) = std::fs::read(file) else {
+        return;
+    };
+    let Ok((identity, _)) = peek_identity(&bytes) else {
+        return;
+    };
+    let refs: Vec<&DynamicObject> = objects.iter().map(|o| &**o).collect();
+    let json = serde_json::to_vec(&refs).unwrap_or_default();
+    let best = |f: &dyn Fn() -> bool| {
+        (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                let ok = f();
+                (t.elapsed().as_secs_f64(), ok)
+            })
+            .fold((f64::INFINITY, true), |(b, all), (s, ok)| {
+                (b.min(s), all && ok)
+            })
+    };
+    let (snap_s, snap_ok) = best(&|| Snapshot::<DynamicObject>::decode(&bytes, &identity).is_ok());
+    let (json_s, json_ok) = best(&|| serde_json::from_slice::<Vec<DynamicObject>>(&json).is_ok());
+    let n = objects.len().max(1) as f64;
+    print_line(&format!(
+        "{{\"event\":\"formats\",\"objects\":{},\"snapshot_bytes\":{},\"json_bytes\":{},\
+         \"snapshot_per_object\":{:.1},\"json_per_object\":{:.1},\"snapshot_decode_s\":{snap_s:.4},\
+         \"json_decode_s\":{json_s:.4},\"decoded\":{},\"write_s\":{write_s:.4}}}",
+        objects.len(),
+        bytes.len(),
+        json.len(),
+        bytes.len() as f64 / n,
+        json.len() as f64 / n,
+        snap_ok && json_ok
+    ));
 }

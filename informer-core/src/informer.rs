@@ -14,6 +14,7 @@ use crate::pipeline::Pipeline;
 use crate::processor::{HandlerId, Notification, ResyncPeriods};
 use crate::protocol::{Failure, Input, Request};
 use crate::reflector::{self, Reflector, ReflectorConfig, RequestId, StoreOp};
+use crate::snapshot::Snapshot;
 use crate::time::Instant;
 
 #[cfg(test)]
@@ -113,6 +114,7 @@ pub struct SharedIndexInformer<K> {
     transform: Option<Transform<K>>,
     outputs: VecDeque<Output<K>>,
     started: bool,
+    resume: Option<Snapshot<K>>,
 }
 
 impl<K> fmt::Debug for SharedIndexInformer<K> {
@@ -133,6 +135,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
             transform: None,
             outputs: VecDeque::new(),
             started: false,
+            resume: None,
         }
     }
 
@@ -176,11 +179,56 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         }
         self.started = true;
         self.pipeline.start(now);
+        if let Some(snapshot) = self.resume.take() {
+            let mut items = Vec::with_capacity(snapshot.items.len());
+            for o in snapshot.items {
+                // Already transformed when it was cached: only the key is checked.
+                if let Some(o) = self.check_key(o) {
+                    items.push(o);
+                }
+            }
+            self.reflector.resume_at(snapshot.resource_version);
+            self.pipeline.replace(items);
+        }
         // The reflector's outputs are drained after every input (apply_reflector_outputs), so
         // the drain rule always holds here.
         let applied = self.reflector.start(now);
         debug_assert!(applied.is_ok());
         self.apply_reflector_outputs();
+    }
+
+    /// Resumes from `snapshot` (a warm restart) instead of listing: at [`start`](Self::start)
+    /// its objects become the initial population (handlers get an `Add` flagged
+    /// `in_initial_list` for each, and the informer has synced once they are applied), and the
+    /// first request is a watch from the snapshot's resourceVersion. If the server no longer
+    /// has it (410), the informer relists at once and the list's `Replace` turns the difference
+    /// into the right adds, updates and tombstoned deletes.
+    ///
+    /// The objects are not transformed again (a snapshot holds cached, transformed objects);
+    /// checking that the snapshot belongs to this informer's resource and selectors is
+    /// [`Snapshot::decode`]'s job. Only before start: returns false (and changes nothing) once
+    /// started.
+    pub fn resume(&mut self, snapshot: Snapshot<K>) -> bool {
+        if self.started {
+            return false;
+        }
+        self.resume = Some(snapshot);
+        true
+    }
+
+    /// A snapshot of the cache for a warm restart: every cached object (shared, not copied)
+    /// and the resourceVersion they are the state at. `None` before the informer has synced.
+    /// The cache is always consistent with [`last_sync_resource_version`](Self::last_sync_resource_version)
+    /// between inputs, so any moment is a good one.
+    pub fn snapshot(&self) -> Option<Snapshot<K>> {
+        let rv = self.reflector.last_sync_resource_version();
+        if !self.has_synced() || rv.is_empty() {
+            return None;
+        }
+        Some(Snapshot {
+            resource_version: rv.into(),
+            items: self.pipeline.indexer().list().cloned().collect(),
+        })
     }
 
     /// Stops: the request in flight is abandoned and no new one is issued. The cache and the
@@ -294,6 +342,11 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
             Some(t) => t(obj),
             None => obj,
         };
+        self.check_key(obj)
+    }
+
+    /// Checks that the object can be keyed; a refused object is reported.
+    fn check_key(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
         match invalid_key(&*obj) {
             None => Some(obj),
             Some(why) => {
@@ -350,7 +403,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 }
 
 /// Why an object cannot be keyed without ambiguity, if it cannot.
-fn invalid_key<K: Object + ?Sized>(obj: &K) -> Option<&'static str> {
+pub(crate) fn invalid_key<K: Object + ?Sized>(obj: &K) -> Option<&'static str> {
     let k = obj.key_ref();
     if k.name.is_empty() {
         Some("the name is empty")

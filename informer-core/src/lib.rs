@@ -12,6 +12,8 @@
 //!
 //! - [`SharedIndexInformer`]: a [`Reflector`] feeding the pipeline behind one step/poll API;
 //!   [`protocol::Input`] is the one type for what a transport feeds back.
+//! - [`snapshot`]: the cache as bytes for warm restarts ([`Snapshot`]); a resumed informer
+//!   watches from the snapshot's resourceVersion instead of listing.
 //!
 //! The crate is `#![no_std]` + `alloc`; the `std` feature (on by default) only enables std in
 //! its dependencies. Two small no_std crates earn their place:
@@ -53,6 +55,7 @@ pub mod selector;
 pub mod shared;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
+pub mod snapshot;
 pub mod string_map;
 pub mod time;
 pub mod workqueue;
@@ -67,5 +70,6 @@ pub use processor::{HandlerId, Notification, Processor};
 pub use raw::RawFields;
 pub use reflector::{Reflector, ReflectorConfig};
 pub use selector::{Labels, Selector, SelectorError};
+pub use snapshot::{Snapshot, SnapshotError, SnapshotIdentity};
 pub use string_map::StringMap;
 pub use time::Instant;

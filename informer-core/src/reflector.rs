@@ -69,6 +69,13 @@
 //!   after its `timeoutSeconds` is presumed hung (a half-open connection): it is reported,
 //!   abandoned (a new request replaces it) and re-opened from the last resourceVersion; a
 //!   list call unanswered after [`list_deadline`](ReflectorConfig::list_deadline) fails.
+//! - Warm restart ([`Reflector::resume_at`], not in client-go): the store was loaded from a
+//!   snapshot, so the first request is a watch from the snapshot's resourceVersion. If that
+//!   watch fails with 410 Expired or "too large resource version" before it delivered anything,
+//!   the snapshot is older than the watch window: relist at once (no backoff: this is the
+//!   expected path, not a failure loop), at the snapshot's resourceVersion like any relist (a
+//!   410 on that list retries at once with a consistent read). Any other failure recovers as
+//!   usual.
 //! - Optional streaming list ([`ReflectorConfig::streaming_list`], client-go's `UseWatchList`):
 //!   a watch with `sendInitialEvents=true` and `resourceVersionMatch=NotOlderThan`; its initial
 //!   events are collected aside and applied as one [`StoreOp::Replace`] at the bookmark marked
@@ -360,6 +367,9 @@ pub struct Reflector<K> {
     /// ignores `sendInitialEvents` (Kubernetes before 1.27 does, silently), so every later sync
     /// lists instead.
     streaming_unsupported: bool,
+    /// Resuming from a snapshot: start with a watch, and while that first watch has delivered
+    /// nothing, a 410 relists at once (the snapshot is older than the compaction window).
+    resuming: bool,
     /// Bounded by the drain rule (see [`MAX_OUTPUTS_PER_INPUT`]).
     outputs: heapless::Deque<Output<K>, MAX_OUTPUTS_PER_INPUT>,
 }
@@ -395,6 +405,7 @@ impl<K: Object> Reflector<K> {
             last_sync_rv_unavailable: false,
             streaming_unsupported: false,
             paginated_result: false,
+            resuming: false,
             outputs: heapless::Deque::new(),
         }
     }
@@ -438,9 +449,23 @@ impl<K: Object> Reflector<K> {
     pub fn start(&mut self, now: Instant) -> Result<(), Undrained> {
         self.check_drained(())?;
         if matches!(self.phase, Phase::Idle) {
-            self.begin_sync(now);
+            if self.resuming {
+                self.begin_watch(now);
+            } else {
+                self.begin_sync(now);
+            }
         }
         Ok(())
+    }
+
+    /// Before [`start`](Self::start): the store already holds the state at `resource_version`
+    /// (loaded from a snapshot), so start with a watch from there instead of a list. A 410 (or
+    /// "too large resource version") on that first watch relists at once, without a backoff. Does nothing once started or when `resource_version` is empty.
+    pub fn resume_at(&mut self, resource_version: String) {
+        if matches!(self.phase, Phase::Idle) && !resource_version.is_empty() {
+            self.last_sync_rv = resource_version;
+            self.resuming = true;
+        }
     }
 
     /// Refuses an input while outputs are pending (the drain rule).
@@ -611,6 +636,9 @@ impl<K: Object> Reflector<K> {
             self.stream_event(now, event);
             return;
         }
+        if !matches!(event, WatchEvent::Error(_)) {
+            self.resuming = false;
+        }
         match event {
             WatchEvent::Added(obj) => {
                 self.note_rv(&*obj);
@@ -670,6 +698,9 @@ impl<K: Object> Reflector<K> {
     /// The stream of request `id` ended without an error (the server closed the watch, e.g. at
     /// its timeout, or the connection dropped cleanly).
     fn stream_end(&mut self, now: Instant, id: RequestId) {
+        if matches!(&self.phase, Phase::Watching(w) if w.id == id) {
+            self.resuming = false;
+        }
         let short = |started: Instant| now - started < self.config.very_short_watch;
         match &self.phase {
             Phase::Watching(w) if w.id == id => {
@@ -855,6 +886,20 @@ impl<K: Object> Reflector<K> {
     }
 
     fn watch_failed(&mut self, now: Instant, failure: Failure) {
+        if core::mem::take(&mut self.resuming)
+            && matches!(
+                failure,
+                Failure::Expired(_) | Failure::TooLargeResourceVersion(_)
+            )
+        {
+            // The snapshot is older than the watch window: list now, and let the Replace work
+            // out what changed. At the snapshot's resourceVersion (not older than it, so
+            // nothing goes back in time; the watch cache serves it), falling back at once to a
+            // consistent read if that is gone too (no watch cache, etcd compacted).
+            self.report(failure);
+            self.begin_sync(now);
+            return;
+        }
         let then = match &failure {
             Failure::ConnectionRefused(_) | Failure::TooManyRequests(_) => After::Watch,
             _ => After::Sync,

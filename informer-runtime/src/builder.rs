@@ -53,7 +53,14 @@ pub struct InformerBuilder<K, R> {
     seed_set: bool,
     /// Set when `K` holds one kind and the resource is of another (refused by `build`).
     kind_mismatch: Option<Error>,
+    /// `group/version/plural` (the snapshot identity's resource, before the namespace).
+    resource_id: String,
+    snapshot: Option<MakeSnapshot<K>>,
+    snapshot_period: Option<Duration>,
 }
+
+type MakeSnapshot<K> =
+    Box<dyn FnOnce(String, Selectors) -> crate::snapshot::SnapshotFile<K> + Send>;
 
 type MakeTransport<K> = Box<dyn FnOnce(Option<&str>) -> Arc<dyn Transport<K>> + Send>;
 
@@ -93,10 +100,15 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         } else {
             format!("{}/{}", resource.group, resource.plural)
         };
+        let resource_id = format!(
+            "{}/{}/{}",
+            resource.group, resource.version, resource.plural
+        );
         let make: MakeTransport<K> =
             Box::new(move |ns| Arc::new(client.api::<K>(resource, ns)) as Arc<dyn Transport<K>>);
         let mut builder = Self::with_source(rt, Source::Api(make), name);
         builder.kind_mismatch = kind_mismatch;
+        builder.resource_id = resource_id;
         builder
     }
 
@@ -112,6 +124,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
 
     fn with_source(rt: R, source: Source<K>, name: String) -> Self {
         InformerBuilder {
+            resource_id: name.clone(),
+            snapshot: None,
+            snapshot_period: None,
             rt,
             source,
             namespace: None,
@@ -239,6 +254,41 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         self
     }
 
+    /// Warm restarts through the file at `path`: at [`Informer::start`], if it holds a
+    /// snapshot of this resource (with these namespace and selectors), the informer loads it,
+    /// reports its objects to the handlers as the initial population and watches from its
+    /// resourceVersion instead of listing; a 410 then relists and delivers the difference. A
+    /// missing, corrupt, truncated or foreign file means a normal list
+    /// ([`Informer::snapshot_load`] says why). The cache is written back at
+    /// [`Informer::shutdown`], on [`Informer::write_snapshot`] and every
+    /// [`snapshot_every`](Self::snapshot_every), atomically. Objects are stored as cached (after
+    /// the [`transform`](Self::transform), which is not applied again on load) and as JSON, so
+    /// `K` must serialize back to what it was decoded from.
+    pub fn snapshot(mut self, path: impl Into<std::path::PathBuf>) -> Self
+    where
+        K: serde::Serialize + DeserializeOwned,
+    {
+        let path = path.into();
+        self.snapshot = Some(Box::new(move |resource, selectors| {
+            crate::snapshot::SnapshotFile::new(
+                path,
+                None,
+                informer_core::SnapshotIdentity {
+                    resource,
+                    selectors,
+                },
+            )
+        }));
+        self
+    }
+
+    /// With [`snapshot`](Self::snapshot): also write the snapshot every `period` once started
+    /// (0: only on demand and at shutdown).
+    pub fn snapshot_every(mut self, period: Duration) -> Self {
+        self.snapshot_period = Some(period);
+        self
+    }
+
     /// Creates the informer and its driver task. It does not list or watch before
     /// [`Informer::start`]; handlers may be added before.
     pub fn build(mut self) -> Result<Informer<K, R>, Error> {
@@ -251,6 +301,15 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
                 std::collections::hash_map::RandomState::new().hash_one(&self.name);
         }
         let selectors = self.config.reflector.selectors.clone();
+        let snapshot = self.snapshot.map(|make| {
+            let resource = match &self.namespace {
+                Some(ns) => format!("{}@{ns}", self.resource_id),
+                None => format!("{}@", self.resource_id),
+            };
+            let mut file = make(resource, self.config.reflector.selectors.clone());
+            file.every = self.snapshot_period;
+            file
+        });
         let mut core = SharedIndexInformer::new(self.config);
         for (name, func) in self.indexers {
             core.add_index(&name, BoxedIndex(func))?;
@@ -278,6 +337,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             name,
             default_resync: self.default_resync,
             finished: AtomicBool::new(false),
+            snapshot,
         });
         if let Some((check, hook)) = self.consistency {
             let task =

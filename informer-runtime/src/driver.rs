@@ -171,6 +171,10 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                     );
                     stop = true;
                     outs.clear();
+                    // The cache may be half-updated: never write it as a snapshot.
+                    if let Some(file) = &shared.snapshot {
+                        file.poison();
+                    }
                     shared.state.write().stop();
                     (None, None)
                 }

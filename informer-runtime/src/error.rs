@@ -41,6 +41,12 @@ pub enum Error {
         /// What the informer watches (`plural` or `group/plural`).
         resource: String,
     },
+    /// A snapshot could not be taken or encoded.
+    Snapshot(informer_core::SnapshotError),
+    /// The snapshot file could not be written.
+    SnapshotIo(std::io::Error),
+    /// The informer has no snapshot file (see `InformerBuilder::snapshot`).
+    NoSnapshotFile,
 }
 
 impl fmt::Display for Error {
@@ -69,6 +75,9 @@ impl fmt::Display for Error {
                 f,
                 "the factory already has an informer for {resource} with another object type"
             ),
+            Error::Snapshot(e) => write!(f, "{e}"),
+            Error::SnapshotIo(e) => write!(f, "cannot write the snapshot file: {e}"),
+            Error::NoSnapshotFile => f.write_str("the informer has no snapshot file"),
         }
     }
 }
@@ -82,6 +91,8 @@ impl std::error::Error for Error {
             Error::Timeout {
                 last_failure: Some(cause),
             } => Some(cause),
+            Error::Snapshot(e) => Some(e),
+            Error::SnapshotIo(e) => Some(e),
             _ => None,
         }
     }

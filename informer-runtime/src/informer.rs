@@ -130,7 +130,7 @@ impl<K, R> fmt::Debug for Informer<K, R> {
 }
 
 impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
-    fn shared(&self) -> &Arc<Shared<K, R>> {
+    pub(crate) fn shared(&self) -> &Arc<Shared<K, R>> {
         &self.inner.shared
     }
 
@@ -139,9 +139,18 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
         &self.shared().name
     }
 
-    /// Starts listing and watching (and the resync timer). Idempotent.
+    /// Starts listing and watching (and the resync timer). Idempotent. With a snapshot file
+    /// ([`InformerBuilder::snapshot`](crate::InformerBuilder::snapshot)), the file is loaded
+    /// on a thread first and the informer resumes from it (see
+    /// [`snapshot_load`](Self::snapshot_load)).
     pub fn start(&self) -> Result<(), Error> {
         let shared = self.shared();
+        if shared.state.read().stopped {
+            return Err(Error::Stopped);
+        }
+        if shared.start_from_snapshot()? {
+            return Ok(());
+        }
         {
             let mut state = shared.state.write();
             if state.stopped {
@@ -323,16 +332,31 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
     ///    dropped; event streams end;
     /// 3. the driver waits for every handler thread to exit, then ends.
     ///
-    /// The cache stays readable through existing [`Store`]s. Idempotent.
+    /// The cache stays readable through existing [`Store`]s. With a snapshot file, the cache
+    /// is then written to it (if the informer had synced; a failure is logged). Idempotent.
     pub async fn shutdown(&self) {
         let shared = self.shared();
         shared.stop();
         loop {
             let listener = shared.changed.listen();
             if shared.finished.load(Ordering::Acquire) {
-                return;
+                break;
             }
             listener.await;
+        }
+        if shared.snapshot.is_some() {
+            match shared.write_snapshot().await {
+                Ok(w) => tracing::info!(
+                    informer = %shared.name,
+                    resource_version = %w.resource_version,
+                    objects = w.objects,
+                    bytes = w.bytes,
+                    "snapshot written at shutdown"
+                ),
+                Err(e) => {
+                    tracing::warn!(informer = %shared.name, error = %e, "no snapshot at shutdown")
+                }
+            }
         }
     }
 }

@@ -77,6 +77,7 @@ mod consistency;
 mod controller;
 mod factory;
 mod leader;
+mod snapshot;
 
 /// The behaviour list (`docs/CONFORMANCE.md` in the repository): what the informer does that
 /// users rely on, item by item, each a named `conformance_NN_*` test, and where it deliberately
@@ -97,6 +98,7 @@ pub use informer_core::leaderelection::LeaderElectionConfig;
 pub use leader::{LeaderElectionError, Leadership};
 pub use metrics::Metrics;
 pub use runtime::{BoxFuture, Runtime, SpawnError};
+pub use snapshot::{SnapshotLoad, SnapshotWritten};
 pub use store::Store;
 pub use stream::EventStream;
 pub use sync::{CacheSync, wait_for_cache_sync};
@@ -130,8 +132,8 @@ macro_rules! runtime_crate_api {
             HandlerFns, HandlerId, HasResource, IndexError, IndexFunc, IndexValues,
             InformerOptions, Key, KeyRef, LabelIndex, Labels, Metrics, NAMESPACE_INDEX,
             Notification, Object, ObjectOrTombstone, PartialObjectMetadata, ReflectorConfig,
-            Resource, Runtime, Selector, SelectorError, Store, Tombstone, impl_object, index_fn,
-            label_index_name,
+            Resource, Runtime, Selector, SelectorError, SnapshotLoad, SnapshotWritten, Store,
+            Tombstone, impl_object, index_fn, label_index_name,
         };
 
         #[doc = concat!("The transport backend this crate uses (", $backend_doc, ").")]

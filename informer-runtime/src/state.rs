@@ -122,6 +122,8 @@ pub(crate) struct Shared<K, R> {
     pub(crate) default_resync: Duration,
     /// Set by the driver once it has stopped and every handler worker has exited.
     pub(crate) finished: AtomicBool,
+    /// The snapshot file for warm restarts, if any.
+    pub(crate) snapshot: Option<crate::snapshot::SnapshotFile<K>>,
 }
 
 impl<K, R> Shared<K, R> {

@@ -146,6 +146,9 @@ scenarios!(
     panicking_handler_does_not_stop_the_others_and_shutdown_stops_delivery,
     typed_objects_with_label_and_field_selectors,
     metadata_only_informers_cache_metadata_without_data,
+    warm_restart_resumes_and_sees_changes_made_while_down,
+    warm_restart_after_compaction_relists_with_tombstones,
+    warm_restart_refuses_truncated_and_foreign_snapshots,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1243,4 +1246,347 @@ async fn metadata_only_informers_cache_metadata_without_data<E: Env>(c: Client<E
     })
     .await;
     factory.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Warm restarts (snapshots).
+
+fn snapshot_path(what: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("informer-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{what}.snap"));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// name → uid of what the server holds.
+async fn server_uids<B: Backend>(
+    c: &Client<B>,
+    res: Resource,
+    ns: &str,
+) -> BTreeMap<String, String> {
+    let page = c
+        .api::<DynamicObject>(res, Some(ns))
+        .list_page(&ListRequest::default())
+        .await
+        .expect("list");
+    page.items
+        .iter()
+        .map(|o| (o.name().to_string(), o.uid().unwrap_or("").to_string()))
+        .collect()
+}
+
+fn store_uids(store: &informer_runtime::Store<DynamicObject>) -> BTreeMap<String, String> {
+    store
+        .list()
+        .iter()
+        .map(|o| (o.name().to_string(), o.uid().unwrap_or("").to_string()))
+        .collect()
+}
+
+/// An informer with a snapshot file syncs (by listing), shuts down and writes its cache.
+/// While it is down, ConfigMaps are added, updated, deleted, and one deleted and created again
+/// (a new uid). A new informer given the file resumes from it: synced from the file, its
+/// handler's first notifications are the snapshot's objects as initial adds, it never lists,
+/// and the changes arrive through its watch: the handler's view, the cache and the uids equal
+/// the server's.
+async fn warm_restart_resumes_and_sees_changes_made_while_down<E: Env>(c: Client<E::B>) {
+    let ns = format!("warm-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    for i in 0..10 {
+        put_cm(&c, &ns, &format!("w-{i}"), &[]).await;
+    }
+    let file = snapshot_path(&format!("warm-{}", E::NAME));
+    let first = builder::<E>(&c, Resource::CONFIGMAPS, &ns)
+        .snapshot(&file)
+        .build()
+        .unwrap();
+    first.start().unwrap();
+    first.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    assert_eq!(
+        first.snapshot_load(),
+        Some(informer_runtime::SnapshotLoad::Missing)
+    );
+    assert_eq!(first.store().len(), 10);
+    first.shutdown().await;
+    assert!(file.exists(), "no snapshot written at shutdown");
+    let before = first.last_sync_resource_version();
+
+    // Changes while down.
+    put_cm(&c, &ns, "w-10", &[]).await;
+    put_cm(&c, &ns, "w-11", &[]).await;
+    put_cm(&c, &ns, "w-1", &[("v", "2")]).await;
+    delete(&c, "configmaps", &ns, "w-2").await;
+    delete(&c, "configmaps", &ns, "w-3").await;
+    let old_uid = server_uids(&c, Resource::CONFIGMAPS, &ns).await["w-4"].clone();
+    delete(&c, "configmaps", &ns, "w-4").await;
+    put_cm(&c, &ns, "w-4", &[]).await;
+
+    let second = builder::<E>(&c, Resource::CONFIGMAPS, &ns)
+        .snapshot(&file)
+        .build()
+        .unwrap();
+    let (h, log) = recorder();
+    second.add_handler(h).unwrap();
+    second.start().unwrap();
+    second.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    match second.snapshot_load() {
+        Some(informer_runtime::SnapshotLoad::Resumed {
+            resource_version,
+            objects,
+            ..
+        }) => {
+            assert_eq!(objects, 10);
+            assert_eq!(resource_version, before);
+        }
+        other => panic!("did not resume: {other:?}"),
+    }
+    let want = server_state(&c, Resource::CONFIGMAPS, &ns).await;
+    let want_uids = server_uids(&c, Resource::CONFIGMAPS, &ns).await;
+    assert_ne!(want_uids["w-4"], old_uid);
+    eventually::<E>("store == server after resume", DEADLINE, || {
+        store_state(&second.store()) == want && store_uids(&second.store()) == want_uids
+    })
+    .await;
+    eventually::<E>("handler view == server after resume", DEADLINE, || {
+        fold(&snapshot(&log)) == rv_map(&want)
+    })
+    .await;
+    // Initial adds are the snapshot's objects only (a handler that is behind may hear a later
+    // state of one, or nothing of one deleted meanwhile: per-key coalescing); what changed
+    // while down arrives from the watch: live adds, and deletes that are not tombstones.
+    let seen = snapshot(&log);
+    let in_snapshot: BTreeSet<String> = (0..10).map(|i| format!("w-{i}")).collect();
+    for s in &seen {
+        match s {
+            Seen::Add {
+                name,
+                initial: true,
+                ..
+            } => {
+                assert!(
+                    in_snapshot.contains(name),
+                    "initial add of {name}: {seen:?}"
+                )
+            }
+            Seen::Add {
+                name,
+                initial: false,
+                ..
+            } => {
+                assert!(
+                    !in_snapshot.contains(name) || name == "w-4",
+                    "live add of {name}: {seen:?}"
+                )
+            }
+            Seen::Delete { tombstone, .. } => {
+                assert!(!tombstone, "no relist, no tombstone: {seen:?}")
+            }
+            Seen::Update { .. } => {}
+        }
+    }
+    for name in ["w-10", "w-11"] {
+        assert!(
+            seen.iter()
+                .any(|s| matches!(s, Seen::Add { name: n, initial: false, .. } if n == name)),
+            "{name} not added live: {seen:?}"
+        );
+    }
+    let m = second.metrics();
+    assert_eq!(m.lists, 0, "a resumed informer does not list: {m:?}");
+    assert!(m.watches >= 1, "{m:?}");
+    second.shutdown().await;
+}
+
+/// A snapshot older than the compaction window: Secrets (no watch cache) change while the
+/// informer is down and etcd is compacted. The resumed informer's watch gets 410; it relists
+/// at once and the Replace delivers the difference: the deletes it missed as tombstones, the
+/// new and changed objects, nothing doubled.
+async fn warm_restart_after_compaction_relists_with_tombstones<E: Env>(c: Client<E::B>) {
+    let ns = format!("warm-compact-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    let secret = |name: &str, v: &str| {
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "labels": {"v": v}}, "data": {"k": "dg=="}})
+            .to_string()
+    };
+    for i in 0..5 {
+        let _ = c
+            .request(
+                http::Method::POST,
+                &path("secrets", &ns, None),
+                Some(secret(&format!("s-{i}"), "1").into()),
+            )
+            .await;
+    }
+    let file = snapshot_path(&format!("warm-compact-{}", E::NAME));
+    let first = builder::<E>(&c, Resource::SECRETS, &ns)
+        .snapshot(&file)
+        .build()
+        .unwrap();
+    first.start().unwrap();
+    first.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    let written = first.write_snapshot().await.unwrap();
+    assert_eq!(written.objects, 5);
+    first.shutdown().await;
+
+    delete(&c, "secrets", &ns, "s-0").await;
+    c.request(
+        http::Method::PUT,
+        &path("secrets", &ns, Some("s-1")),
+        Some(secret("s-1", "2").into()),
+    )
+    .await
+    .unwrap();
+    c.request(
+        http::Method::POST,
+        &path("secrets", &ns, None),
+        Some(secret("s-5", "1").into()),
+    )
+    .await
+    .unwrap();
+    shared().cluster.lock().unwrap().compact().expect("compact");
+
+    let errors: Arc<Mutex<Vec<Failure>>> = Arc::default();
+    let errs = errors.clone();
+    let second = builder::<E>(&c, Resource::SECRETS, &ns)
+        .snapshot(&file)
+        .on_watch_error(move |f| errs.lock().unwrap().push(f.clone()))
+        .build()
+        .unwrap();
+    let (h, log) = recorder();
+    second.add_handler(h).unwrap();
+    second.start().unwrap();
+    second.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    assert!(
+        matches!(
+            second.snapshot_load(),
+            Some(informer_runtime::SnapshotLoad::Resumed { objects: 5, .. })
+        ),
+        "{:?}",
+        second.snapshot_load()
+    );
+    let want = server_state(&c, Resource::SECRETS, &ns).await;
+    eventually::<E>("store == server after 410 + relist", DEADLINE, || {
+        store_state(&second.store()) == want
+    })
+    .await;
+    eventually::<E>("handler view == server", DEADLINE, || {
+        fold(&snapshot(&log)) == rv_map(&want)
+    })
+    .await;
+    let seen = snapshot(&log);
+    assert!(
+        seen.iter()
+            .any(|s| matches!(s, Seen::Delete { name, tombstone: true, .. } if name == "s-0")),
+        "no tombstone for s-0: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(
+            |s| matches!(s, Seen::Update { name, v: Some(v), .. } if name == "s-1" && v == "2")
+        ),
+        "no update of s-1: {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|s| matches!(s, Seen::Add { name, initial: false, .. } if name == "s-5")),
+        "no add of s-5: {seen:?}"
+    );
+    // Unchanged objects are not notified again by the relist (same resourceVersion: a resync
+    // nobody asked for).
+    let about_s2 = seen.iter().filter(|s| s.name() == "s-2").count();
+    assert_eq!(about_s2, 1, "s-2 only as an initial add: {seen:?}");
+    assert!(
+        errors
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|f| matches!(f, Failure::Expired(_))),
+        "no 410: {:?}",
+        errors.lock().unwrap()
+    );
+    assert_eq!(second.metrics().lists, 1, "{:?}", second.metrics());
+    second.shutdown().await;
+}
+
+/// A truncated snapshot file and a snapshot of another resource (or other selectors) are
+/// refused with their typed error, and the informer lists as if there were none: synced, the
+/// cache equals the server's, the handler hears every object once.
+async fn warm_restart_refuses_truncated_and_foreign_snapshots<E: Env>(c: Client<E::B>) {
+    use informer_core::SnapshotError;
+    use informer_runtime::SnapshotLoad;
+    let ns = "seed-2";
+    let want = server_state(&c, Resource::CONFIGMAPS, ns).await;
+    let file = snapshot_path(&format!("warm-refused-{}", E::NAME));
+    let first = builder::<E>(&c, Resource::CONFIGMAPS, ns)
+        .snapshot(&file)
+        .build()
+        .unwrap();
+    first.start().unwrap();
+    first.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    let w = first.write_snapshot().await.unwrap();
+    assert_eq!(w.objects, SEED_PER_NAMESPACE);
+    first.shutdown().await;
+    let whole = std::fs::read(&file).unwrap();
+
+    // Truncated.
+    std::fs::write(&file, &whole[..whole.len() * 2 / 3]).unwrap();
+    let cut = builder::<E>(&c, Resource::CONFIGMAPS, ns)
+        .snapshot(&file)
+        .build()
+        .unwrap();
+    let (h, log) = recorder();
+    cut.add_handler(h).unwrap();
+    cut.start().unwrap();
+    cut.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    assert_eq!(
+        cut.snapshot_load(),
+        Some(SnapshotLoad::Refused(SnapshotError::Truncated))
+    );
+    assert_eq!(store_state(&cut.store()), want);
+    eventually::<E>("handler got the list", DEADLINE, || {
+        fold(&snapshot(&log)) == rv_map(&want)
+    })
+    .await;
+    assert_eq!(cut.metrics().lists, 1);
+    cut.shutdown().await;
+
+    // Another resource: the ConfigMaps' snapshot offered to a Secrets informer.
+    std::fs::write(&file, &whole).unwrap();
+    let other = builder::<E>(&c, Resource::SECRETS, ns)
+        .snapshot(&file)
+        .build()
+        .unwrap();
+    other.start().unwrap();
+    other.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    assert!(
+        matches!(
+            other.snapshot_load(),
+            Some(SnapshotLoad::Refused(SnapshotError::OtherResource { .. }))
+        ),
+        "{:?}",
+        other.snapshot_load()
+    );
+    assert_eq!(
+        store_state(&other.store()),
+        server_state(&c, Resource::SECRETS, ns).await
+    );
+    assert_eq!(other.metrics().lists, 1);
+    other.shutdown().await;
+
+    // The same resource with another selector.
+    std::fs::write(&file, &whole).unwrap();
+    let narrowed = builder::<E>(&c, Resource::CONFIGMAPS, ns)
+        .label_selector("seed=yes")
+        .snapshot(&file)
+        .build()
+        .unwrap();
+    narrowed.start().unwrap();
+    narrowed.wait_for_sync(Some(DEADLINE)).await.unwrap();
+    assert_eq!(
+        narrowed.snapshot_load(),
+        Some(SnapshotLoad::Refused(SnapshotError::OtherSelectors))
+    );
+    assert_eq!(narrowed.metrics().lists, 1);
+    narrowed.shutdown().await;
+    let _ = std::fs::remove_file(&file);
 }

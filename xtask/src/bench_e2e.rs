@@ -13,9 +13,19 @@
 //!    `metadata.managedFields` before caching (`+strip` in the table).
 //! 4. Prints a table against the targets (client CPU for the sync at most 0.2 s, RSS after
 //!    sync at most 60 MB).
+//! 5. Warm restarts (`--restart yes`, the default): per runtime, the client with
+//!    `--snapshot FILE` three times — a cold start (no file; it writes one), a restart with the
+//!    fresh snapshot, a restart with a snapshot made stale (updates, etcd compacted,
+//!    kube-apiserver restarted so its watch cache no longer reaches back: the watch gets 410),
+//!    and a cold start after another kube-apiserver restart (the stale restart's baseline)
+//!    — and prints sync time and bytes read from the API server against the targets (fresh:
+//!    at most 0.1× the time and 1% of the bytes of a cold start; stale: at most a cold start
+//!    plus loading the file), and the snapshot format against JSON (bytes per object, decode
+//!    time).
 //!
 //! Options: `--objects N` (20000), `--namespaces N` (10), `--updates N` (5000), `--writers N`
-//! (32), `--runs N` (1), `--runtime tokio|smol` (both), `--transform none|strip|both` (none).
+//! (32), `--runs N` (1), `--runtime tokio|smol` (both), `--transform none|strip|both` (none),
+//! `--restart yes|no|only` (yes; only: skip step 3).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -31,6 +41,7 @@ use testcluster::TestCluster;
 const USAGE: &str = "\
 usage: cargo xtask bench e2e [--objects N] [--namespaces N] [--updates N] [--writers N]
                              [--runs N] [--runtime tokio|smol] [--transform none|strip|both]
+                             [--restart yes|no|only]
 ";
 
 /// The workload and how often to run it.
@@ -43,6 +54,10 @@ struct Options {
     runtimes: Vec<&'static str>,
     /// Whether to run the clients without (false) and with (true) the managedFields transform.
     strip: Vec<bool>,
+    /// Whether to measure warm restarts.
+    restart: bool,
+    /// Only the warm restarts (no sync/update rows).
+    restart_only: bool,
 }
 
 fn parse(args: &[&str]) -> Result<Options, String> {
@@ -54,6 +69,8 @@ fn parse(args: &[&str]) -> Result<Options, String> {
         runs: 1,
         runtimes: vec!["tokio", "smol"],
         strip: vec![false],
+        restart: true,
+        restart_only: false,
     };
     let mut it = args.iter();
     while let Some(&flag) = it.next() {
@@ -88,6 +105,17 @@ fn parse(args: &[&str]) -> Result<Options, String> {
                     _ => return Err(format!("--transform: none, strip or both, not {value}")),
                 }
             }
+            "--restart" => {
+                o.restart = match *value {
+                    "yes" => true,
+                    "no" => false,
+                    "only" => {
+                        o.restart_only = true;
+                        true
+                    }
+                    _ => return Err(format!("--restart: yes, no or only, not {value}")),
+                }
+            }
             _ => return Err(format!("unknown option {flag}\n\n{USAGE}")),
         }
     }
@@ -103,7 +131,7 @@ pub fn main(args: &[&str]) -> super::Result {
     let bins = build_clients()?;
 
     eprintln!("\n==> local kube-apiserver + etcd");
-    let cluster = TestCluster::start().map_err(|e| e.to_string())?;
+    let mut cluster = TestCluster::start().map_err(|e| e.to_string())?;
     let api = Api::new(&cluster)?;
 
     eprintln!(
@@ -140,7 +168,7 @@ pub fn main(args: &[&str]) -> super::Result {
     let (cached, paged) = (best(&cached), best(&paged));
 
     let mut rows = Vec::new();
-    for run in 0..o.runs {
+    for run in 0..if o.restart_only { 0 } else { o.runs } {
         for &strip in &o.strip {
             for &rt in &o.runtimes {
                 rows.push(client_run(&bins, &cluster, &api, &o, rt, strip, run)?);
@@ -227,6 +255,13 @@ pub fn main(args: &[&str]) -> super::Result {
             r.sync_wall,
             cached.secs
         );
+    }
+    if o.restart {
+        let mut restarts = Vec::new();
+        for &rt in &o.runtimes {
+            restarts.push(restart_runs(&bins, &mut cluster, &api, &o, rt)?);
+        }
+        print_restarts(&restarts);
     }
     eprintln!("\nbench e2e: done in {}", super::secs(t_all.elapsed()));
     Ok(())
@@ -320,6 +355,281 @@ fn client_run(
         return Err(format!("sync-{runtime}: {}", super::outcome(status)));
     }
     Ok(row)
+}
+
+/// One start of a client process with `--snapshot`.
+struct Start {
+    sync_s: f64,
+    /// When the cache caught up with the server (the changes made while down seen).
+    current_s: f64,
+    /// Bytes the API server sent the process (counted by the relay, TLS included).
+    server_bytes: f64,
+    lists: u64,
+    load: String,
+}
+
+/// A TCP relay in front of the API server that counts the bytes it sends to clients (TLS
+/// passes through untouched), and a kubeconfig pointing at it.
+struct Relay {
+    from_server: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    kubeconfig: PathBuf,
+}
+
+fn relay(cluster: &TestCluster) -> Result<Relay, String> {
+    use std::io::Write;
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU64;
+    let target = cluster
+        .server
+        .strip_prefix("https://")
+        .ok_or("the API server URL is not https")?
+        .to_string();
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let from_server = Arc::new(AtomicU64::new(0));
+    let counter = from_server.clone();
+    let pipe = |mut from: TcpStream, mut to: TcpStream, count: Option<Arc<AtomicU64>>| {
+        thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            while let Ok(n) = from.read(&mut buf) {
+                if n == 0 || to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+                if let Some(c) = &count {
+                    c.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            }
+            let _ = to.shutdown(Shutdown::Write);
+        });
+    };
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(client) = conn else { continue };
+            let Ok(server) = TcpStream::connect(&target) else {
+                continue;
+            };
+            let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
+                continue;
+            };
+            pipe(client, server, None);
+            pipe(s2, c2, Some(counter.clone()));
+        }
+    });
+    let text = std::fs::read_to_string(&cluster.kubeconfig).map_err(|e| e.to_string())?;
+    let text = text.replace(&cluster.server, &format!("https://127.0.0.1:{port}"));
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "informer-bench-relay-{}.kubeconfig",
+        std::process::id()
+    ));
+    std::fs::write(&kubeconfig, text).map_err(|e| e.to_string())?;
+    Ok(Relay {
+        from_server,
+        kubeconfig,
+    })
+}
+
+/// The three starts of one runtime, and the format figures of its snapshot.
+struct Restarts {
+    runtime: &'static str,
+    cold: Start,
+    fresh: Start,
+    stale: Start,
+    cold_after_restart: Start,
+    formats: Value,
+}
+
+/// Runs the client with `--snapshot path` until it has synced, seen the `changed` updates made
+/// while it was down, and written its snapshot.
+fn snapshot_start(
+    bin: &PathBuf,
+    relay: &Relay,
+    path: &std::path::Path,
+    changed: usize,
+) -> Result<(Start, Value), String> {
+    let bytes_before = relay.from_server.load(Ordering::Relaxed);
+    let mut child = Command::new(bin)
+        .args([
+            "--updates",
+            &changed.to_string(),
+            "--timeout",
+            "300",
+            "--snapshot",
+        ])
+        .arg(path)
+        .env("KUBECONFIG", &relay.kubeconfig)
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+    let lines = lines_of(&mut child);
+    let result = (|| -> Result<(Start, Value), String> {
+        let synced = next_line(&lines, "synced")?;
+        let current = if changed > 0 {
+            next_line(&lines, "updates")?
+        } else {
+            synced.clone()
+        };
+        // What the server sent until the cache was current (the snapshot written afterwards
+        // costs the server nothing).
+        let server_bytes = relay.from_server.load(Ordering::Relaxed) - bytes_before;
+        let resume = next_line(&lines, "resume")?;
+        let formats = next_line(&lines, "formats")?;
+        let f = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        Ok((
+            Start {
+                sync_s: f(&synced, "wall_s"),
+                current_s: f(&current, "wall_s"),
+                server_bytes: server_bytes as f64,
+                lists: resume["lists"].as_u64().unwrap_or(0),
+                load: resume["load"].as_str().unwrap_or("?").to_string(),
+            },
+            formats,
+        ))
+    })();
+    if result.is_err() {
+        let _ = child.kill();
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let r = result?;
+    if !status.success() {
+        return Err(format!("{}: {}", bin.display(), super::outcome(status)));
+    }
+    Ok(r)
+}
+
+/// Cold start, restart with a fresh snapshot, restart with a stale one.
+fn restart_runs(
+    bins: &[(String, PathBuf)],
+    cluster: &mut TestCluster,
+    api: &Api,
+    o: &Options,
+    runtime: &'static str,
+) -> Result<Restarts, String> {
+    let name = format!("sync-{runtime}");
+    let bin = bins
+        .iter()
+        .find(|(n, _)| *n == name)
+        .ok_or_else(|| format!("cargo built no {name}"))?
+        .1
+        .clone();
+    let path = std::env::temp_dir().join(format!(
+        "informer-bench-{}-{runtime}.snap",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&path);
+    let relay = relay(cluster)?;
+    eprintln!("==> {runtime}: cold start with a snapshot file");
+    let (cold, formats) = snapshot_start(&bin, &relay, &path, 0)?;
+    eprintln!("==> {runtime}: restart with the fresh snapshot");
+    let (fresh, _) = snapshot_start(&bin, &relay, &path, 0)?;
+    let changed = o.updates.min(1000);
+    eprintln!(
+        "==> {runtime}: {changed} updates, etcd compacted, kube-apiserver restarted: the snapshot is stale"
+    );
+    parallel(changed, o.writers, |i| {
+        api.patch(
+            &format!(
+                "/api/v1/namespaces/bench-{}/configmaps/cm-{i}",
+                i % o.namespaces
+            ),
+            &format!(r#"{{"data":{{"round":"stale-{runtime}"}}}}"#),
+        )
+    })?;
+    cluster.compact().map_err(|e| e.to_string())?;
+    cluster.stop_apiserver().map_err(|e| e.to_string())?;
+    cluster.start_apiserver().map_err(|e| e.to_string())?;
+    let (stale, _) = snapshot_start(&bin, &relay, &path, changed)?;
+    // The baseline for the stale restart: a cold start against a just-restarted API server
+    // too (its watch cache and connections are cold after a restart).
+    eprintln!("==> {runtime}: kube-apiserver restarted again, cold start");
+    cluster.stop_apiserver().map_err(|e| e.to_string())?;
+    cluster.start_apiserver().map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(&path);
+    let (cold_after_restart, _) = snapshot_start(&bin, &relay, &path, 0)?;
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&relay.kubeconfig);
+    Ok(Restarts {
+        runtime,
+        cold,
+        fresh,
+        stale,
+        cold_after_restart,
+        formats,
+    })
+}
+
+fn print_restarts(all: &[Restarts]) {
+    println!("\nwarm restart (client with --snapshot FILE):");
+    println!(
+        "{:<7} {:<26} | {:>8} {:>9} {:>11} {:>6}  how it started",
+        "client", "start", "sync s", "current s", "server MB", "lists"
+    );
+    for r in all {
+        for (what, s) in [
+            ("cold (no file)", &r.cold),
+            ("fresh snapshot", &r.fresh),
+            ("stale snapshot (410)", &r.stale),
+            ("cold, API server restarted", &r.cold_after_restart),
+        ] {
+            println!(
+                "{:<7} {:<26} | {:>8.3} {:>9.3} {:>11.3} {:>6}  {}",
+                r.runtime,
+                what,
+                s.sync_s,
+                s.current_s,
+                s.server_bytes / 1e6,
+                s.lists,
+                s.load
+            );
+        }
+    }
+    println!(
+        "sync s: process start until its handler has synced (from a snapshot: its objects \
+         handed over); current s: until the handler has also seen every change made while the \
+         client was down (a stale snapshot's 410 and relist included); server MB: bytes the API \
+         server sent the process until then (a counting TCP relay, TLS included); lists: list \
+         calls made."
+    );
+    for r in all {
+        let f = |k: &str| r.formats[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "  {} format: {} objects; snapshot {:.0} B/object, JSON {:.0} B/object ({:.2}x); \
+             decode: snapshot {:.3} s, JSON array {:.3} s ({:.2}x); write (encode + fsync + \
+             rename): {:.3} s",
+            r.runtime,
+            f("objects"),
+            f("snapshot_per_object"),
+            f("json_per_object"),
+            f("snapshot_per_object") / f("json_per_object"),
+            f("snapshot_decode_s"),
+            f("json_decode_s"),
+            f("snapshot_decode_s") / f("json_decode_s"),
+            f("write_s"),
+        );
+        let ok = |b: bool| if b { "met" } else { "MISSED" };
+        let time = r.fresh.current_s / r.cold.current_s;
+        let bytes = r.fresh.server_bytes / r.cold.server_bytes;
+        // Both started right after a kube-apiserver restart.
+        let stale_limit = r.cold_after_restart.current_s + f("snapshot_decode_s");
+        println!(
+            "  {} targets: fresh restart {:.3}x the cold sync time (<= 0.1x: {}), {:.2}% of its \
+             bytes (<= 1%: {}); stale restart {:.3} s vs cold + load {:.3} s, both after an API \
+             server restart ({}){}",
+            r.runtime,
+            time,
+            ok(time <= 0.1),
+            bytes * 100.0,
+            ok(bytes <= 0.01),
+            r.stale.current_s,
+            stale_limit,
+            ok(r.stale.current_s <= stale_limit),
+            if r.stale.lists == 0 {
+                "; NOTE: the stale start did not list (no 410 seen)"
+            } else {
+                ""
+            }
+        );
+    }
 }
 
 /// The client's stdout, line by line, on a channel.

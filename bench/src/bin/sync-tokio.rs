@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use informer_bench::{Run, strip_managed_fields};
-use informer_tokio::{Config, DynamicObject, HandlerFns, Informer, Resource, client};
+use informer_bench::{Run, format_figures, strip_managed_fields};
+use informer_tokio::{Config, DynamicObject, HandlerFns, Informer, Resource, SnapshotLoad, client};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let run = Run::start();
@@ -16,6 +16,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if run.strip_managed_fields {
             builder = builder.transform(strip_managed_fields);
         }
+        if let Some(path) = &run.snapshot {
+            builder = builder.snapshot(path);
+        }
         let informer = builder.build()?;
         let handler = informer.add_handler(HandlerFns::new().on_update(run.count_updates()))?;
         informer.start()?;
@@ -24,6 +27,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
     run.synced(informer.store().len());
     run.wait_for_updates()?;
+    if let Some(path) = &run.snapshot {
+        let (load, bytes) = match informer.snapshot_load() {
+            Some(SnapshotLoad::Resumed { bytes, .. }) => ("resumed".to_string(), bytes),
+            other => (format!("{other:?}").replace('"', "'"), 0),
+        };
+        run.resumed(&load, bytes, informer.metrics().lists);
+        let t = std::time::Instant::now();
+        rt.block_on(informer.write_snapshot())?;
+        format_figures(&informer.store().list(), path, t.elapsed().as_secs_f64());
+    }
     rt.block_on(informer.shutdown());
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(())

@@ -77,6 +77,22 @@ pub struct SimConfig {
     pub compaction_every: Duration,
     /// Record a trace of every step.
     pub trace: bool,
+    /// A warm restart during the busy phase, if any.
+    pub restart: Option<Restart>,
+}
+
+/// A warm restart: a snapshot of the cache is taken at `snapshot_at`; at
+/// `snapshot_at + down_for` the informer (and its handlers) is dropped and a new one resumes
+/// from the snapshot — possibly older than the compaction window by then, or truncated (then
+/// refused, and the new informer lists).
+#[derive(Clone, Debug)]
+pub struct Restart {
+    /// When the snapshot is taken (none is if the informer has not synced then: cold start).
+    pub snapshot_at: Duration,
+    /// How long after the snapshot the new informer starts.
+    pub down_for: Duration,
+    /// Cut the snapshot's bytes in half (it must be refused).
+    pub truncate: bool,
 }
 
 impl SimConfig {
@@ -108,7 +124,24 @@ impl SimConfig {
             remove_one: r.chance(0.3),
             compaction_every: Duration::from_secs(pick(&mut r, &[3, 20, 60, 60])),
             trace: false,
+            restart: Restart::from_seed(seed),
         }
+    }
+}
+
+impl Restart {
+    /// A restart for about a third of the seeds, drawn from its own generator so that the
+    /// other parameters of a seed do not change.
+    fn from_seed(seed: u64) -> Option<Restart> {
+        let mut r = SplitMix64::new(seed ^ 0x0000_5EED_CAC4_E000);
+        if !r.chance(0.35) {
+            return None;
+        }
+        Some(Restart {
+            snapshot_at: ms(r.below(60_000)),
+            down_for: ms([0, 50, 2_000, 30_000, 120_000][r.below(5) as usize]),
+            truncate: r.chance(0.1),
+        })
     }
 }
 
@@ -324,6 +357,9 @@ struct Sim {
     next_compaction: Option<Instant>,
     late_handlers: VecDeque<(Instant, Duration)>,
     removal_at: Option<Instant>,
+    snapshot_at: Option<Instant>,
+    restart_at: Option<Instant>,
+    snapshot: Option<Vec<u8>>,
     quiet_since: Option<Instant>,
     last_sync_seen: u64,
     informer_synced: bool,
@@ -347,26 +383,7 @@ impl Sim {
         let rng_fault = root.fork();
         let mut rng_handlers = root.fork();
         let informer_seed = root.next_u64();
-        let mut inf = SharedIndexInformer::new(InformerConfig {
-            reflector: ReflectorConfig {
-                page_size: cfg.page_size,
-                streaming_list: cfg.streaming_list,
-                seed: informer_seed,
-                ..ReflectorConfig::default()
-            },
-            resync_check_period: cfg.resync_check_period,
-        });
-        if cfg.transform {
-            inf.set_transform(alloc::boxed::Box::new(|o: Arc<SimObject>| {
-                if o.noise == 0 {
-                    o
-                } else {
-                    let mut c = (*o).clone();
-                    c.noise = 0;
-                    Arc::new(c)
-                }
-            }));
-        }
+        let inf = Self::informer(&cfg, informer_seed);
         let mut server = ModelServer::new(cfg.watch_cache, cfg.server_streaming);
         // Some objects exist before the informer starts.
         let initial = rng_work.below(u64::from(cfg.names) + 1);
@@ -374,20 +391,8 @@ impl Sim {
             let ns = if i % 3 == 0 { None } else { Some("ns") };
             server.create(ns, &format!("o{i}"), i, rng_work.below(1000));
         }
-        let mut handlers = Vec::new();
-        for &period in &cfg.handlers_before {
-            let (id, _) = inf.add_handler(period, Instant::ZERO);
-            let slowness = Self::pick_slowness(&mut rng_handlers);
-            handlers.push(SimHandler {
-                id,
-                view: BTreeMap::new(),
-                last_rv: BTreeMap::new(),
-                busy_until: None,
-                slowness,
-                removed: false,
-                synced: false,
-            });
-        }
+        let mut inf = inf;
+        let handlers = Self::first_handlers(&cfg, &mut inf, &mut rng_handlers, Instant::ZERO);
         let busy_span = 1 + u64::from(cfg.mutations) * 1500;
         let late_handlers = cfg
             .handlers_late
@@ -399,7 +404,11 @@ impl Sim {
         let removal_at = cfg
             .remove_one
             .then(|| Instant::ZERO + ms(rng_work.below(busy_span)));
+        let snapshot_at = cfg.restart.as_ref().map(|r| Instant::ZERO + r.snapshot_at);
         Sim {
+            snapshot_at,
+            restart_at: None,
+            snapshot: None,
             mutations_left: cfg.mutations,
             next_mutation: Some(Instant::ZERO + ms(rng_work.below(3000))),
             next_compaction: Some(
@@ -423,6 +432,130 @@ impl Sim {
             report: Report::default(),
             trace: Vec::new(),
         }
+    }
+
+    fn informer(cfg: &SimConfig, seed: u64) -> SharedIndexInformer<SimObject> {
+        let mut inf = SharedIndexInformer::new(InformerConfig {
+            reflector: ReflectorConfig {
+                page_size: cfg.page_size,
+                streaming_list: cfg.streaming_list,
+                seed,
+                ..ReflectorConfig::default()
+            },
+            resync_check_period: cfg.resync_check_period,
+        });
+        if cfg.transform {
+            inf.set_transform(alloc::boxed::Box::new(|o: Arc<SimObject>| {
+                if o.noise == 0 {
+                    o
+                } else {
+                    let mut c = (*o).clone();
+                    c.noise = 0;
+                    Arc::new(c)
+                }
+            }));
+        }
+        inf
+    }
+
+    fn first_handlers(
+        cfg: &SimConfig,
+        inf: &mut SharedIndexInformer<SimObject>,
+        rng_handlers: &mut SplitMix64,
+        now: Instant,
+    ) -> Vec<SimHandler> {
+        let mut handlers = Vec::new();
+        for &period in &cfg.handlers_before {
+            let (id, _) = inf.add_handler(period, now);
+            let slowness = Self::pick_slowness(rng_handlers);
+            handlers.push(SimHandler {
+                id,
+                view: BTreeMap::new(),
+                last_rv: BTreeMap::new(),
+                busy_until: None,
+                slowness,
+                removed: false,
+                synced: false,
+            });
+        }
+        handlers
+    }
+
+    /// Takes the snapshot (if the informer has synced), and schedules the restart.
+    fn take_snapshot(&mut self) {
+        self.snapshot_at = None;
+        let Some(restart) = self.cfg.restart.clone() else {
+            return;
+        };
+        self.restart_at = Some(self.now + restart.down_for);
+        let Some(snap) = self.inf.snapshot() else {
+            self.log(|| "SNAPSHOT none: not synced".into());
+            return;
+        };
+        let mut bytes = Vec::new();
+        if let Err(e) = snap.encode(&Self::identity(), &mut bytes) {
+            self.log(|| format!("SNAPSHOT failed: {e}"));
+            return;
+        }
+        if restart.truncate {
+            bytes.truncate(bytes.len() / 2);
+        }
+        let (n, rv) = (snap.items.len(), snap.resource_version.clone());
+        self.log(|| format!("SNAPSHOT {n} objects at rv {rv}"));
+        self.snapshot = Some(bytes);
+    }
+
+    fn identity() -> crate::snapshot::SnapshotIdentity {
+        crate::snapshot::SnapshotIdentity {
+            resource: "sim".into(),
+            selectors: protocol::Selectors::default(),
+        }
+    }
+
+    /// The process dies: the informer, its handlers and the request in flight are gone. A new
+    /// informer resumes from the snapshot (or lists, if there is none or it is refused).
+    fn restart(&mut self) -> Result<(), String> {
+        self.restart_at = None;
+        self.inf.stop();
+        self.flight = Flight::Idle;
+        let seed = self.rng_work.next_u64();
+        self.inf = Self::informer(&self.cfg, seed);
+        self.handlers =
+            Self::first_handlers(&self.cfg, &mut self.inf, &mut self.rng_handlers, self.now);
+        self.informer_synced = false;
+        self.last_sync_seen = 0;
+        let truncated = self.cfg.restart.as_ref().is_some_and(|r| r.truncate);
+        match self
+            .snapshot
+            .take()
+            .map(|b| crate::snapshot::Snapshot::<SimObject>::decode(&b, &Self::identity()))
+        {
+            Some(Ok(snap)) => {
+                if truncated {
+                    return Err("a truncated snapshot was accepted".into());
+                }
+                let rv = snap.resource_version.clone();
+                self.log(|| format!("RESTART resuming from rv {rv}"));
+                self.fault("warm restart");
+                if snap.resource_version.parse::<u64>().unwrap_or(0) < self.server.compacted {
+                    self.fault("warm restart, snapshot compacted");
+                }
+                self.inf.resume(snap);
+            }
+            Some(Err(e)) => {
+                if !truncated {
+                    return Err(format!("a whole snapshot was refused: {e}"));
+                }
+                self.log(|| format!("RESTART snapshot refused ({e}): cold start"));
+                self.fault("warm restart, snapshot refused");
+            }
+            None => {
+                self.log(|| "RESTART without a snapshot: cold start".into());
+                self.fault("restart, no snapshot");
+            }
+        }
+        self.inf.start(self.now);
+        Ok(())
     }
 
     fn pick_slowness(r: &mut SplitMix64) -> Duration {
@@ -488,7 +621,11 @@ impl Sim {
     }
 
     fn busy_done(&self) -> bool {
-        self.mutations_left == 0 && self.late_handlers.is_empty() && self.removal_at.is_none()
+        self.mutations_left == 0
+            && self.late_handlers.is_empty()
+            && self.removal_at.is_none()
+            && self.snapshot_at.is_none()
+            && self.restart_at.is_none()
     }
 
     /// After every input: drain the informer's outputs until none are left.
@@ -736,6 +873,8 @@ impl Sim {
             },
             self.late_handlers.front().map(|x| x.0),
             self.removal_at,
+            self.snapshot_at,
+            self.restart_at,
             if self.quiet_since.is_none() {
                 self.next_compaction
             } else {
@@ -770,7 +909,13 @@ impl Sim {
             return Ok(());
         }
         if work_t.is_some_and(|t| t <= now) {
-            self.work();
+            if self.snapshot_at.is_some_and(|t| t <= now) {
+                self.take_snapshot();
+            } else if self.restart_at.is_some_and(|t| t <= now) {
+                self.restart()?;
+            } else {
+                self.work();
+            }
             return Ok(());
         }
         if net_t.is_some_and(|t| t <= now) {

@@ -12,7 +12,7 @@ use crate::object::{Key, Object};
 use crate::protocol::{Failure, ListPage, ListRequest, Status, WatchEvent, WatchRequest};
 
 /// A minimal object for the simulation.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SimObject {
     /// `metadata.name`.
     pub name: String,

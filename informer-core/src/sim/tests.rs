@@ -53,6 +53,10 @@ fn conformance_25_sim_many_seeds_converge() {
             "streaming list refused",
             "hung watch",
             "hung list",
+            "warm restart",
+            "warm restart, snapshot compacted",
+            "warm restart, snapshot refused",
+            "restart, no snapshot",
         ] {
             assert!(
                 total.faults.get(kind).copied().unwrap_or(0) > 0,
