@@ -60,7 +60,7 @@ pub struct InformerBuilder<K, R> {
 }
 
 type MakeSnapshot<K> =
-    Box<dyn FnOnce(String, Selectors) -> crate::snapshot::SnapshotFile<K> + Send>;
+    Box<dyn FnOnce(String, Selectors) -> crate::snapshot_file::SnapshotFile<K> + Send>;
 
 type MakeTransport<K> = Box<dyn FnOnce(Option<&str>) -> Arc<dyn Transport<K>> + Send>;
 
@@ -270,7 +270,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     {
         let path = path.into();
         self.snapshot = Some(Box::new(move |resource, selectors| {
-            crate::snapshot::SnapshotFile::new(
+            crate::snapshot_file::SnapshotFile::new(
                 path,
                 None,
                 informer_core::SnapshotIdentity {

@@ -78,6 +78,7 @@ mod controller;
 mod factory;
 mod leader;
 mod snapshot;
+mod snapshot_file;
 
 /// The behaviour list (`docs/CONFORMANCE.md` in the repository): what the informer does that
 /// users rely on, item by item, each a named `conformance_NN_*` test, and where it deliberately
@@ -98,7 +99,7 @@ pub use informer_core::leaderelection::LeaderElectionConfig;
 pub use leader::{LeaderElectionError, Leadership};
 pub use metrics::Metrics;
 pub use runtime::{BoxFuture, Runtime, SpawnError};
-pub use snapshot::{SnapshotLoad, SnapshotWritten};
+pub use snapshot_file::{SnapshotLoad, SnapshotWritten};
 pub use store::Store;
 pub use stream::EventStream;
 pub use sync::{CacheSync, wait_for_cache_sync};

@@ -123,7 +123,7 @@ pub(crate) struct Shared<K, R> {
     /// Set by the driver once it has stopped and every handler worker has exited.
     pub(crate) finished: AtomicBool,
     /// The snapshot file for warm restarts, if any.
-    pub(crate) snapshot: Option<crate::snapshot::SnapshotFile<K>>,
+    pub(crate) snapshot: Option<crate::snapshot_file::SnapshotFile<K>>,
 }
 
 impl<K, R> Shared<K, R> {
