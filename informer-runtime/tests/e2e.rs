@@ -1203,7 +1203,7 @@ async fn typed_objects_with_label_and_field_selectors<E: Env>(c: Client<E::B>) {
 
 /// A metadata-only informer (client-go's metadatainformer) through the factory: the server
 /// sends only metadata (the seeded ConfigMaps' `data` never arrives), labels and selectors work
-/// on it, and a change made afterwards arrives as metadata too. A full informer of the same
+/// on it, and changes made afterwards (a create, a delete) arrive as metadata too. A full informer of the same
 /// resource sits beside it in the same factory (another object type, another informer).
 async fn metadata_only_informers_cache_metadata_without_data<E: Env>(c: Client<E::B>) {
     let factory = SharedInformerFactory::<E::R, E::B>::new(c.clone());
@@ -1243,6 +1243,12 @@ async fn metadata_only_informers_cache_metadata_without_data<E: Env>(c: Client<E
         store2
             .get("seed-2/meta-late")
             .is_some_and(|o| o.metadata.labels.get("late") == Some("yes"))
+    })
+    .await;
+    // Leave seed-2 as seeded (other scenarios count it), and see the delete arrive too.
+    delete(&c, "configmaps", "seed-2", "meta-late").await;
+    eventually::<E>("the delete arrives", DEADLINE, || {
+        store2.get("seed-2/meta-late").is_none()
     })
     .await;
     factory.shutdown().await;
