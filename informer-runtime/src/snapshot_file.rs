@@ -39,7 +39,7 @@ pub enum SnapshotLoad {
     Unreadable(String),
 }
 
-/// A snapshot written by [`Informer::write_snapshot`].
+/// A snapshot written by [`Informer::write_snapshot`](crate::Informer::write_snapshot).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SnapshotWritten {
