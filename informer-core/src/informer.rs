@@ -374,10 +374,8 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
                 reflector::Output::Error(f) => self.outputs.push_back(Output::WatchError(f)),
                 reflector::Output::Store(op) => match op {
                     StoreOp::Replace { items, .. } => {
-                        let mut admitted = Vec::with_capacity(items.len());
-                        for o in items {
-                            admitted.extend(self.admit(o));
-                        }
+                        // Collected in place: a relist of 100k objects allocates no second list.
+                        let admitted = items.into_iter().filter_map(|o| self.admit(o)).collect();
                         self.pipeline.replace(admitted);
                     }
                     StoreOp::Added(o) => {

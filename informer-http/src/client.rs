@@ -219,18 +219,21 @@ impl<B: Backend> Client<B> {
         content_type: &str,
         accept: &str,
     ) -> Result<HttpResponse, Failure> {
-        let has_body = body.is_some();
+        let content_type = body.is_some().then_some(content_type);
         let body = Bytes::from(body.unwrap_or_default());
+        // Bytes clones share the buffer: the retry after a 401 copies nothing.
+        let build = |auth: Option<&Secret<String>>| {
+            self.build(
+                &method,
+                path_and_query,
+                content_type,
+                accept,
+                body.clone(),
+                auth,
+            )
+        };
         let auth = self.authorization().await?;
-        let req = self.build(
-            &method,
-            path_and_query,
-            has_body.then_some(content_type),
-            accept,
-            body.clone(),
-            auth.as_ref(),
-        )?;
-        let resp = self.backend.send(req).await?;
+        let resp = self.backend.send(build(auth.as_ref())?).await?;
         if resp.status != http::StatusCode::UNAUTHORIZED
             || !crate::credential::renew_after_unauthorized(&self.config, auth.as_ref())
         {
@@ -238,14 +241,7 @@ impl<B: Backend> Client<B> {
         }
         drop(resp);
         let auth = self.authorization().await?;
-        let req = self.build(
-            &method,
-            path_and_query,
-            has_body.then_some(content_type),
-            accept,
-            body,
-            auth.as_ref(),
-        )?;
+        let req = build(auth.as_ref())?;
         self.backend.send(req).await
     }
 
