@@ -525,9 +525,12 @@ macro_rules! scenarios {
                     }).await;
                     let (leader, standby) = if a.leadership().is_leader() { (a, b) } else { (b, a) };
                     let standby_id = standby.leadership().identity().to_string();
-                    let acted_before_kill = log.lock().unwrap().len();
                     let killed = Instant::now();
                     leader.kill().await;
+                    // Counted once the kill has returned: the dying leader may still finish a
+                    // write it had in flight (it still held the lease, so that is no overlap);
+                    // from here on only the standby may act.
+                    let acted_before_kill = log.lock().unwrap().len();
                     poll("the standby takes over", DEADLINE, sleeper, || async { standby.leadership().is_leader() }).await;
                     let took = killed.elapsed();
                     // Lease duration (3 s) plus a jittered retry (at most 1.1 s), with room for
