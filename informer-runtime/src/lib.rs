@@ -30,7 +30,7 @@
 //! # How it runs
 //!
 //! One driver task per informer owns the sans-IO core
-//! ([`SharedIndexInformer`](informer_core::SharedIndexInformer)) and obeys its loop: after every
+//! (`informer_core::SharedIndexInformer`) and obeys its loop: after every
 //! input it drains `poll()` until `None`, then waits for the next input or `poll_timeout()`
 //! (one timer). The list or watch in flight is a task of its own whose results come back
 //! through a bounded channel tagged with their request id; a superseded request's task is
