@@ -279,27 +279,56 @@ fn test_all() -> Result {
     Ok(())
 }
 
-/// The docs of the workspace, warnings denied, then [`check_docs`].
+/// The docs of the workspace, warnings denied, then [`check_docs`]; then each runtime crate
+/// documented on its own with `--no-deps` into an empty doc directory, the way docs.rs builds
+/// it, and checked again: the alias pages must list their methods there too.
 fn docs() -> Result {
+    let doc = root().join("target/doc");
     let mut c = cargo();
     c.args(["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings");
     run("cargo doc (warnings denied)", c)?;
-    check_docs()
+    check_docs(&doc, &["informer_tokio", "informer_smol"])?;
+    for (package, krate) in [
+        ("informer-tokio", "informer_tokio"),
+        ("informer-smol", "informer_smol"),
+    ] {
+        // An empty doc directory: nothing left over from the workspace build may make the
+        // pages look complete.
+        let _ = std::fs::remove_dir_all(&doc);
+        let mut c = cargo();
+        c.args(["doc", "-p", package, "--no-deps"])
+            .env("RUSTDOCFLAGS", "-D warnings");
+        run(&format!("cargo doc -p {package} --no-deps (as docs.rs)"), c)?;
+        check_docs(&doc, &[krate])?;
+    }
+    // Leave the whole workspace's docs in place for whoever opens them next.
+    let _ = std::fs::remove_dir_all(&doc);
+    let mut c = cargo();
+    c.args(["doc", "--workspace", "--no-deps", "-q"]);
+    run("cargo doc (the whole workspace again)", c)
 }
+
+/// The runtime crates' type aliases and a method each one's page must list.
+const ALIAS_METHODS: &[(&str, &str)] = &[
+    ("informer/struct.Informer.js", "wait_for_sync"),
+    ("builder/struct.InformerBuilder.js", "resync"),
+    ("factory/struct.SharedInformerFactory.js", "start"),
+    ("handler/struct.HandlerRegistration.js", "has_synced"),
+    ("stream/struct.EventStream.js", "has_synced"),
+];
 
 /// What rustdoc does not flag itself: a link it resolved to an item whose page it did not
 /// write comes out as a literal `href="crate::Path"` (no warning); and the runtime crates'
 /// `Informer`, `InformerBuilder`, ... are type aliases, whose pages show the methods only when
 /// rustdoc recorded the aliases against the aliased types (`type.impl/`).
-fn check_docs() -> Result {
-    eprintln!("\n==> docs: links resolve, runtime crates' aliases show their methods");
-    let doc = root().join("target/doc");
+fn check_docs(doc: &Path, crates: &[&str]) -> Result {
+    eprintln!("\n==> docs of {crates:?}: links resolve, aliases show their methods");
     let mut bad = Vec::new();
     // The crates users read. (Cross-crate links from informer-runtime to informer-core came
     // out literal in one workspace doc build and resolved in the next: rustdoc's cross-crate
     // resolution depends on which units it re-documents, so those crates are not checked.)
-    for krate in ["informer_tokio", "informer_smol"] {
+    for krate in crates {
         let mut stack = vec![doc.join(krate)];
         while let Some(dir) = stack.pop() {
             let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -322,14 +351,16 @@ fn check_docs() -> Result {
             }
         }
     }
-    let impls = doc.join("type.impl/informer_runtime/informer/struct.Informer.js");
-    let js = std::fs::read_to_string(&impls).unwrap_or_default();
-    for krate in ["informer_tokio", "informer_smol"] {
-        if !(js.contains(krate) && js.contains("wait_for_sync")) {
-            bad.push(format!(
-                "{}: {krate}::Informer's page would show no methods",
-                impls.display()
-            ));
+    for (file, method) in ALIAS_METHODS {
+        let impls = doc.join("type.impl/informer_runtime").join(file);
+        let js = std::fs::read_to_string(&impls).unwrap_or_default();
+        for krate in crates {
+            if !(js.contains(krate) && js.contains(&format!("method.{method}"))) {
+                bad.push(format!(
+                    "{}: {krate}'s alias page would not list `{method}`",
+                    impls.display()
+                ));
+            }
         }
     }
     if bad.is_empty() {
