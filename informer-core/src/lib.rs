@@ -64,7 +64,9 @@ pub use fifo::{Delta, DeltaFifo, DeltaType, Deltas};
 pub use indexer::{IndexError, Indexer};
 pub use informer::{InformerConfig, SharedIndexInformer};
 pub use metadata::PartialObjectMetadata;
-pub use object::{DynamicObject, Key, KeyRef, Object, ObjectMeta, ObjectOrTombstone, Tombstone};
+pub use object::{
+    CompactString, DynamicObject, Key, KeyRef, Object, ObjectMeta, ObjectOrTombstone, Tombstone,
+};
 pub use pipeline::Pipeline;
 pub use processor::{HandlerId, Notification, Processor};
 pub use raw::RawFields;

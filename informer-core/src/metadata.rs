@@ -1,7 +1,7 @@
 //! [`PartialObjectMetadata`]: an object's metadata without the rest, for metadata-only
 //! informers (client-go's `metadatainformer`, kube-rs's `metadata_watcher`).
 
-use alloc::string::String;
+use compact_str::CompactString;
 
 use serde::{Deserialize, Serialize};
 
@@ -23,10 +23,10 @@ pub struct PartialObjectMetadata {
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub api_version: Option<String>,
+    pub api_version: Option<CompactString>,
     /// `kind` as the server sent it (`PartialObjectMetadata`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    pub kind: Option<CompactString>,
     /// The object's metadata: name, namespace, uid, resourceVersion, labels, annotations and
     /// the rest of `metadata` (owner references, finalizers, ...) as raw JSON.
     #[serde(default)]

@@ -1,7 +1,8 @@
 //! What the informer needs from an object, how objects are keyed, and a dynamic object type.
 
-use alloc::string::String;
 use alloc::sync::Arc;
+
+pub use compact_str::CompactString;
 use core::fmt;
 
 use alloc::borrow::Cow;
@@ -129,16 +130,21 @@ impl<K> Clone for ObjectOrTombstone<K> {
 /// The `metadata` of any Kubernetes object: the fields the informer and indexers read, typed;
 /// every other field (`creationTimestamp`, `ownerReferences`, `managedFields`, …) kept as raw
 /// JSON in [`other`](Self::other).
+///
+/// The strings are [`CompactString`]s: one of up to 24 bytes (a name, a namespace, a
+/// resourceVersion) lives inside the struct, so it costs no heap block to keep and no `free`
+/// to drop; a longer one is on the heap as with `String`. They read as `&str` (`Deref`) and are
+/// built from `&str` or `String` with `.into()`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ObjectMeta {
     /// `metadata.name`.
-    pub name: String,
+    pub name: CompactString,
     /// `metadata.namespace`.
-    pub namespace: Option<String>,
+    pub namespace: Option<CompactString>,
     /// `metadata.uid`.
-    pub uid: Option<String>,
+    pub uid: Option<CompactString>,
     /// `metadata.resourceVersion`.
-    pub resource_version: Option<String>,
+    pub resource_version: Option<CompactString>,
     /// `metadata.labels`.
     pub labels: StringMap,
     /// `metadata.annotations`.
@@ -183,7 +189,9 @@ impl<'de> Deserialize<'de> for ObjectMeta {
                 while let Some(MapKey(key)) = map.next_key()? {
                     match &*key {
                         "name" => {
-                            meta.name = map.next_value::<Option<String>>()?.unwrap_or_default()
+                            meta.name = map
+                                .next_value::<Option<CompactString>>()?
+                                .unwrap_or_default()
                         }
                         "namespace" => meta.namespace = map.next_value()?,
                         "uid" => meta.uid = map.next_value()?,
@@ -237,9 +245,9 @@ impl Serialize for ObjectMeta {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DynamicObject {
     /// `apiVersion`, e.g. `v1` or `apps/v1`.
-    pub api_version: Option<String>,
+    pub api_version: Option<CompactString>,
     /// `kind`, e.g. `ConfigMap`.
-    pub kind: Option<String>,
+    pub kind: Option<CompactString>,
     /// `metadata`.
     pub metadata: ObjectMeta,
     /// Every other top-level field, as raw JSON.
@@ -327,6 +335,7 @@ impl DynamicObject {
 mod tests {
     use super::*;
     use alloc::collections::BTreeMap;
+    use alloc::string::String;
     use serde_json::Value;
 
     fn meta(ns: Option<&str>, name: &str) -> DynamicObject {

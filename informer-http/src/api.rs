@@ -168,7 +168,7 @@ where
         if std::any::TypeId::of::<K>() != std::any::TypeId::of::<DynamicObject>() {
             return;
         }
-        let api_version = self.resource.api_version();
+        let api_version: informer_core::CompactString = self.resource.api_version().into();
         for item in items {
             let Some(obj) = Arc::get_mut(item) else {
                 continue;
@@ -178,7 +178,7 @@ where
                     d.api_version = Some(api_version.clone());
                 }
                 if d.kind.is_none() {
-                    d.kind = Some(self.resource.kind.to_string());
+                    d.kind = Some(self.resource.kind.as_ref().into());
                 }
             }
         }

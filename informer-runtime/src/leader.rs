@@ -299,7 +299,12 @@ async fn perform<B: Backend>(
         LeaseRequest::Get => Outcome::Get(match api.get(&name).await {
             Ok(obj) => GetOutcome::Found {
                 record: record_of(&obj),
-                resource_version: obj.metadata.resource_version.clone().unwrap_or_default(),
+                resource_version: obj
+                    .metadata
+                    .resource_version
+                    .as_deref()
+                    .unwrap_or_default()
+                    .into(),
             },
             Err(WriteError::NotFound(_)) => GetOutcome::NotFound,
             Err(e) => {
@@ -331,7 +336,12 @@ fn written(name: &str, r: Result<DynamicObject, WriteError>) -> WriteOutcome {
     match r {
         Ok(obj) => WriteOutcome::Written {
             record: record_of(&obj),
-            resource_version: obj.metadata.resource_version.clone().unwrap_or_default(),
+            resource_version: obj
+                .metadata
+                .resource_version
+                .as_deref()
+                .unwrap_or_default()
+                .into(),
         },
         Err(WriteError::Conflict { .. }) => WriteOutcome::Conflict,
         Err(e) => {

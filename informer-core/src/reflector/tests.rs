@@ -13,7 +13,7 @@ fn obj(name: &str, rv: u64) -> Arc<DynamicObject> {
         metadata: ObjectMeta {
             name: name.into(),
             namespace: Some("ns".into()),
-            resource_version: Some(rv.to_string()),
+            resource_version: Some(rv.to_string().into()),
             ..Default::default()
         },
         ..Default::default()

@@ -17,8 +17,8 @@ pub fn obj_labels(ns: &str, name: &str, rv: u64, labels: &[(&str, &str)]) -> Arc
         metadata: ObjectMeta {
             name: name.into(),
             namespace: (!ns.is_empty()).then(|| ns.into()),
-            resource_version: Some(rv.to_string()),
-            uid: Some(format!("uid-{ns}-{name}")),
+            resource_version: Some(rv.to_string().into()),
+            uid: Some(format!("uid-{ns}-{name}").into()),
             labels: labels
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
