@@ -13,7 +13,7 @@
 //!
 //! Needs a cluster: `KUBECONFIG` (or `~/.kube/config`, or in-cluster). Try it with
 //! `cargo xtask cluster up`, then
-//! `KUBECONFIG=… cargo run -p informer-smol --example configmap_copier -- SOURCE_NAMESPACE`.
+//! `KUBECONFIG=… cargo run -p informer-smol --example smol_configmap_copier -- SOURCE_NAMESPACE`.
 //! `informer-tokio/examples/configmap_copier.rs` is this file with one `use` line changed.
 
 use std::sync::atomic::{AtomicBool, Ordering};

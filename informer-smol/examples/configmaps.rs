@@ -3,7 +3,7 @@
 //! `INFORMER_EXAMPLE_SECS` seconds (default 10).
 //!
 //! Needs a cluster: `KUBECONFIG` (or `~/.kube/config`, or in-cluster). Try it with
-//! `cargo xtask cluster up`, then `KUBECONFIG=… cargo run -p informer-smol --example configmaps`.
+//! `cargo xtask cluster up`, then `KUBECONFIG=… cargo run -p informer-smol --example smol_configmaps`.
 //! `informer-tokio/examples/configmaps.rs` is this file with one `use` line changed.
 
 use std::sync::Arc;
