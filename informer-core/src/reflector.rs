@@ -435,6 +435,13 @@ impl<K: Object> Reflector<K> {
         }
     }
 
+    /// Whether a watch is open and nothing else is under way (no list, no backoff): the quiet
+    /// moment at which the cache is the state at
+    /// [`last_sync_resource_version`](Self::last_sync_resource_version).
+    pub fn is_watching(&self) -> bool {
+        matches!(self.phase, Phase::Watching(_))
+    }
+
     /// The id of the request in flight, if any.
     pub fn in_flight(&self) -> Option<RequestId> {
         match &self.phase {
