@@ -98,6 +98,10 @@ impl fmt::Display for Divergence {
 
 impl core::error::Error for Divergence {}
 
+/// Compares a cached object with the server's object of the same key and resourceVersion:
+/// true when they hold the same content.
+pub type SameContent<'f, K> = &'f dyn Fn(&K, &K) -> bool;
+
 /// The text of `obj`'s key.
 fn key_text<K: Object + ?Sized>(obj: &K) -> String {
     obj.key_ref().to_string()
@@ -113,7 +117,7 @@ pub fn compare<'a, K, C, S>(
     resource_version: &str,
     cache: C,
     server: S,
-    same_content: Option<&dyn Fn(&K, &K) -> bool>,
+    same_content: Option<SameContent<'_, K>>,
 ) -> Option<Divergence>
 where
     K: Object + 'a,
