@@ -466,7 +466,7 @@ pub fn selector(data: &[u8]) {
             }
         }
     }
-    for word in String::from_utf8_lossy(rest).split(|c: char| c == ',' || c == '\n') {
+    for word in String::from_utf8_lossy(rest).split([',', '\n']) {
         values.push(word.to_string());
     }
     keys.push("other".into());
