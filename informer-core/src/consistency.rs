@@ -1,7 +1,7 @@
 //! The consistency check's comparison (client-go has such a check for its own tests): the
 //! cache, taken at a quiet moment, against a list from the server at exactly the cache's last
 //! synced resourceVersion. One implementation for the runtime's switchable check
-//! (`informer-runtime`'s `ConsistencyCheck`) and the simulation ([`crate::sim`]), which runs it
+//! (`informer-runtime`'s `ConsistencyCheck`) and the simulation (`informer_core::sim`, feature `sim`), which runs it
 //! at its quiet points.
 //!
 //! Compared: the keys, each key's resourceVersion and, when asked, the content (with an
