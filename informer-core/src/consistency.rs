@@ -1,8 +1,8 @@
 //! The consistency check's comparison (client-go has such a check for its own tests): the
 //! cache, taken at a quiet moment, against a list from the server at exactly the cache's last
 //! synced resourceVersion. One implementation for the runtime's switchable check
-//! (`informer-runtime`'s `ConsistencyCheck`) and the simulation (`informer_core::sim`, feature `sim`), which runs it
-//! at its quiet points.
+//! (`informer-runtime`'s `ConsistencyCheck`) and the simulation (`informer_core::sim`, feature
+//! `sim`), which runs it at its quiet moments.
 //!
 //! Compared: the keys, each key's resourceVersion and, when asked, the content (with an
 //! equality the caller gives, applied to the cached object and the server's object after the
