@@ -1,7 +1,12 @@
 //! Chaos against the real kube-apiserver: informers of both runtimes, at once, reach a
 //! kube-apiserver v1.20 (`testcluster`) through a TCP fault proxy (connection resets, stalls,
 //! half-closed connections, delayed and split writes), while writers create, update and delete
-//! ConfigMaps, the apiserver is restarted and etcd compacted.
+//! ConfigMaps, the apiserver is restarted and etcd compacted. Each round ends at a quiet point
+//! (writers and faults stopped): every informer's cache must equal a fresh list from the
+//! server, and every handler's folded view must equal its cache, with no notification lost or
+//! doubled (an add of a key the handler has, an update or delete of one it lacks); RSS must
+//! stay bounded. The consistency check (content included) runs throughout and must find no
+//! divergence.
 //!
 //! 429s for real: the apiserver runs with `--max-requests-inflight=6` (APF off), and the
 //! informers authenticate as a plain user (v1.20's max-in-flight filter never rejects
@@ -9,12 +14,9 @@
 //! burst of that user's slow lists (at a resourceVersion from the future, which the watch cache
 //! holds for 3 s before answering 504) fills every read slot while the apiserver is restarted:
 //! its new watch cache cannot resume the informers' watches (410), so they relist into the full
-//! server and get 429 with `Retry-After` until the burst ends. The test asserts that the
-//! informers received 429s (their watch-error hook and metrics count them by kind). Each round ends at a quiet point (writers and faults
-//! stopped): every informer's cache must equal a fresh list from the server, and every
-//! handler's folded view must equal its cache, with no notification lost or doubled (an add of
-//! a key the handler has, an update or delete of one it lacks); RSS must stay bounded. The
-//! consistency check runs throughout and must find no divergence.
+//! server and get 429 with `Retry-After`; the burst lasts until each informer has met one. The
+//! test asserts that the informers received 429s (their watch-error hook and metrics count them
+//! by kind).
 //!
 //! `INFORMER_SOAK_SECS` sets the duration (default 120; `cargo xtask soak --minutes N`); the
 //! summary (faults injected by kind, relists, convergence times, RSS) is printed at the end.
@@ -516,24 +518,42 @@ fn soak_against_the_real_apiserver_through_a_fault_proxy() {
         proxy.on.store(true, Ordering::SeqCst);
         let busy = Instant::now();
         let burst_at = Duration::from_millis(1000 + rng.below(4000));
-        let mut burst: Option<(Instant, Burst)> = None;
+        let mut burst: Option<(Instant, Burst, Vec<u64>)> = None;
         let mut burst_done = false;
+        let got_429 = |p: &Probe| {
+            (p.metrics)()
+                .watch_errors_by_kind
+                .get("too_many_requests")
+                .copied()
+                .unwrap_or(0)
+        };
         while busy.elapsed() < Duration::from_secs(12) || burst.is_some() {
             if !burst_done && burst.is_none() && busy.elapsed() >= burst_at {
                 // Fill the read slots, then restart the apiserver under the burst: the
-                // informers relist into a full server.
+                // informers relist into a full server. A write elsewhere first moves etcd's
+                // revision past the informers' resourceVersion, so that the new watch cache
+                // (which starts at the current revision) cannot resume their watches: 410.
+                let before: Vec<u64> = probes.iter().map(|(_, p)| got_429(p)).collect();
                 let b = Burst::start(10, &tc.server, &tc.ca_file(), tc.extra_token());
+                let _ = tc.request(
+                    "POST",
+                    "/api/v1/namespaces/default/configmaps",
+                    Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"generateName":"elsewhere-"}}"#),
+                );
                 thread::sleep(Duration::from_millis(500));
                 tc.stop_apiserver().unwrap();
                 tc.start_apiserver().unwrap();
                 restarts += 1;
                 bursts += 1;
-                burst = Some((Instant::now(), b));
+                burst = Some((Instant::now(), b, before));
             }
-            if burst
-                .as_ref()
-                .is_some_and(|(t, _)| t.elapsed() > Duration::from_secs(8))
-            {
+            // The burst lasts at least 8 s, and until every informer met a 429 (its relist
+            // comes after its backoff, up to 60 s), at most 90 s.
+            if burst.as_ref().is_some_and(|(t, _, before)| {
+                let all = probes.iter().zip(before).all(|((_, p), n)| got_429(p) > *n);
+                (all && t.elapsed() > Duration::from_secs(8))
+                    || t.elapsed() > Duration::from_secs(90)
+            }) {
                 burst_429 += burst.take().unwrap().1.stop();
                 burst_done = true;
             }
