@@ -426,6 +426,281 @@ pub fn informer_core(data: &[u8]) {
     }
 }
 
+/// Label selectors: the input (up to its first NUL) is parsed as a selector, the rest gives the
+/// labels to match. Parsing never panics; a selector that parses prints (`Display`, the
+/// canonical form) as text that parses back to an equal selector and prints the same again;
+/// and `Selector::matches` agrees, on labels built from the selector's own keys and values
+/// and from the input, with a plain matcher written from the grammar's definitions.
+pub fn selector(data: &[u8]) {
+    use informer_core::selector::{Operator, Selector};
+    use std::collections::BTreeMap;
+
+    let (text, rest) = match data.iter().position(|b| *b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let text = String::from_utf8_lossy(text);
+    let Ok(sel) = Selector::parse(&text) else {
+        return;
+    };
+    let printed = sel.to_string();
+    let again = Selector::parse(&printed)
+        .unwrap_or_else(|e| panic!("{text:?} printed as {printed:?}, which fails: {e}"));
+    assert_eq!(
+        again, sel,
+        "{text:?} → {printed:?} parses to another selector"
+    );
+    assert_eq!(again.to_string(), printed, "Display is not canonical");
+
+    // Candidate labels: the selector's keys with its values, numbers around its bounds, and
+    // free text from the input.
+    let mut keys: Vec<String> = Vec::new();
+    let mut values: Vec<String> = vec![String::new(), "x".into(), "0".into(), "-1".into()];
+    for r in sel.requirements() {
+        keys.push(r.key().to_string());
+        for v in r.values() {
+            values.push(v.to_string());
+            if let Ok(n) = v.parse::<i64>() {
+                values.push(n.saturating_add(1).to_string());
+                values.push(n.saturating_sub(1).to_string());
+            }
+        }
+    }
+    for word in String::from_utf8_lossy(rest).split([',', '\n']) {
+        values.push(word.to_string());
+    }
+    keys.push("other".into());
+    let plain = |labels: &BTreeMap<String, String>| {
+        sel.requirements().iter().all(|r| {
+            let got = labels.get(r.key()).map(String::as_str);
+            let vals: Vec<&str> = r.values().collect();
+            let int = |v: &str| v.parse::<i64>().ok();
+            match r.operator() {
+                Operator::Equals | Operator::DoubleEquals | Operator::In => {
+                    got.is_some_and(|g| vals.contains(&g))
+                }
+                Operator::NotEquals | Operator::NotIn => got.is_none_or(|g| !vals.contains(&g)),
+                Operator::Exists => got.is_some(),
+                Operator::DoesNotExist => got.is_none(),
+                Operator::GreaterThan => {
+                    matches!((got.and_then(int), int(vals[0])), (Some(g), Some(b)) if g > b)
+                }
+                Operator::LessThan => {
+                    matches!((got.and_then(int), int(vals[0])), (Some(g), Some(b)) if g < b)
+                }
+                other => panic!("an operator the plain matcher does not know: {other:?}"),
+            }
+        })
+    };
+    // Label sets: each rest byte picks, per key, absent or one of the values.
+    let mut picks = rest
+        .iter()
+        .copied()
+        .chain([0, 1, 2, 3, 255])
+        .collect::<Vec<u8>>();
+    picks.truncate(64);
+    for (i, seed) in picks.iter().enumerate() {
+        let mut labels = BTreeMap::new();
+        for (j, k) in keys.iter().enumerate() {
+            let x = usize::from(*seed)
+                .wrapping_mul(31)
+                .wrapping_add(i * 7 + j * 13);
+            let choice = x % (values.len() + 1);
+            if choice < values.len() {
+                labels.insert(k.clone(), values[choice].clone());
+            }
+        }
+        assert_eq!(
+            sel.matches(&labels),
+            plain(&labels),
+            "{printed:?} on {labels:?}"
+        );
+    }
+}
+
+/// The work queue driven by arbitrary operations (add, add_after, add_rate_limited, pop, done,
+/// forget, time passing, shutdown) on eight keys, against a plain model of client-go's rules
+/// checked after every step: a key is queued at most once and in FIFO order, never handed to
+/// two workers at once, a key added while processed comes back after `done`, a delayed key
+/// keeps its earliest ready time and becomes ready then, the per-key exponential limiter
+/// gives `base × 2^failures` capped, and after shutdown adds are ignored, delayed keys are
+/// dropped and `pop` answers `ShutDown` once the queue is empty. Counts (`len`,
+/// `num_processing`, `num_delayed`) equal the model's.
+pub fn workqueue(data: &[u8]) {
+    use informer_core::Instant;
+    use informer_core::workqueue::{ItemExponentialRateLimiter, Pop, WorkQueue};
+    use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+    const BASE: Duration = Duration::from_millis(5);
+    const MAX: Duration = Duration::from_secs(2);
+    let mut q: WorkQueue<u8, _> =
+        WorkQueue::with_rate_limiter(ItemExponentialRateLimiter::new(BASE, MAX));
+    // The model.
+    let mut queue: VecDeque<u8> = VecDeque::new();
+    let mut dirty: BTreeSet<u8> = BTreeSet::new();
+    let mut processing: BTreeSet<u8> = BTreeSet::new();
+    let mut delayed: BTreeMap<u8, (Instant, u64)> = BTreeMap::new();
+    let mut failures: BTreeMap<u8, u32> = BTreeMap::new();
+    let mut shut = false;
+    let mut seq = 0u64;
+    let mut now = Instant::ZERO;
+
+    fn model_add(
+        key: u8,
+        shut: bool,
+        queue: &mut VecDeque<u8>,
+        dirty: &mut BTreeSet<u8>,
+        processing: &BTreeSet<u8>,
+    ) -> bool {
+        if shut || dirty.contains(&key) {
+            return false;
+        }
+        dirty.insert(key);
+        if !processing.contains(&key) {
+            queue.push_back(key);
+        }
+        true
+    }
+    // Delayed keys whose time has come, in (ready time, sequence) order.
+    let promote = |now: Instant,
+                   delayed: &mut BTreeMap<u8, (Instant, u64)>,
+                   queue: &mut VecDeque<u8>,
+                   dirty: &mut BTreeSet<u8>,
+                   processing: &BTreeSet<u8>,
+                   shut: bool| {
+        let mut due: Vec<(Instant, u64, u8)> = delayed
+            .iter()
+            .filter(|(_, (at, _))| *at <= now)
+            .map(|(k, (at, s))| (*at, *s, *k))
+            .collect();
+        due.sort();
+        for (_, _, k) in due {
+            delayed.remove(&k);
+            model_add(k, shut, queue, dirty, processing);
+        }
+    };
+
+    let mut bytes = data.iter().copied();
+    while let Some(op) = bytes.next() {
+        let key = op & 7;
+        let arg = bytes.next().unwrap_or(0);
+        match op >> 3 & 15 {
+            0..=3 => {
+                let got = q.add(key);
+                let want = model_add(key, shut, &mut queue, &mut dirty, &processing);
+                assert_eq!(got, want, "add({key})");
+            }
+            4 | 5 => {
+                let delay = Duration::from_millis(u64::from(arg) * 10);
+                q.add_after(key, delay, now);
+                if !shut {
+                    if delay.is_zero() {
+                        model_add(key, shut, &mut queue, &mut dirty, &processing);
+                    } else {
+                        let ready = now + delay;
+                        if delayed.get(&key).is_none_or(|(at, _)| *at > ready) {
+                            seq += 1;
+                            delayed.insert(key, (ready, seq));
+                        }
+                    }
+                }
+            }
+            6 => {
+                q.add_rate_limited(key, now);
+                if !shut {
+                    let n = failures.entry(key).or_insert(0);
+                    let delay = BASE
+                        .checked_mul(1u32.checked_shl(*n).unwrap_or(u32::MAX))
+                        .map_or(MAX, |d| d.min(MAX));
+                    *n = n.saturating_add(1);
+                    let ready = now + delay;
+                    if delayed.get(&key).is_none_or(|(at, _)| *at > ready) {
+                        seq += 1;
+                        delayed.insert(key, (ready, seq));
+                    }
+                }
+            }
+            7 => {
+                q.forget(&key);
+                failures.remove(&key);
+            }
+            8..=10 => {
+                let got = q.pop(now);
+                if !shut {
+                    promote(now, &mut delayed, &mut queue, &mut dirty, &processing, shut);
+                }
+                let want = match queue.pop_front() {
+                    Some(k) => {
+                        dirty.remove(&k);
+                        assert!(processing.insert(k), "{k} handed out twice");
+                        Pop::Key(k)
+                    }
+                    None if shut => Pop::ShutDown,
+                    None => Pop::Empty,
+                };
+                assert_eq!(got, want, "pop at {now:?}");
+            }
+            11 | 12 => {
+                // done on a key in hands (or, rarely, one that is not).
+                let k = if arg & 1 == 0 {
+                    processing
+                        .iter()
+                        .nth(usize::from(arg >> 1))
+                        .copied()
+                        .unwrap_or(key)
+                } else {
+                    key
+                };
+                let got = q.done(&k);
+                let want = processing.remove(&k) && dirty.contains(&k);
+                if want {
+                    queue.push_back(k);
+                }
+                assert_eq!(got, want, "done({k})");
+            }
+            13 | 14 => {
+                now = now + Duration::from_millis(u64::from(arg) * 20);
+                if arg & 1 == 1 {
+                    q.handle_timeout(now);
+                    promote(now, &mut delayed, &mut queue, &mut dirty, &processing, shut);
+                }
+            }
+            _ => {
+                if arg & 1 == 0 {
+                    q.shut_down();
+                } else {
+                    q.shut_down_with_drain();
+                }
+                shut = true;
+                delayed.clear();
+            }
+        }
+        // Invariants after every step.
+        assert_eq!(q.len(), queue.len(), "queued keys");
+        assert_eq!(q.num_processing(), processing.len(), "keys in hands");
+        assert_eq!(q.num_delayed(), delayed.len(), "delayed keys");
+        assert_eq!(q.is_shutting_down(), shut);
+        assert_eq!(
+            q.poll_timeout(),
+            delayed.values().map(|(at, _)| *at).min(),
+            "next ready time"
+        );
+        let distinct: BTreeSet<u8> = queue.iter().copied().collect();
+        assert_eq!(distinct.len(), queue.len(), "a key queued twice: {queue:?}");
+        assert!(
+            queue.iter().all(|k| !processing.contains(k)),
+            "a key both queued and in hands"
+        );
+        assert_eq!(
+            q.is_drained(),
+            shut && queue.is_empty() && processing.is_empty()
+        );
+        for k in 0..8u8 {
+            assert_eq!(q.num_requeues(&k), failures.get(&k).copied().unwrap_or(0));
+        }
+    }
+}
+
 #[cfg(test)]
 mod replay {
     //! Every committed seed and saved crash, through its target, without libFuzzer.
@@ -441,6 +716,8 @@ mod replay {
         ("incluster", super::incluster),
         ("h1_response", super::h1_response),
         ("informer_core", super::informer_core),
+        ("selector", super::selector),
+        ("workqueue", super::workqueue),
     ];
 
     fn replay(kind: &str) -> usize {

@@ -314,6 +314,13 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.reflector.backing_off_until()
     }
 
+    /// Whether the informer is watching with nothing else under way (no list, no backoff):
+    /// the quiet moment at which the consistency check compares (see
+    /// [`consistency`](crate::consistency)).
+    pub fn is_watching(&self) -> bool {
+        self.reflector.is_watching()
+    }
+
     /// The id of the list or watch in flight, if any.
     pub fn in_flight(&self) -> Option<RequestId> {
         self.reflector.in_flight()
@@ -333,6 +340,16 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     /// The resourceVersion of the last list or event applied; empty before the first list.
     pub fn last_sync_resource_version(&self) -> &str {
         self.reflector.last_sync_resource_version()
+    }
+
+    /// `obj` as the cache would hold it: passed through the transform (see
+    /// [`set_transform`](Self::set_transform)), if any. For comparing a server's copy with the
+    /// cached one (the [consistency check](crate::consistency)).
+    pub fn transform_object(&self, obj: Arc<K>) -> Arc<K> {
+        match &self.transform {
+            Some(t) => t(obj),
+            None => obj,
+        }
     }
 
     /// Applies the transform, then checks that the object can be keyed; a refused object is

@@ -35,6 +35,7 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+pub mod consistency;
 pub mod fifo;
 mod hash;
 mod impl_object;

@@ -55,8 +55,10 @@
 //!   watch that ends within 1 s having delivered no object (bookmarks do not count: a server
 //!   that ends every watch after one bookmark must not be re-watched in a hot loop) is a "very
 //!   short watch" error. Unlike client-go, a watch that ends within 1 s having delivered objects
-//!   is resumed through the backoff (no relist), so a server that keeps closing watches at once
-//!   costs a bounded request rate. A watch
+//!   is resumed after a delay (no relist, no failure), so a server that keeps closing watches at
+//!   once costs a bounded request rate. That delay has its own level: 800 ms doubling per
+//!   consecutive quick end (jittered, capped like the backoff), back to 800 ms once a watch
+//!   lasts; it never inherits the failures' backoff, which after a fault storm is 30–60 s. A watch
 //!   ERROR event (410 Expired among them) or a failed watch request leads, after a backoff, to a
 //!   relist. Connection refused and 429 Too Many Requests back off (at least `Retry-After`) and
 //!   re-watch without relisting.
@@ -358,6 +360,10 @@ pub struct Reflector<K> {
     config: ReflectorConfig,
     rng: SplitMix64,
     backoff: Backoff,
+    /// The delay before re-watching after a watch that ended quickly having delivered objects
+    /// (no failure): its own level, so that it never inherits the failures' level (up to 60 s
+    /// after a storm). Back to `initial` once a watch lasts.
+    short_watch_backoff: Backoff,
     phase: Phase<K>,
     next_id: u64,
     last_sync_rv: String,
@@ -398,6 +404,7 @@ impl<K: Object> Reflector<K> {
         Reflector {
             rng: SplitMix64::new(config.seed),
             backoff: Backoff::new(config.backoff.clone()),
+            short_watch_backoff: Backoff::new(config.backoff.clone()),
             config,
             phase: Phase::Idle,
             next_id: 0,
@@ -433,6 +440,13 @@ impl<K: Object> Reflector<K> {
             Phase::Waiting { until, .. } => Some(*until),
             _ => None,
         }
+    }
+
+    /// Whether a watch is open and nothing else is under way (no list, no backoff): the quiet
+    /// moment at which the cache is the state at
+    /// [`last_sync_resource_version`](Self::last_sync_resource_version).
+    pub fn is_watching(&self) -> bool {
+        matches!(self.phase, Phase::Watching(_))
     }
 
     /// The id of the request in flight, if any.
@@ -710,9 +724,15 @@ impl<K: Object> Reflector<K> {
                 } else if short(w.started) {
                     // It delivered objects, so the resourceVersion moved on and no relist is
                     // needed; but a server that keeps closing watches at once must not get a
-                    // new one per event as fast as it can answer.
-                    self.back_off(now, None, After::Watch);
+                    // new one per event as fast as it can answer. Not a failure: the delay
+                    // grows with consecutive quick ends only, never from the failures' level.
+                    let delay = self.short_watch_backoff.next(now, &mut self.rng);
+                    self.phase = Phase::Waiting {
+                        until: now + delay,
+                        then: After::Watch,
+                    };
                 } else {
+                    self.short_watch_backoff = Backoff::new(self.config.backoff.clone());
                     self.begin_watch(now);
                 }
             }

@@ -38,8 +38,8 @@ fn clients_build_and_talk_without_a_default_crypto_provider() {
             .unwrap_or_else(|f| panic!("smol, {server}: {f}"));
         assert_eq!(body, BODY.as_bytes(), "smol, {server}");
     }
-    assert_eq!(plain.seen().len(), 2);
-    assert_eq!(tls.seen().len(), 2);
+    assert_eq!(plain.requests().len(), 2);
+    assert_eq!(tls.requests().len(), 2);
     // Nothing installed one behind the application's back either.
     assert!(rustls::crypto::CryptoProvider::get_default().is_none());
 }

@@ -52,13 +52,13 @@ async fn get<B: Backend>(client: &Client<B>, path: &str) -> Result<(u16, Vec<u8>
 /// Runs every case against `client`, talking to `server`; `other` must stay untouched.
 async fn cases<B: Backend>(name: &str, client: &Client<B>, server: &Server, other: &Server) {
     let other_port = other.port;
-    let before = server.seen().len();
+    let before = server.requests().len();
     // Same origin, relative, absolute and chained: followed, the credentials kept.
     for path in ["/relative", "/absolute", "/twice"] {
         let r = get(client, path).await;
         assert_eq!(r, Ok((200, b"landed".to_vec())), "[{name}] {path}");
     }
-    let seen = &server.seen()[before..];
+    let seen = &server.requests()[before..];
     let paths: Vec<&str> = seen.iter().map(|s| s.path.as_str()).collect();
     assert_eq!(
         paths,
@@ -90,7 +90,7 @@ async fn cases<B: Backend>(name: &str, client: &Client<B>, server: &Server, othe
             format!("https://127.0.0.1:{}", server.port),
         ),
     ] {
-        let before = server.seen().len();
+        let before = server.requests().len();
         let f = get(client, path).await.unwrap_err();
         let Failure::Redirect(s) = &f else {
             panic!("[{name}] {path}: {f:?}")
@@ -106,22 +106,22 @@ async fn cases<B: Backend>(name: &str, client: &Client<B>, server: &Server, othe
             s.message
         );
         // Only the redirecting request reached the server.
-        assert_eq!(server.seen().len(), before + 1, "[{name}] {path}");
+        assert_eq!(server.requests().len(), before + 1, "[{name}] {path}");
     }
     assert!(
-        other.seen().is_empty(),
+        other.requests().is_empty(),
         "[{name}] the other origin was asked {:?}",
-        other.seen()
+        other.requests()
     );
 
     // A redirect loop: ten redirects followed, then a typed failure.
-    let before = server.seen().len();
+    let before = server.requests().len();
     let f = get(client, "/loop/0").await.unwrap_err();
     assert!(
         matches!(&f, Failure::Redirect(s) if s.reason == REASON_TOO_MANY_REDIRECTS && s.code == 302),
         "[{name}] {f:?}"
     );
-    let loops: Vec<String> = server.seen()[before..]
+    let loops: Vec<String> = server.requests()[before..]
         .iter()
         .map(|s| s.path.clone())
         .collect();

@@ -48,7 +48,7 @@ fn certificates_are_verified_by_ca_and_name_on_both_backends() {
     for r in get(&by_name) {
         assert_eq!(r.unwrap(), BODY.as_bytes());
     }
-    let served = server.seen().len();
+    let served = server.requests().len();
     assert_eq!(served, 4);
 
     // No CA configured: the system roots do not know the tests' CA.
@@ -75,7 +75,7 @@ fn certificates_are_verified_by_ca_and_name_on_both_backends() {
         }
     }
     assert_eq!(
-        server.seen().len(),
+        server.requests().len(),
         served,
         "a refused handshake carries no request"
     );

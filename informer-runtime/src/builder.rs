@@ -15,7 +15,7 @@ use informer_core::{Object, SharedIndexInformer};
 use informer_http::{Backend, Client, HasResource, Resource, Transport};
 use serde::de::DeserializeOwned;
 
-use crate::consistency::{ConsistencyCheck, Divergence, DivergenceHook};
+use crate::consistency::{ConsistencyCheck, Divergence, DivergenceHook, SameContent};
 use crate::driver::{Driver, WatchErrorHook};
 use crate::error::Error;
 use crate::informer::Informer;
@@ -49,6 +49,7 @@ pub struct InformerBuilder<K, R> {
     transform: Option<Transform<K>>,
     watch_error: Option<WatchErrorHook>,
     consistency: Option<(ConsistencyCheck, Option<DivergenceHook>)>,
+    consistency_content: Option<SameContent<K>>,
     name: String,
     seed_set: bool,
     /// Set when `K` holds one kind and the resource is of another (refused by `build`).
@@ -136,6 +137,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             transform: None,
             watch_error: None,
             consistency: None,
+            consistency_content: None,
             name,
             seed_set: false,
             kind_mismatch: None,
@@ -221,7 +223,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     /// Switches the consistency check on (off by default): every `check.interval`, when the
     /// informer has synced, it lists the resource from the server at the informer's last synced
     /// resourceVersion (`resourceVersionMatch=Exact`, in pages) and compares the keys and
-    /// resourceVersions with the cache. A divergence is logged (`tracing` error), counted
+    /// resourceVersions with the cache (and the content, with
+    /// [`consistency_content`](Self::consistency_content)). A divergence is logged (`tracing`
+    /// error), counted
     /// ([`Metrics::divergences`](crate::Metrics::divergences)), handed to `on_divergence`, and,
     /// with [`ConsistencyCheck::heal`], repaired by a relist. A list that fails (say 410: the
     /// resourceVersion was compacted away) gives no verdict; the next check tries again.
@@ -233,6 +237,20 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         on_divergence: impl Fn(&Divergence) + Send + Sync + 'static,
     ) -> Self {
         self.consistency = Some((check, Some(Arc::new(on_divergence))));
+        self
+    }
+
+    /// With [`consistency_check`](Self::consistency_check): also compare each object's content
+    /// when cache and server hold it at the same resourceVersion, with `same(cached, server)`
+    /// (`PartialEq::eq` will do for most types), after passing the server's copy through the
+    /// informer's transform. A difference is reported in [`Divergence::differing`]. Costs a
+    /// comparison (and a transform) per object per check; without `consistency_check` it does
+    /// nothing.
+    pub fn consistency_content(
+        mut self,
+        same: impl Fn(&K, &K) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.consistency_content = Some(Arc::new(same));
         self
     }
 
@@ -340,8 +358,14 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             snapshot,
         });
         if let Some((check, hook)) = self.consistency {
-            let task =
-                crate::consistency::run(shared.clone(), transport.clone(), selectors, check, hook);
+            let task = crate::consistency::run(
+                shared.clone(),
+                transport.clone(),
+                selectors,
+                check,
+                hook,
+                self.consistency_content,
+            );
             self.rt.spawn(Box::pin(task))?;
         }
         let driver = Driver::new(

@@ -3,13 +3,12 @@
 //! compare it with the cache. Off by default; see
 //! [`InformerBuilder::consistency_check`](crate::InformerBuilder::consistency_check).
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use informer_core::Object;
-use informer_core::protocol::{Failure, ListRequest, ResourceVersionMatch, Selectors};
+use informer_core::consistency;
+use informer_core::protocol::{Failure, Selectors};
 use informer_http::Transport;
 
 use crate::runtime::Runtime;
@@ -42,108 +41,26 @@ impl ConsistencyCheck {
     }
 }
 
-/// The cache and the server disagree at one resourceVersion: keys (`namespace/name`) the
-/// server has and the cache lacks, keys the cache has and the server lacks, and keys whose
-/// resourceVersions differ.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Divergence {
-    /// The resourceVersion both were compared at.
-    pub resource_version: String,
-    /// On the server, not in the cache.
-    pub missing: Vec<String>,
-    /// In the cache, not on the server.
-    pub unexpected: Vec<String>,
-    /// In both at different resourceVersions: `(key, cached, server)`.
-    pub stale: Vec<(String, String, String)>,
-}
-
-impl fmt::Display for Divergence {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "cache diverges from the server at resourceVersion {}: {} missing, {} unexpected, {} stale",
-            self.resource_version,
-            self.missing.len(),
-            self.unexpected.len(),
-            self.stale.len()
-        )?;
-        let first = self
-            .missing
-            .first()
-            .map(|k| format!("missing {k}"))
-            .or_else(|| self.unexpected.first().map(|k| format!("unexpected {k}")))
-            .or_else(|| {
-                self.stale
-                    .first()
-                    .map(|(k, c, s)| format!("{k} cached at {c}, server at {s}"))
-            });
-        if let Some(first) = first {
-            write!(f, " (first: {first})")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for Divergence {}
+pub use informer_core::consistency::Divergence;
 
 /// Called with every divergence the check finds.
 pub(crate) type DivergenceHook = Arc<dyn Fn(&Divergence) + Send + Sync>;
 
-/// Compares the cache's `key → resourceVersion` with the server's at `resource_version`.
-pub(crate) fn compare(
-    resource_version: &str,
-    cache: &BTreeMap<String, String>,
-    server: &BTreeMap<String, String>,
-) -> Option<Divergence> {
-    let mut d = Divergence {
-        resource_version: resource_version.to_string(),
-        missing: Vec::new(),
-        unexpected: Vec::new(),
-        stale: Vec::new(),
-    };
-    for (k, srv) in server {
-        match cache.get(k) {
-            None => d.missing.push(k.clone()),
-            Some(c) if c != srv => d.stale.push((k.clone(), c.clone(), srv.clone())),
-            Some(_) => {}
-        }
-    }
-    d.unexpected = cache
-        .keys()
-        .filter(|k| !server.contains_key(*k))
-        .cloned()
-        .collect();
-    (!d.missing.is_empty() || !d.unexpected.is_empty() || !d.stale.is_empty()).then_some(d)
-}
-
-fn key_of<K: Object>(o: &K) -> String {
-    match o.namespace() {
-        Some(ns) if !ns.is_empty() => format!("{ns}/{}", o.name()),
-        _ => o.name().to_string(),
-    }
-}
+/// Compares a cached object with the server's (after the transform): true if the same.
+pub(crate) type SameContent<K> = Arc<dyn Fn(&K, &K) -> bool + Send + Sync>;
 
 /// The cache at a quiet moment (synced, the core idle but for its watch): its resourceVersion
-/// and `key → resourceVersion`. Taken under the read lock, so the two belong together.
-fn snapshot<K: Object + 'static, R>(
-    shared: &Shared<K, R>,
-) -> Option<(String, BTreeMap<String, String>)> {
+/// and objects. Taken under the read lock, so the two belong together.
+fn snapshot<K: Object + 'static, R>(shared: &Shared<K, R>) -> Option<(String, Vec<Arc<K>>)> {
     let state = shared.state.read();
-    if state.stopped || !state.core.has_synced() {
+    if state.stopped || !state.core.has_synced() || !state.core.is_watching() {
         return None;
     }
     let rv = state.core.last_sync_resource_version().to_string();
     if rv.is_empty() {
         return None;
     }
-    let cache = state
-        .core
-        .indexer()
-        .list()
-        .map(|o| (key_of(&**o), o.resource_version().unwrap_or("").to_string()))
-        .collect();
-    Some((rv, cache))
+    Some((rv, state.core.indexer().list().cloned().collect()))
 }
 
 /// Lists everything at exactly `rv` (all pages).
@@ -151,21 +68,13 @@ async fn list_at<K: Object>(
     transport: &dyn Transport<K>,
     selectors: &Selectors,
     rv: &str,
-) -> Result<BTreeMap<String, String>, Failure> {
-    let mut out = BTreeMap::new();
+) -> Result<Vec<Arc<K>>, Failure> {
+    let mut out = Vec::new();
     let mut continue_token = None;
     loop {
-        let req = ListRequest {
-            resource_version: Some(rv.to_string()),
-            resource_version_match: Some(ResourceVersionMatch::Exact),
-            limit: Some(PAGE),
-            continue_token: continue_token.take(),
-            selectors: selectors.clone(),
-        };
+        let req = consistency::list_request(rv, continue_token.take(), selectors, PAGE);
         let page = transport.list(&req).await?;
-        for o in &page.items {
-            out.insert(key_of(&**o), o.resource_version().unwrap_or("").to_string());
-        }
+        out.extend(page.items);
         match page.continue_token {
             Some(t) if !t.is_empty() => continue_token = Some(t),
             _ => return Ok(out),
@@ -180,6 +89,7 @@ pub(crate) async fn run<K: Object + Send + Sync + 'static, R: Runtime>(
     selectors: Selectors,
     check: ConsistencyCheck,
     hook: Option<DivergenceHook>,
+    same_content: Option<SameContent<K>>,
 ) {
     let name = shared.name.clone();
     // After a heal: the relist count to exceed before checking again (the relist waits for the
@@ -206,8 +116,43 @@ pub(crate) async fn run<K: Object + Send + Sync + 'static, R: Runtime>(
                 continue;
             }
         };
+        let server = match &same_content {
+            // The cache holds transformed objects: compare like with like.
+            Some(_) => {
+                let transformed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let state = shared.state.read();
+                    server
+                        .into_iter()
+                        .map(|o| state.core.transform_object(o))
+                        .collect::<Vec<_>>()
+                }));
+                match transformed {
+                    Ok(t) => t,
+                    Err(_) => {
+                        tracing::error!(informer = %name, "the transform panicked in the consistency check");
+                        continue;
+                    }
+                }
+            }
+            None => server,
+        };
         shared.counters.consistency_checks.add(1);
-        let Some(d) = compare(&rv, &cache, &server) else {
+        let same = same_content
+            .as_ref()
+            .map(|f| &**f as &dyn Fn(&K, &K) -> bool);
+        let d = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            consistency::compare(
+                &rv,
+                cache.iter().map(|o| &**o),
+                server.iter().map(|o| &**o),
+                same,
+            )
+        }));
+        let Ok(d) = d else {
+            tracing::error!(informer = %name, "the content comparison panicked");
+            continue;
+        };
+        let Some(d) = d else {
             tracing::trace!(informer = %name, resource_version = %rv, objects = cache.len(), "cache consistent");
             continue;
         };
@@ -224,34 +169,5 @@ pub(crate) async fn run<K: Object + Send + Sync + 'static, R: Runtime>(
             }
             healing = Some(relists);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
-        kv.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn compare_finds_missing_unexpected_and_stale() {
-        let cache = map(&[("ns/a", "5"), ("ns/b", "6"), ("ns/c", "7")]);
-        assert_eq!(compare("9", &cache, &cache), None);
-        let server = map(&[("ns/a", "5"), ("ns/b", "8"), ("ns/d", "9")]);
-        let d = compare("9", &cache, &server).unwrap();
-        assert_eq!(d.missing, vec!["ns/d".to_string()]);
-        assert_eq!(d.unexpected, vec!["ns/c".to_string()]);
-        assert_eq!(
-            d.stale,
-            vec![("ns/b".to_string(), "6".to_string(), "8".to_string())]
-        );
-        assert_eq!(
-            d.to_string(),
-            "cache diverges from the server at resourceVersion 9: 1 missing, 1 unexpected, 1 stale (first: missing ns/d)"
-        );
     }
 }

@@ -31,6 +31,9 @@
 //! Requirements: Debian bookworm (or a Debian with bookworm's `kubernetes` source package
 //! reachable), root or password-less `sudo` for the first `apt-get install`, `bash`, `flock`.
 
+#[cfg(feature = "scripted")]
+pub mod scripted;
+
 use std::fmt;
 use std::fs;
 use std::io::{self, Read, Write};

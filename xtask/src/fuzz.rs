@@ -23,6 +23,8 @@ pub const TARGETS: &[&str] = &[
     "incluster",
     "h1_response",
     "informer_core",
+    "selector",
+    "workqueue",
 ];
 
 /// One target's figures.

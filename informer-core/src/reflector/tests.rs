@@ -456,6 +456,85 @@ fn conformance_21_quick_end_after_objects_rewatches_through_the_backoff() {
     );
 }
 
+/// Regression (soak, a silent 52–76 s wait after the network healed): after a fault storm the
+/// failures' backoff sits at its cap (30–60 s); a watch that then ends within 1 s having
+/// delivered objects (an apiserver restart, a proxy closing it) is no failure and must not wait
+/// that long: its delay starts at 800 ms, grows only with consecutive quick ends, and falls
+/// back once a watch lasts.
+#[test]
+fn conformance_21_quick_end_after_objects_never_waits_the_failures_backoff() {
+    let mut r = R::new(ReflectorConfig {
+        seed: 7,
+        ..ReflectorConfig::default()
+    });
+    let mut wid = list_then_watch(&mut r, at(0), "10");
+    let mut now = at(1_000);
+    // A storm: the failures' backoff climbs to its cap.
+    for _ in 0..8 {
+        r.handle_input(
+            now,
+            wid,
+            Input::Failed(Failure::ConnectionRefused("refused".into())),
+        )
+        .unwrap();
+        drain(&mut r);
+        let (t, outs) = fire(&mut r);
+        now = t;
+        wid = request(&outs).0;
+    }
+    r.handle_input(
+        now,
+        wid,
+        Input::Failed(Failure::ConnectionRefused("refused".into())),
+    )
+    .unwrap();
+    drain(&mut r);
+    let capped = r.poll_timeout().unwrap() - now;
+    assert!(capped >= Duration::from_secs(30), "at the cap: {capped:?}");
+    let (t, outs) = fire(&mut r);
+    now = t;
+    wid = request(&outs).0;
+    // Quick ends after objects: 0.8–1.6 s, then 1.6–3.2 s (consecutive), each a watch.
+    let mut rv = 20;
+    for (lo, hi) in [(800, 1600), (1600, 3200)] {
+        rv += 1;
+        r.handle_input(now, wid, Input::Event(WatchEvent::Added(obj("b", rv))))
+            .unwrap();
+        drain(&mut r);
+        r.handle_input(now + Duration::from_millis(100), wid, Input::StreamEnd)
+            .unwrap();
+        let outs = drain(&mut r);
+        assert!(errors(&outs).is_empty(), "no failure: {outs:?}");
+        let d = r.backing_off_until().expect("waits") - (now + Duration::from_millis(100));
+        assert!(
+            (Duration::from_millis(lo)..Duration::from_millis(hi)).contains(&d),
+            "{d:?}, not the failures' {capped:?}"
+        );
+        let (t, outs) = fire(&mut r);
+        now = t;
+        let (id, req) = request(&outs);
+        assert_eq!(
+            watch_req(&req).resource_version,
+            rv.to_string(),
+            "no relist"
+        );
+        wid = id;
+    }
+    // A watch that lasts resets the level.
+    now = now + Duration::from_secs(5);
+    r.handle_input(now, wid, Input::StreamEnd).unwrap();
+    let (id, _) = request(&drain(&mut r));
+    wid = id;
+    r.handle_input(now, wid, Input::Event(WatchEvent::Added(obj("b", rv + 1))))
+        .unwrap();
+    drain(&mut r);
+    r.handle_input(now + Duration::from_millis(100), wid, Input::StreamEnd)
+        .unwrap();
+    drain(&mut r);
+    let d = r.backing_off_until().expect("waits") - (now + Duration::from_millis(100));
+    assert!(d < Duration::from_millis(1600), "back to 800 ms: {d:?}");
+}
+
 /// Regression (faults probe): a server that ends every watch right after one BOOKMARK got
 /// 2,500–3,000 watch requests per second. Bookmarks are not progress: such a watch is a very
 /// short watch, so the request rate is bounded by the backoff.

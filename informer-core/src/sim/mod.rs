@@ -12,7 +12,12 @@
 //!   nothing;
 //! - once the server is quiet (no more changes, no more faults): the informer catches up —
 //!   the cache equals the server's state (after the transform), every handler's folded view
-//!   equals the cache, and everything reports synced.
+//!   equals the cache, and everything reports synced;
+//! - the consistency check ([`crate::consistency`], the runtime's switchable check) at quiet
+//!   moments — every 10 virtual seconds while the informer is synced and its watch open, and at
+//!   the final quiet point: a paged list at exactly the cache's last synced resourceVersion
+//!   (skipped when compacted away, as the runtime skips a 410) equals the cache in keys,
+//!   resourceVersions and content. A divergence fails the run.
 //!
 //! Built with `cfg(test)` or the `sim` feature.
 
@@ -31,6 +36,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
 
+use crate::consistency;
 use crate::informer::{InformerConfig, Output, SharedIndexInformer};
 use crate::object::{Key, Object};
 use crate::processor::{HandlerId, Notification};
@@ -166,6 +172,8 @@ pub struct Report {
     pub watch_errors: u64,
     /// Notifications handled.
     pub notifications: u64,
+    /// Consistency checks that reached a verdict (every one must agree).
+    pub consistency_checks: u64,
 }
 
 impl Report {
@@ -183,6 +191,7 @@ impl Report {
         self.watches += other.watches;
         self.watch_errors += other.watch_errors;
         self.notifications += other.notifications;
+        self.consistency_checks += other.consistency_checks;
         for (k, v) in &other.faults {
             *self.faults.entry(k).or_default() += v;
         }
@@ -319,13 +328,14 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "{} faults injected, {} mutations, {} lists, {} watches, {} watch errors reported, \
-             {} notifications, {} steps, {:.0?} virtual time",
+             {} notifications, {} consistency checks, {} steps, {:.0?} virtual time",
             self.total_faults(),
             self.mutations,
             self.lists,
             self.watches,
             self.watch_errors,
             self.notifications,
+            self.consistency_checks,
             self.steps,
             self.virtual_time,
         )?;
@@ -337,6 +347,10 @@ impl fmt::Display for Report {
 }
 
 const QUIET_LIMIT: Duration = Duration::from_secs(20 * 60);
+/// How often the consistency check runs (virtual time), at a quiet moment.
+const CHECK_EVERY: Duration = Duration::from_secs(10);
+/// The consistency check's page size: small, so that its paging is exercised.
+const CHECK_PAGE: u32 = 4;
 const STEP_LIMIT: u64 = 3_000_000;
 
 struct Sim {
@@ -361,6 +375,7 @@ struct Sim {
     restart_at: Option<Instant>,
     snapshot: Option<Vec<u8>>,
     quiet_since: Option<Instant>,
+    next_check: Instant,
     last_sync_seen: u64,
     informer_synced: bool,
     report: Report,
@@ -427,6 +442,7 @@ impl Sim {
             rng_net,
             rng_fault,
             quiet_since: None,
+            next_check: Instant::ZERO + CHECK_EVERY,
             last_sync_seen: 0,
             informer_synced: false,
             report: Report::default(),
@@ -604,8 +620,15 @@ impl Sim {
                 self.quiet_since = Some(self.now);
                 self.log(|| "QUIET".into());
             }
+            if self.now >= self.next_check && self.inf.is_watching() {
+                self.next_check = self.now + CHECK_EVERY;
+                self.consistency_check()?;
+            }
             if let Some(q) = self.quiet_since {
                 if self.converged()? {
+                    // Compacted away (the last synced resourceVersion predates the last
+                    // compaction) leaves no verdict: `converged` compared with the state.
+                    self.consistency_check()?;
                     self.report.virtual_time = self.now.since_epoch();
                     return Ok(());
                 }
@@ -1345,6 +1368,50 @@ impl Sim {
             }
         }
         Ok(true)
+    }
+
+    /// The consistency check at a quiet moment (see the module documentation): true if it
+    /// reached a verdict, false if it could not list (compacted away); a divergence is an error.
+    fn consistency_check(&mut self) -> Result<bool, String> {
+        if !self.inf.has_synced() {
+            return Ok(false);
+        }
+        let rv = self.inf.last_sync_resource_version().to_string();
+        if rv.is_empty() {
+            return Ok(false);
+        }
+        let mut listed: Vec<Arc<SimObject>> = Vec::new();
+        let mut continue_token = None;
+        loop {
+            let req = consistency::list_request(
+                &rv,
+                continue_token.take(),
+                &Default::default(),
+                CHECK_PAGE,
+            );
+            let Ok(page) = self.server.list(&req) else {
+                return Ok(false);
+            };
+            listed.extend(page.items.into_iter().map(|o| self.inf.transform_object(o)));
+            match page.continue_token {
+                Some(t) if !t.is_empty() => continue_token = Some(t),
+                _ => break,
+            }
+        }
+        self.report.consistency_checks += 1;
+        let same = |a: &SimObject, b: &SimObject| a == b;
+        match consistency::compare(
+            &rv,
+            self.inf.indexer().list().map(|o| &**o),
+            listed.iter().map(|o| &**o),
+            Some(&same),
+        ) {
+            None => {
+                self.log(|| format!("consistency check at {rv}: agrees"));
+                Ok(true)
+            }
+            Some(d) => Err(format!("consistency check: {d} ({d:?})")),
+        }
     }
 
     fn divergence(&self) -> String {

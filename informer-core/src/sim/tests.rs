@@ -36,6 +36,12 @@ fn conformance_25_sim_many_seeds_converge() {
          --lib sim::tests::sim_replay_seed -- --nocapture)"
     );
     if seeds >= 200 {
+        // The consistency check ran (and agreed) at quiet moments, several times a seed.
+        assert!(
+            total.consistency_checks >= seeds,
+            "{} consistency checks in {seeds} seeds",
+            total.consistency_checks
+        );
         // The run must actually exercise the faults it claims to.
         for kind in [
             "compaction",
@@ -105,4 +111,30 @@ fn sim_streaming_list_converges() {
             panic!("{f}");
         }
     }
+}
+
+/// The sim's consistency check fails a run whose cache holds other content than the server at
+/// the same resourceVersion (as a lost or corrupted event would leave it).
+#[test]
+fn sim_consistency_check_reports_a_divergence() {
+    let mut cfg = SimConfig::from_seed(7);
+    cfg.mutations = 20;
+    let mut sim = Sim::new(cfg);
+    sim.run().unwrap();
+    assert_eq!(sim.consistency_check(), Ok(true), "agrees once converged");
+    let Flight::Watch(w) = &sim.flight else {
+        panic!("watching once converged");
+    };
+    let id = w.id;
+    let victim = sim.inf.indexer().list().next().expect("objects").clone();
+    let mut bad = (*victim).clone();
+    bad.data += 1;
+    let now = sim.now;
+    sim.inf.handle_input(
+        now,
+        id,
+        protocol::Input::Event(WatchEvent::Modified(Arc::new(bad))),
+    );
+    let err = sim.consistency_check().unwrap_err();
+    assert!(err.contains("1 with other content"), "{err}");
 }
