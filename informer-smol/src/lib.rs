@@ -31,7 +31,7 @@ informer_runtime::runtime_crate_api! {
     make_runtime: Smol,
     name: "smol",
     backend: informer_http::SmolBackend,
-    backend_doc: "HTTP/1.1 over smol's TCP and futures-rustls"
+    backend_doc: "HTTP/2 (the h2 crate) or HTTP/1.1 over smol's TCP and futures-rustls"
 }
 
 /// A client for `config` on the smol backend.
