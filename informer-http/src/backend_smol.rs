@@ -784,4 +784,132 @@ mod tests {
         });
         server.join().unwrap();
     }
+
+    /// An HTTP/2 server over TLS (ALPN `h2` only) allowing two concurrent streams per
+    /// connection: `/hold` answers and never ends, `/redirect` sends to `/target`, anything
+    /// else answers `ok`. Returns its port, its accepted connection count and what it saw
+    /// (path, `Authorization`).
+    #[allow(clippy::type_complexity)]
+    fn h2_server() -> (
+        u16,
+        Arc<std::sync::atomic::AtomicUsize>,
+        Arc<Mutex<Vec<(String, Option<String>)>>>,
+    ) {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        use tokio_util::compat::FuturesAsyncReadCompatExt as _;
+        let certs = CertificateDer::pem_slice_iter(include_bytes!("../tests/data/server.crt"))
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key =
+            PrivateKeyDer::from_pem_slice(include_bytes!("../tests/data/server.key")).unwrap();
+        let mut server = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        server.alpn_protocols = vec![b"h2".to_vec()];
+        let acceptor = futures_rustls::TlsAcceptor::from(Arc::new(server));
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (acc, saw) = (accepted.clone(), seen.clone());
+        std::thread::spawn(move || {
+            smol::block_on(async move {
+                let listener = smol::net::TcpListener::try_from(listener).unwrap();
+                while let Ok((tcp, _)) = listener.accept().await {
+                    acc.fetch_add(1, Ordering::SeqCst);
+                    let (acceptor, saw) = (acceptor.clone(), saw.clone());
+                    smol::spawn(async move {
+                        let Ok(tls) = acceptor.accept(tcp).await else {
+                            return;
+                        };
+                        let Ok(mut conn) = h2::server::Builder::new()
+                            .max_concurrent_streams(2)
+                            .handshake::<_, Bytes>(tls.compat())
+                            .await
+                        else {
+                            return;
+                        };
+                        let mut held = Vec::new();
+                        while let Some(Ok((req, mut respond))) = conn.accept().await {
+                            let path = req.uri().path().to_string();
+                            let auth = req
+                                .headers()
+                                .get(http::header::AUTHORIZATION)
+                                .map(|v| v.to_str().unwrap().to_string());
+                            saw.lock().unwrap().push((path.clone(), auth));
+                            match path.as_str() {
+                                "/hold" => {
+                                    held.push(
+                                        respond
+                                            .send_response(http::Response::new(()), false)
+                                            .unwrap(),
+                                    );
+                                }
+                                "/redirect" => {
+                                    let r = http::Response::builder()
+                                        .status(302)
+                                        .header(http::header::LOCATION, "/target")
+                                        .body(())
+                                        .unwrap();
+                                    respond.send_response(r, true).unwrap();
+                                }
+                                _ => {
+                                    let mut s = respond
+                                        .send_response(http::Response::new(()), false)
+                                        .unwrap();
+                                    s.send_data(Bytes::from_static(b"ok"), true).unwrap();
+                                }
+                            }
+                        }
+                    })
+                    .detach();
+                }
+            })
+        });
+        (port, accepted, seen)
+    }
+
+    #[test]
+    fn http2_shares_a_connection_up_to_the_servers_stream_limit_and_follows_redirects() {
+        let (port, accepted, seen) = h2_server();
+        let mut cfg = Config::new(format!("https://127.0.0.1:{port}"));
+        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        let backend = SmolBackend::new(&cfg).unwrap();
+        smol::block_on(async {
+            let mut held = Vec::new();
+            for _ in 0..3 {
+                let req = http::Request::get("/hold").body(Bytes::new()).unwrap();
+                let resp = backend.send(req).await.unwrap();
+                assert_eq!(resp.status, 200);
+                held.push(resp);
+            }
+            // Two streams on the first connection (the server's limit), the third on another.
+            let mut conns = backend.http2_connections();
+            conns.sort_unstable();
+            assert_eq!(conns, vec![1, 2]);
+            let req = http::Request::get("/redirect")
+                .header(http::header::AUTHORIZATION, "Bearer t0ken")
+                .body(Bytes::new())
+                .unwrap();
+            let resp = backend.send(req).await.unwrap();
+            assert_eq!(resp.status, 200);
+            assert_eq!(resp.collect(1024).await.unwrap(), b"ok");
+            // Streams that end make room again: no third connection.
+            drop(held);
+            for _ in 0..4 {
+                let (status, body) = get(&backend, "/plain").await;
+                assert_eq!((status, body), (200, b"ok".to_vec()));
+            }
+        });
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        let seen = seen.lock().unwrap().clone();
+        assert!(
+            seen.contains(&("/target".to_string(), Some("Bearer t0ken".to_string()))),
+            "the redirect within the origin keeps the credentials: {seen:?}"
+        );
+    }
 }

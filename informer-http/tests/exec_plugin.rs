@@ -339,7 +339,7 @@ fn second_client_cert(dir: &std::path::Path) {
 /// The plugin hands out alice's certificate, then (after its 3 s expiry) rotated-bob's: the
 /// request after the rotation goes over a new TLS connection with bob's certificate (the
 /// apiserver refuses bob by name) instead of reusing alice's connection.
-async fn rotation_scenario<B: Backend>(client: &Client<B>, setup: &Setup) {
+async fn rotation_scenario<B: Backend>(client: &Client<B>, setup: &Setup, name: &str) {
     assert!(list_namespaces(client).await.unwrap() > 0, "as alice");
     assert!(
         list_namespaces(client).await.unwrap() > 0,
@@ -350,8 +350,8 @@ async fn rotation_scenario<B: Backend>(client: &Client<B>, setup: &Setup) {
     std::thread::sleep(Duration::from_millis(3500));
     let e = list_namespaces(client)
         .await
-        .expect_err("bob may not list namespaces");
-    assert!(e.contains("rotated-bob"), "{e}");
+        .expect_err(&format!("{name}: bob may not list namespaces"));
+    assert!(e.contains("rotated-bob"), "{name}: {e}");
     assert_eq!(setup.runs(), 2);
 }
 
@@ -366,6 +366,7 @@ fn exec_certificate_rotation_closes_old_connections_on_both_backends() {
     rt.block_on(rotation_scenario(
         &Client::reqwest(setup.config()).unwrap(),
         &setup,
+        "reqwest",
     ));
     // smol: over HTTP/2 (the default) and over HTTP/1.1.
     for http2 in [true, false] {
@@ -373,7 +374,12 @@ fn exec_certificate_rotation_closes_old_connections_on_both_backends() {
         second_client_cert(setup.dir.path());
         let mut cfg = setup.config();
         cfg.http2 = http2;
-        smol::block_on(rotation_scenario(&Client::smol(cfg).unwrap(), &setup));
+        let name = if http2 {
+            "smol HTTP/2"
+        } else {
+            "smol HTTP/1.1"
+        };
+        smol::block_on(rotation_scenario(&Client::smol(cfg).unwrap(), &setup, name));
     }
 }
 
