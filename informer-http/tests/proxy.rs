@@ -78,6 +78,26 @@ fn kubeconfig_proxy_url_is_used_by_both_backends() {
     // At least one connection per backend, every one of them to the apiserver.
     assert!(connects.len() >= 2, "{connects:?}");
     assert!(connects.iter().all(|c| *c == authority), "{connects:?}");
+
+    // Through the tunnel, TLS offers h2 and the apiserver takes it: on smol, a list and three
+    // watches share one HTTP/2 connection, one CONNECT.
+    let before = proxy.connects().len();
+    let client = Client::smol(cfg).unwrap();
+    smol::block_on(async {
+        let api = client.api::<DynamicObject>(Resource::NAMESPACES, None);
+        let page = api.list(&ListRequest::default()).await.unwrap();
+        let mut watches = Vec::new();
+        for _ in 0..3 {
+            let req = WatchRequest {
+                resource_version: page.resource_version.clone(),
+                timeout_seconds: Some(60),
+                ..WatchRequest::default()
+            };
+            watches.push(api.watch(&req).await.unwrap());
+        }
+        assert_eq!(client.backend().http2_connections(), vec![3]);
+    });
+    assert_eq!(proxy.connects().len(), before + 1, "one tunnel");
 }
 
 /// The cluster's admin configuration, addressed as `kubernetes.default.svc` (a name of its

@@ -1,6 +1,6 @@
 //! # informer-smol
 //!
-//! The Kubernetes informer on smol, with informer-http's smol transport, and no tokio anywhere:
+//! The Kubernetes informer on smol, with informer-http's smol transport, and no tokio runtime:
 //! [`informer_runtime`]'s API with the runtime and transport filled in. `informer-tokio` has
 //! the same names; a program moves between them by changing its `use` line.
 //!
