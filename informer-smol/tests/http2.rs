@@ -89,9 +89,11 @@ async fn start_informers(
 ) -> Vec<Informer<DynamicObject>> {
     let mut informers = Vec::new();
     for i in 0..n {
-        let mut rc = ReflectorConfig::default();
-        rc.min_watch_timeout = Duration::from_secs(1);
-        rc.very_short_watch = Duration::from_millis(10);
+        let rc = ReflectorConfig {
+            min_watch_timeout: Duration::from_secs(1),
+            very_short_watch: Duration::from_millis(10),
+            ..ReflectorConfig::default()
+        };
         let informer = Informer::<DynamicObject>::builder_for(client, Resource::CONFIGMAPS)
             .namespace(format!("{prefix}-{i}"))
             .reflector_config(rc)
