@@ -786,8 +786,8 @@ mod tests {
     }
 
     /// An HTTP/2 server over TLS (ALPN `h2` only) allowing two concurrent streams per
-    /// connection: `/hold` answers and never ends, `/redirect` sends to `/target`, anything
-    /// else answers `ok`. Returns its port, its accepted connection count and what it saw
+    /// connection: `/hold` answers and never ends, `/redirect` sends to `/target`, `/goaway`
+    /// answers `ok` and shuts the connection down (GOAWAY), anything else answers `ok`. Returns its port, its accepted connection count and what it saw
     /// (path, `Authorization`).
     #[allow(clippy::type_complexity)]
     fn h2_server() -> (
@@ -848,6 +848,13 @@ mod tests {
                                             .send_response(http::Response::new(()), false)
                                             .unwrap(),
                                     );
+                                }
+                                "/goaway" => {
+                                    let mut s = respond
+                                        .send_response(http::Response::new(()), false)
+                                        .unwrap();
+                                    s.send_data(Bytes::from_static(b"ok"), true).unwrap();
+                                    conn.graceful_shutdown();
                                 }
                                 "/redirect" => {
                                     let r = http::Response::builder()
@@ -911,5 +918,26 @@ mod tests {
             seen.contains(&("/target".to_string(), Some("Bearer t0ken".to_string()))),
             "the redirect within the origin keeps the credentials: {seen:?}"
         );
+    }
+
+    #[test]
+    fn after_a_goaway_the_next_request_opens_a_new_http2_connection() {
+        let (port, accepted, seen) = h2_server();
+        let mut cfg = Config::new(format!("https://127.0.0.1:{port}"));
+        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        let backend = SmolBackend::new(&cfg).unwrap();
+        smol::block_on(async {
+            assert_eq!(get(&backend, "/goaway").await, (200, b"ok".to_vec()));
+            for _ in 0..3 {
+                assert_eq!(get(&backend, "/plain").await, (200, b"ok".to_vec()));
+            }
+        });
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "{:?}",
+            seen.lock().unwrap()
+        );
+        assert_eq!(backend.http2_connections().len(), 1);
     }
 }
