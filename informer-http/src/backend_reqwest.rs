@@ -1,5 +1,6 @@
 //! The reqwest backend (tokio). TLS is the shared rustls configuration ([`crate::tls`]).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,15 +19,60 @@ use crate::transport::{Client, transport_failure};
 /// The TLS configuration always carries its crypto provider (ring), for `http://` servers too:
 /// building one never needs a process-wide default provider. Redirects are followed as
 /// [`crate::redirect`] says: within the server's origin only.
-#[derive(Clone, Debug)]
+///
+/// When an exec plugin hands out a different client certificate, the backend starts a new
+/// reqwest client (and so new connections) for the requests that follow: connections made
+/// with the old certificate are not reused; requests still running on them finish there.
+#[derive(Clone)]
 pub struct ReqwestBackend {
-    client: reqwest::Client,
+    client: Arc<Mutex<(u64, reqwest::Client)>>,
     base: String,
+    /// Kept to build the client again after a certificate rotation (exec plugins only).
+    rebuild: Option<(Arc<Config>, Arc<crate::credential::ExecCache>)>,
+}
+
+impl std::fmt::Debug for ReqwestBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReqwestBackend")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ReqwestBackend {
     /// A backend for `config`'s server.
     pub fn new(config: &Config) -> Result<ReqwestBackend, ClientError> {
+        let (client, base) = build(config)?;
+        let rebuild = match &config.auth {
+            crate::config::Auth::Exec(e) => Some((Arc::new(config.clone()), e.cache.clone())),
+            _ => None,
+        };
+        let generation = rebuild.as_ref().map_or(0, |(_, e)| e.cert_generation());
+        Ok(ReqwestBackend {
+            client: Arc::new(Mutex::new((generation, client))),
+            base,
+            rebuild,
+        })
+    }
+
+    /// The reqwest client to send with: a new one when the exec plugin's certificate changed
+    /// since the current one was built.
+    fn client(&self) -> Result<reqwest::Client, Failure> {
+        let mut current = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((config, exec)) = &self.rebuild {
+            let generation = exec.cert_generation();
+            if generation != current.0 {
+                let (client, _) = build(config).map_err(|e| Failure::other(e.to_string()))?;
+                *current = (generation, client);
+            }
+        }
+        Ok(current.1.clone())
+    }
+}
+
+/// The reqwest client for `config`, and the base URL requests go to.
+fn build(config: &Config) -> Result<(reqwest::Client, String), ClientError> {
+    {
         let addr = ServerAddr::parse(&config.server)?;
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(30))
@@ -94,7 +140,7 @@ impl ReqwestBackend {
         let client = builder
             .build()
             .map_err(|e| ClientError::Backend(e.to_string()))?;
-        Ok(ReqwestBackend { client, base })
+        Ok((client, base))
     }
 }
 
@@ -102,14 +148,12 @@ impl Backend for ReqwestBackend {
     fn send(&self, request: http::Request<Bytes>) -> BoxFuture<'_, Result<HttpResponse, Failure>> {
         let (parts, body) = request.into_parts();
         let url = format!("{}{}", self.base, parts.uri);
-        let mut rb = self
-            .client
-            .request(parts.method, url)
-            .headers(parts.headers);
-        if !body.is_empty() {
-            rb = rb.body(body);
-        }
+        let client = self.client();
         Box::pin(async move {
+            let mut rb = client?.request(parts.method, url).headers(parts.headers);
+            if !body.is_empty() {
+                rb = rb.body(body);
+            }
             let resp = rb.send().await.map_err(|e| match refused_redirect(&e) {
                 Some(f) => f,
                 None => transport_failure("request failed", &e),

@@ -1,6 +1,8 @@
-//! The smol backend: HTTP/1.1 ([`crate::h1`]) over `smol::net::TcpStream` and futures-rustls.
-//! No tokio anywhere (hyper is not used because its client depends on `tokio::sync`).
+//! The smol backend over `smol::net::TcpStream` and futures-rustls: HTTP/2
+//! ([`crate::h2conn`], the `h2` crate) when the server picks it by ALPN, else HTTP/1.1
+//! ([`crate::h1`]). No tokio runtime: see [`crate::h2conn`] for what of tokio `h2` uses.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +13,9 @@ use rustls_pki_types::ServerName;
 use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::config::Config;
+use crate::credential::ExecCache;
 use crate::h1::{BodyDecoder, H1Error, Head, encode_request, parse_head};
+use crate::h2conn::{H2Conn, H2SendError};
 use crate::redirect::{self, MAX_REDIRECTS, Origin};
 use crate::transport::{
     Backend, BoxFuture, Client, ClientError, HttpResponse, ServerAddr, transport_failure,
@@ -26,19 +30,44 @@ const MAX_IDLE: usize = 4;
 /// Read buffer size.
 const READ_BUF: usize = 32 * 1024;
 
-/// A [`Backend`] on smol: HTTP/1.1 over smol's TCP and futures-rustls (ring), honouring the
-/// configured CA, client certificate, `insecure-skip-tls-verify` and `tls-server-name`.
+/// A [`Backend`] on smol: smol's TCP and futures-rustls (ring), honouring the configured CA,
+/// client certificate, `insecure-skip-tls-verify` and `tls-server-name`.
 ///
-/// Idle connections are kept for reuse (up to four); a watch holds its connection until its
-/// stream is dropped. Redirects are followed as [`crate::redirect`] says: within the server's
-/// origin only. Proxies (kubeconfig `proxy-url`, `HTTPS_PROXY`, `NO_PROXY`) as
-/// [`crate::proxy`] says, through `CONNECT`.
+/// Over TLS it offers HTTP/2 and HTTP/1.1 by ALPN ([`Config::http2`] off: HTTP/1.1 only).
+/// When the server picks HTTP/2, every request of the client shares one connection (another
+/// is opened only when the server's limit on concurrent streams is reached); a connection that
+/// ends (GOAWAY, an error, a keep-alive ping unanswered for 15 s) ends the watches on it as a
+/// normal close, and the next request opens a new one. Otherwise (and for plain `http://`)
+/// HTTP/1.1: idle connections are kept for reuse (up to four) and a watch holds its
+/// connection until its stream is dropped. Connections made with an exec plugin's client
+/// certificate are not reused once the plugin hands out a different one.
+///
+/// Redirects are followed as [`crate::redirect`] says: within the server's origin only.
+/// Proxies (kubeconfig `proxy-url`, `HTTPS_PROXY`, `NO_PROXY`) as [`crate::proxy`] says,
+/// through `CONNECT` (then TLS, with ALPN, through the tunnel).
 pub struct SmolBackend {
     addr: ServerAddr,
     proxy: Option<(crate::proxy::Proxy, Option<futures_rustls::TlsConnector>)>,
-    tls: Option<(futures_rustls::TlsConnector, ServerName<'static>)>,
-    idle: Arc<Mutex<Vec<Conn>>>,
+    tls: Option<Tls>,
+    /// Idle HTTP/1.1 connections, with the certificate generation they were made with.
+    idle: Arc<Mutex<Vec<(u64, Conn)>>>,
+    /// HTTP/2 connections in use.
+    h2: Mutex<Vec<Arc<H2Conn>>>,
+    /// Held while an HTTP/2 connection is being made, so that requests arriving meanwhile
+    /// wait for it rather than each opening their own.
+    connecting: smol::lock::Mutex<()>,
+    /// The server answered ALPN with HTTP/1.1: offer only that from now on.
+    server_h1_only: AtomicBool,
+    exec: Option<Arc<ExecCache>>,
     connect_timeout: Duration,
+}
+
+/// The TLS connectors for the server: one offering `h2` and `http/1.1` (when HTTP/2 is on),
+/// one offering `http/1.1` only.
+struct Tls {
+    h2: Option<futures_rustls::TlsConnector>,
+    h1: futures_rustls::TlsConnector,
+    name: ServerName<'static>,
 }
 
 impl std::fmt::Debug for SmolBackend {
@@ -61,9 +90,19 @@ impl SmolBackend {
     pub fn new(config: &Config) -> Result<SmolBackend, ClientError> {
         let addr = ServerAddr::parse(&config.server)?;
         let tls = if addr.tls {
-            let tls = crate::tls::client_config(config, &[b"http/1.1"])?;
-            let name = crate::tls::server_name(config, &addr.host)?;
-            Some((futures_rustls::TlsConnector::from(Arc::new(tls)), name))
+            let connector = |alpn: &[&[u8]]| -> Result<futures_rustls::TlsConnector, ClientError> {
+                let tls = crate::tls::client_config(config, alpn)?;
+                Ok(futures_rustls::TlsConnector::from(Arc::new(tls)))
+            };
+            Some(Tls {
+                h2: if config.http2 {
+                    Some(connector(&[b"h2", b"http/1.1"])?)
+                } else {
+                    None
+                },
+                h1: connector(&[b"http/1.1"])?,
+                name: crate::tls::server_name(config, &addr.host)?,
+            })
         } else {
             None
         };
@@ -98,11 +137,35 @@ impl SmolBackend {
             proxy,
             tls,
             idle: Arc::new(Mutex::new(Vec::new())),
+            h2: Mutex::new(Vec::new()),
+            connecting: smol::lock::Mutex::new(()),
+            server_h1_only: AtomicBool::new(false),
+            exec: match &config.auth {
+                crate::config::Auth::Exec(e) => Some(e.cache.clone()),
+                _ => None,
+            },
             connect_timeout: Duration::from_secs(30),
         })
     }
 
-    async fn connect(&self) -> Result<Conn, Failure> {
+    /// The exec plugin's current certificate generation (0 without a plugin).
+    fn cert_generation(&self) -> u64 {
+        self.exec.as_ref().map_or(0, |e| e.cert_generation())
+    }
+
+    /// How many HTTP/2 connections are open and how many streams they carry (for tests and
+    /// benches).
+    pub fn http2_connections(&self) -> Vec<usize> {
+        let h2 = self.h2.lock().unwrap_or_else(|e| e.into_inner());
+        h2.iter()
+            .filter(|c| !c.is_closed())
+            .map(|c| c.open_streams())
+            .collect()
+    }
+
+    /// A new connection (through the proxy, if any; TLS offering `h2` when `offer_h2`), and
+    /// whether the server picked HTTP/2.
+    async fn connect(&self, offer_h2: bool) -> Result<(Conn, bool), Failure> {
         let connect = async {
             let stream: Conn = match &self.proxy {
                 None => {
@@ -120,16 +183,21 @@ impl SmolBackend {
                 }
                 Some((proxy, proxy_tls)) => self.tunnel(proxy, proxy_tls.as_ref()).await?,
             };
-            let conn: Conn = match &self.tls {
-                Some((connector, name)) => Box::new(
-                    connector
-                        .connect(name.clone(), stream)
+            match &self.tls {
+                Some(tls) => {
+                    let connector = match (&tls.h2, offer_h2) {
+                        (Some(h2), true) => h2,
+                        _ => &tls.h1,
+                    };
+                    let io = connector
+                        .connect(tls.name.clone(), stream)
                         .await
-                        .map_err(|e| transport_failure("TLS handshake", &e))?,
-                ),
-                None => stream,
-            };
-            Ok(conn)
+                        .map_err(|e| transport_failure("TLS handshake", &e))?;
+                    let h2 = io.get_ref().1.alpn_protocol() == Some(b"h2");
+                    Ok((Box::new(io) as Conn, h2))
+                }
+                None => Ok((stream, false)),
+            }
         };
         let timeout = async {
             smol::Timer::after(self.connect_timeout).await;
@@ -211,8 +279,27 @@ impl SmolBackend {
         }
     }
 
-    fn checkout(&self) -> Option<Conn> {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    /// An idle HTTP/1.1 connection made with the current certificate generation (older ones
+    /// are closed).
+    fn checkout(&self, generation: u64) -> Option<Conn> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.retain(|(g, _)| *g == generation);
+        idle.pop().map(|(_, c)| c)
+    }
+
+    /// An open HTTP/2 connection with room for another stream, made with the current
+    /// certificate generation (closed ones and older ones leave the pool: an older one closes
+    /// once its streams end).
+    fn pick_h2(&self, generation: u64) -> Option<Arc<H2Conn>> {
+        let mut h2 = self.h2.lock().unwrap_or_else(|e| e.into_inner());
+        h2.retain(|c| !c.is_closed() && c.cert_generation == generation);
+        h2.iter().find(|c| c.has_room()).cloned()
+    }
+
+    /// Whether to offer HTTP/2.
+    fn http2(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.h2.is_some())
+            && !self.server_h1_only.load(Ordering::Acquire)
     }
 }
 
@@ -272,7 +359,8 @@ struct BodyState {
     pending: Vec<u8>,
     read_buf: Vec<u8>,
     keep_alive: bool,
-    idle: Arc<Mutex<Vec<Conn>>>,
+    generation: u64,
+    idle: Arc<Mutex<Vec<(u64, Conn)>>>,
 }
 
 impl BodyState {
@@ -295,7 +383,7 @@ impl BodyState {
             if self.keep_alive {
                 let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
                 if idle.len() < MAX_IDLE {
-                    idle.push(io);
+                    idle.push((self.generation, io));
                 }
             }
         }
@@ -352,25 +440,119 @@ impl BodyState {
     }
 }
 
+/// A response's body still to be read, over either protocol.
+enum Body {
+    H1(BodyState),
+    H2(crate::backend::BoxStream<'static, Result<Bytes, Failure>>),
+}
+
+impl Body {
+    /// Done with a redirect answer (an HTTP/2 stream is reset by dropping it).
+    fn discard(self) {
+        if let Body::H1(state) = self {
+            state.discard();
+        }
+    }
+
+    fn into_stream(self) -> crate::backend::BoxStream<'static, Result<Bytes, Failure>> {
+        match self {
+            Body::H2(s) => s,
+            Body::H1(state) => Box::pin(stream::unfold(Some(state), |st| async move {
+                let mut st = st?;
+                match st.next_chunk().await? {
+                    Ok(chunk) => Some((Ok(chunk), Some(st))),
+                    Err(f) => Some((Err(f), None)),
+                }
+            })),
+        }
+    }
+}
+
 impl SmolBackend {
-    /// Sends one request on a pooled or new connection (a pooled one that turns out closed is
-    /// replaced once) and reads the answer's head.
+    /// Sends one request and reads the answer's head: over HTTP/2 when the server speaks it
+    /// (a request the server refused or never processed is sent again on another connection,
+    /// at most three times in all), else over HTTP/1.1.
     async fn round_trip(
         &self,
         method: &http::Method,
         path_and_query: &str,
         headers: &http::HeaderMap,
+        body: &Bytes,
+    ) -> Result<(http::StatusCode, http::HeaderMap, Body), Failure> {
+        let generation = self.cert_generation();
+        if !self.http2() {
+            return self
+                .h1_round_trip(None, generation, method, path_and_query, headers, body)
+                .await;
+        }
+        let uri = format!("https://{}{path_and_query}", self.addr.authority);
+        let mut last = None;
+        for _ in 0..3 {
+            let conn = match self.pick_h2(generation) {
+                Some(c) => c,
+                None => {
+                    let making = self.connecting.lock().await;
+                    match self.pick_h2(generation) {
+                        Some(c) => c,
+                        None => {
+                            let (io, h2) = self.connect(true).await?;
+                            if !h2 {
+                                // The server picked HTTP/1.1: so be it, from now on.
+                                self.server_h1_only.store(true, Ordering::Release);
+                                drop(making);
+                                return self
+                                    .h1_round_trip(
+                                        Some(io),
+                                        generation,
+                                        method,
+                                        path_and_query,
+                                        headers,
+                                        body,
+                                    )
+                                    .await;
+                            }
+                            let c = H2Conn::handshake(io, generation).await?;
+                            self.h2
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push(c.clone());
+                            c
+                        }
+                    }
+                }
+            };
+            match conn.send(method, &uri, headers, body).await {
+                Ok((status, headers, body)) => return Ok((status, headers, Body::H2(body))),
+                Err(H2SendError::Retry(f)) => last = Some(f),
+                Err(H2SendError::Fatal(f)) => return Err(f),
+            }
+        }
+        Err(last.unwrap_or_else(|| Failure::other("HTTP/2: request refused")))
+    }
+
+    /// Sends one request over HTTP/1.1 on `fresh`, or a pooled or new connection (a pooled
+    /// one that turns out closed is replaced once), and reads the answer's head.
+    async fn h1_round_trip(
+        &self,
+        fresh: Option<Conn>,
+        generation: u64,
+        method: &http::Method,
+        path_and_query: &str,
+        headers: &http::HeaderMap,
         body: &[u8],
-    ) -> Result<(Head, BodyState), Failure> {
+    ) -> Result<(http::StatusCode, http::HeaderMap, Body), Failure> {
         let wire = encode_request(method, path_and_query, &self.addr.authority, headers, body);
-        let (mut io, pooled) = match self.checkout() {
-            Some(c) => (c, true),
-            None => (self.connect().await?, false),
+        let (mut io, pooled) = match fresh {
+            Some(c) => (c, false),
+            None => match self.checkout(generation) {
+                Some(c) => (c, true),
+                None => (self.connect(false).await?.0, false),
+            },
         };
         let (head, pending) = match exchange(&mut io, &wire, method).await {
             Ok(x) => x,
             Err(e) if pooled && e.nothing_received => {
-                io = self.connect().await?;
+                io = self.connect(false).await?.0;
                 exchange(&mut io, &wire, method)
                     .await
                     .map_err(|e| e.failure)?
@@ -383,13 +565,14 @@ impl SmolBackend {
             pending,
             read_buf: Vec::new(),
             keep_alive: head.keep_alive,
+            generation,
             idle: self.idle.clone(),
         };
         if state.decoder.is_done() {
             state.keep_alive &= state.pending.is_empty();
             state.release();
         }
-        Ok((head, state))
+        Ok((head.status, head.headers, Body::H1(state)))
     }
 
     /// The server's origin.
@@ -405,14 +588,14 @@ impl SmolBackend {
     /// next. A `Location` elsewhere than the server's origin is a failure.
     fn redirect_target(
         &self,
-        head: &Head,
+        status: http::StatusCode,
+        headers: &http::HeaderMap,
         path_and_query: &str,
     ) -> Result<Option<String>, Failure> {
-        if !redirect::is_redirect(head.status) {
+        if !redirect::is_redirect(status) {
             return Ok(None);
         }
-        let Some(location) = head
-            .headers
+        let Some(location) = headers
             .get(http::header::LOCATION)
             .and_then(|v| v.to_str().ok())
         else {
@@ -428,7 +611,7 @@ impl SmolBackend {
             return Ok(None);
         };
         if origin != self.origin() {
-            return Err(redirect::other_origin(head.status, &origin.to_string()));
+            return Err(redirect::other_origin(status, &origin.to_string()));
         }
         Ok(Some(next))
     }
@@ -442,17 +625,18 @@ impl Backend for SmolBackend {
             let mut headers = parts.headers;
             let mut pq = format!("{}{}", self.addr.path_prefix, parts.uri);
             let mut redirects = 0;
-            let (head, state) = loop {
-                let (head, state) = self.round_trip(&method, &pq, &headers, &body).await?;
-                let Some(next) = self.redirect_target(&head, &pq)? else {
-                    break (head, state);
+            let (status, headers, body) = loop {
+                let (status, answer_headers, answer) =
+                    self.round_trip(&method, &pq, &headers, &body).await?;
+                let Some(next) = self.redirect_target(status, &answer_headers, &pq)? else {
+                    break (status, answer_headers, answer);
                 };
                 redirects += 1;
                 if redirects > MAX_REDIRECTS {
-                    return Err(redirect::too_many(head.status));
+                    return Err(redirect::too_many(status));
                 }
-                state.discard();
-                let (next_method, keep_body) = redirect::method_after(head.status, &method);
+                answer.discard();
+                let (next_method, keep_body) = redirect::method_after(status, &method);
                 if !keep_body {
                     body = Bytes::new();
                     headers.remove(http::header::CONTENT_TYPE);
@@ -460,17 +644,10 @@ impl Backend for SmolBackend {
                 method = next_method;
                 pq = next;
             };
-            let body = stream::unfold(Some(state), |st| async move {
-                let mut st = st?;
-                match st.next_chunk().await? {
-                    Ok(chunk) => Some((Ok(chunk), Some(st))),
-                    Err(f) => Some((Err(f), None)),
-                }
-            });
             Ok(HttpResponse {
-                status: head.status,
-                headers: head.headers,
-                body: Box::pin(body),
+                status,
+                headers,
+                body: body.into_stream(),
             })
         })
     }
@@ -606,5 +783,161 @@ mod tests {
             );
         });
         server.join().unwrap();
+    }
+
+    /// An HTTP/2 server over TLS (ALPN `h2` only) allowing two concurrent streams per
+    /// connection: `/hold` answers and never ends, `/redirect` sends to `/target`, `/goaway`
+    /// answers `ok` and shuts the connection down (GOAWAY), anything else answers `ok`. Returns its port, its accepted connection count and what it saw
+    /// (path, `Authorization`).
+    #[allow(clippy::type_complexity)]
+    fn h2_server() -> (
+        u16,
+        Arc<std::sync::atomic::AtomicUsize>,
+        Arc<Mutex<Vec<(String, Option<String>)>>>,
+    ) {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        use tokio_util::compat::FuturesAsyncReadCompatExt as _;
+        let certs = CertificateDer::pem_slice_iter(include_bytes!("../tests/data/server.crt"))
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key =
+            PrivateKeyDer::from_pem_slice(include_bytes!("../tests/data/server.key")).unwrap();
+        let mut server = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        server.alpn_protocols = vec![b"h2".to_vec()];
+        let acceptor = futures_rustls::TlsAcceptor::from(Arc::new(server));
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (acc, saw) = (accepted.clone(), seen.clone());
+        std::thread::spawn(move || {
+            smol::block_on(async move {
+                let listener = smol::net::TcpListener::try_from(listener).unwrap();
+                while let Ok((tcp, _)) = listener.accept().await {
+                    acc.fetch_add(1, Ordering::SeqCst);
+                    let (acceptor, saw) = (acceptor.clone(), saw.clone());
+                    smol::spawn(async move {
+                        let Ok(tls) = acceptor.accept(tcp).await else {
+                            return;
+                        };
+                        let Ok(mut conn) = h2::server::Builder::new()
+                            .max_concurrent_streams(2)
+                            .handshake::<_, Bytes>(tls.compat())
+                            .await
+                        else {
+                            return;
+                        };
+                        let mut held = Vec::new();
+                        while let Some(Ok((req, mut respond))) = conn.accept().await {
+                            let path = req.uri().path().to_string();
+                            let auth = req
+                                .headers()
+                                .get(http::header::AUTHORIZATION)
+                                .map(|v| v.to_str().unwrap().to_string());
+                            saw.lock().unwrap().push((path.clone(), auth));
+                            match path.as_str() {
+                                "/hold" => {
+                                    held.push(
+                                        respond
+                                            .send_response(http::Response::new(()), false)
+                                            .unwrap(),
+                                    );
+                                }
+                                "/goaway" => {
+                                    let mut s = respond
+                                        .send_response(http::Response::new(()), false)
+                                        .unwrap();
+                                    s.send_data(Bytes::from_static(b"ok"), true).unwrap();
+                                    conn.graceful_shutdown();
+                                }
+                                "/redirect" => {
+                                    let r = http::Response::builder()
+                                        .status(302)
+                                        .header(http::header::LOCATION, "/target")
+                                        .body(())
+                                        .unwrap();
+                                    respond.send_response(r, true).unwrap();
+                                }
+                                _ => {
+                                    let mut s = respond
+                                        .send_response(http::Response::new(()), false)
+                                        .unwrap();
+                                    s.send_data(Bytes::from_static(b"ok"), true).unwrap();
+                                }
+                            }
+                        }
+                    })
+                    .detach();
+                }
+            })
+        });
+        (port, accepted, seen)
+    }
+
+    #[test]
+    fn http2_shares_a_connection_up_to_the_servers_stream_limit_and_follows_redirects() {
+        let (port, accepted, seen) = h2_server();
+        let mut cfg = Config::new(format!("https://127.0.0.1:{port}"));
+        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        let backend = SmolBackend::new(&cfg).unwrap();
+        smol::block_on(async {
+            let mut held = Vec::new();
+            for _ in 0..3 {
+                let req = http::Request::get("/hold").body(Bytes::new()).unwrap();
+                let resp = backend.send(req).await.unwrap();
+                assert_eq!(resp.status, 200);
+                held.push(resp);
+            }
+            // Two streams on the first connection (the server's limit), the third on another.
+            let mut conns = backend.http2_connections();
+            conns.sort_unstable();
+            assert_eq!(conns, vec![1, 2]);
+            let req = http::Request::get("/redirect")
+                .header(http::header::AUTHORIZATION, "Bearer t0ken")
+                .body(Bytes::new())
+                .unwrap();
+            let resp = backend.send(req).await.unwrap();
+            assert_eq!(resp.status, 200);
+            assert_eq!(resp.collect(1024).await.unwrap(), b"ok");
+            // Streams that end make room again: no third connection.
+            drop(held);
+            for _ in 0..4 {
+                let (status, body) = get(&backend, "/plain").await;
+                assert_eq!((status, body), (200, b"ok".to_vec()));
+            }
+        });
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        let seen = seen.lock().unwrap().clone();
+        assert!(
+            seen.contains(&("/target".to_string(), Some("Bearer t0ken".to_string()))),
+            "the redirect within the origin keeps the credentials: {seen:?}"
+        );
+    }
+
+    #[test]
+    fn after_a_goaway_the_next_request_opens_a_new_http2_connection() {
+        let (port, accepted, seen) = h2_server();
+        let mut cfg = Config::new(format!("https://127.0.0.1:{port}"));
+        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        let backend = SmolBackend::new(&cfg).unwrap();
+        smol::block_on(async {
+            assert_eq!(get(&backend, "/goaway").await, (200, b"ok".to_vec()));
+            for _ in 0..3 {
+                assert_eq!(get(&backend, "/plain").await, (200, b"ok".to_vec()));
+            }
+        });
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "{:?}",
+            seen.lock().unwrap()
+        );
+        assert_eq!(backend.http2_connections().len(), 1);
     }
 }

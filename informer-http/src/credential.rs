@@ -411,6 +411,9 @@ pub(crate) struct ExecCache {
     running: futures_util::lock::Mutex<()>,
     /// The client certificate the plugin gave, if any (read at every TLS handshake).
     cert: RwLock<Option<Arc<CertifiedKey>>>,
+    /// Bumped each time the plugin hands out a certificate or key different from the last:
+    /// the backends tag their connections with it and reuse none made with an older one.
+    cert_generation: std::sync::atomic::AtomicU64,
     runs: std::sync::atomic::AtomicU64,
     /// The run number and message of the last failed run: requests that waited for that run
     /// get its failure instead of running the plugin once each.
@@ -447,6 +450,24 @@ impl ExecCache {
     /// The client certificate from the plugin's last answer.
     pub(crate) fn cert(&self) -> Option<Arc<CertifiedKey>> {
         self.cert.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Changes whenever the plugin's client certificate (or key) changes.
+    pub(crate) fn cert_generation(&self) -> u64 {
+        self.cert_generation
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Keeps `new` as the client certificate; a different one than before (its chain
+    /// differs: a new key comes with a new certificate) starts a new
+    /// [`cert_generation`](Self::cert_generation).
+    fn set_cert(&self, new: CertifiedKey) {
+        let mut cert = self.cert.write().unwrap_or_else(|e| e.into_inner());
+        if cert.as_ref().is_none_or(|old| old.cert != new.cert) {
+            self.cert_generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        *cert = Some(Arc::new(new));
     }
 
     fn current(&self) -> Option<Cached> {
@@ -525,7 +546,8 @@ pub(crate) async fn authorization(
             }
             let req = oidc_refresh_request(oidc)?;
             let o = oidc.clone();
-            let out = on_thread("informer-oidc", move || Ok(oidc_refresh(&o, &req)))
+            let proxy = crate::proxy::ProxySettings::of(config);
+            let out = on_thread("informer-oidc", move || Ok(oidc_refresh(&o, &req, &proxy)))
                 .await
                 .map_err(|e| oidc_error(oidc, e.to_string()))??;
             Ok(Some(bearer(&out)))
@@ -553,7 +575,8 @@ pub(crate) fn authorization_blocking(
                 return Ok(Some(bearer(&t)));
             }
             let req = oidc_refresh_request(oidc)?;
-            Ok(Some(bearer(&oidc_refresh(oidc, &req)?)))
+            let proxy = crate::proxy::ProxySettings::of(config);
+            Ok(Some(bearer(&oidc_refresh(oidc, &req, &proxy)?)))
         }
         _ => static_authorization(config),
     }
@@ -773,7 +796,7 @@ fn finish(
         issued: SystemTime::now(),
     };
     if let Some(ck) = certified {
-        *exec.cache.cert.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(ck));
+        exec.cache.set_cert(ck);
     }
     *exec.cache.state.lock().unwrap_or_else(|e| e.into_inner()) = Some(cached.clone());
     Ok(cached)
@@ -896,16 +919,20 @@ fn oidc_refresh_request(oidc: &OidcConfig) -> Result<RefreshRequest, CredentialE
 }
 
 /// Refreshes the id-token: the token endpoint from the issuer's discovery document, then the
-/// `refresh_token` grant. Keeps the new id-token (and refresh token, when the issuer rotates
-/// it).
+/// `refresh_token` grant, both through the client's proxy for their URLs (`proxy-url`, else
+/// `HTTPS_PROXY` unless `NO_PROXY` matches). Keeps the new id-token (and refresh token, when
+/// the issuer rotates it).
 fn oidc_refresh(
     oidc: &OidcConfig,
     req: &RefreshRequest,
+    proxy: &crate::proxy::ProxySettings,
 ) -> Result<Secret<String>, CredentialError> {
     let fail = |m: String| oidc_error(oidc, m);
     let ca = oidc.issuer_ca_pem.as_deref();
     let discovery_url = format!("{}/.well-known/openid-configuration", req.issuer);
-    let (status, body) = crate::minihttp::request(&discovery_url, ca, "GET", &[], None)
+    let proxy_for = |url: &str| proxy.for_url(url).map_err(|e| e.to_string());
+    let (status, body) = proxy_for(&discovery_url)
+        .and_then(|p| crate::minihttp::request(&discovery_url, ca, p.as_ref(), "GET", &[], None))
         .map_err(|m| fail(format!("discovery: {m}")))?;
     if status != 200 {
         return Err(fail(format!("discovery document: HTTP {status}")));
@@ -933,17 +960,21 @@ fn oidc_refresh(
         .map(|(k, v)| format!("{k}={}", form_encode(v)))
         .collect::<Vec<_>>()
         .join("&");
-    let (status, answer) = crate::minihttp::request(
-        &endpoint,
-        ca,
-        "POST",
-        &[(
-            "Content-Type",
-            "application/x-www-form-urlencoded".to_string(),
-        )],
-        Some(body.as_bytes()),
-    )
-    .map_err(|m| fail(format!("token endpoint {endpoint}: {m}")))?;
+    let (status, answer) = proxy_for(&endpoint)
+        .and_then(|p| {
+            crate::minihttp::request(
+                &endpoint,
+                ca,
+                p.as_ref(),
+                "POST",
+                &[(
+                    "Content-Type",
+                    "application/x-www-form-urlencoded".to_string(),
+                )],
+                Some(body.as_bytes()),
+            )
+        })
+        .map_err(|m| fail(format!("token endpoint {endpoint}: {m}")))?;
     let json: Option<serde_json::Value> = serde_json::from_slice(&answer).ok();
     if status != 200 {
         // The OAuth2 error code (`invalid_grant`, ...) is safe to show; the rest is not quoted.

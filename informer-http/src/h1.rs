@@ -1,8 +1,8 @@
 //! A small, pure HTTP/1.1 client codec for the smol backend: request encoding, response head
 //! parsing (httparse) and body framing (`Content-Length`, `chunked`, until-close).
 //!
-//! hyper 1 depends on tokio (its client dispatch uses `tokio::sync`), so the smol backend
-//! speaks HTTP/1.1 itself. Only what kube-apiserver answers with is needed here: no upgrades,
+//! The smol backend speaks HTTP/1.1 itself (HTTP/2 goes through the `h2` crate,
+//! in the `h2conn` module). Only what kube-apiserver answers with is needed here: no upgrades,
 //! no `Expect`, no compression (none is asked for).
 
 use std::fmt;

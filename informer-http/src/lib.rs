@@ -28,6 +28,8 @@ mod backend_reqwest;
 mod backend_smol;
 #[cfg(feature = "smol")]
 pub mod h1;
+#[cfg(feature = "smol")]
+mod h2conn;
 #[cfg(feature = "k8s-openapi")]
 mod k8s;
 

@@ -1,8 +1,9 @@
 //! A one-shot, blocking HTTP(S) request (`Connection: close`) for credential refreshes (an OIDC
 //! issuer's discovery document and token endpoint): rustls with ring, the given CA or the
-//! system's roots. Run off the executor (see `credential`).
+//! system's roots, through an HTTP `CONNECT` proxy when one is given. Run off the executor (see
+//! `credential`).
 
-use std::io::Write as _;
+use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs as _};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,11 +15,17 @@ const MAX_ANSWER: usize = 1 << 20;
 /// Connect, read and write timeout.
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Sends `method url` with `headers` and `body`; answers the status and body. Errors are
-/// messages that never quote the request or answer bodies.
+/// A byte stream: TCP, or TLS over one.
+trait Io: Read + Write {}
+impl<T: Read + Write> Io for T {}
+
+/// Sends `method url` with `headers` and `body` (through `proxy`, which is asked to `CONNECT`
+/// to `url`'s host, when given); answers the status and body. Errors are messages that never
+/// quote the request or answer bodies (nor the proxy's password).
 pub(crate) fn request(
     url: &str,
     ca_pem: Option<&[u8]>,
+    proxy: Option<&crate::proxy::Proxy>,
     method: &str,
     headers: &[(&str, String)],
     body: Option<&[u8]>,
@@ -42,15 +49,15 @@ pub(crate) fn request(
         .unwrap_or(&host)
         .to_string();
     let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    let addr = (host.as_str(), port)
-        .to_socket_addrs()
-        .map_err(|e| format!("{host}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{host}: no address"))?;
-    let tcp =
-        TcpStream::connect_timeout(&addr, TIMEOUT).map_err(|e| format!("{authority}: {e}"))?;
-    let _ = tcp.set_read_timeout(Some(TIMEOUT));
-    let _ = tcp.set_write_timeout(Some(TIMEOUT));
+    let target = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let stream: Box<dyn Io> = match proxy {
+        None => Box::new(tcp(&host, port, &authority)?),
+        Some(p) => tunnel(p, &target)?,
+    };
     let mut wire = format!(
         "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\
          Accept: application/json\r\nUser-Agent: {}\r\n",
@@ -65,23 +72,83 @@ pub(crate) fn request(
     wire.push_str("\r\n");
     let mut wire = wire.into_bytes();
     wire.extend_from_slice(body.unwrap_or_default());
-    if tls {
-        let mut cfg = Config::new(url);
-        cfg.root_ca_pem = ca_pem.map(<[u8]>::to_vec);
-        let tls = crate::tls::client_config(&cfg, &[b"http/1.1"]).map_err(|e| e.to_string())?;
-        let name = rustls_pki_types::ServerName::try_from(host.clone())
-            .map_err(|e| format!("{host}: {e}"))?;
-        let conn =
-            rustls::ClientConnection::new(Arc::new(tls), name).map_err(|e| format!("TLS: {e}"))?;
-        let mut s = rustls::StreamOwned::new(conn, tcp);
-        s.write_all(&wire)
-            .map_err(|e| format!("{authority}: {e}"))?;
-        read_answer(&mut s)
+    let mut s = if tls {
+        tls_over(stream, &host, ca_pem)?
     } else {
-        let mut s = tcp;
-        s.write_all(&wire)
-            .map_err(|e| format!("{authority}: {e}"))?;
-        read_answer(&mut s)
+        stream
+    };
+    s.write_all(&wire)
+        .map_err(|e| format!("{authority}: {e}"))?;
+    read_answer(&mut s)
+}
+
+/// A TCP connection to `host:port` with the timeouts set.
+fn tcp(host: &str, port: u16, shown: &str) -> Result<TcpStream, String> {
+    let addr = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{host}: no address"))?;
+    let tcp = TcpStream::connect_timeout(&addr, TIMEOUT).map_err(|e| format!("{shown}: {e}"))?;
+    let _ = tcp.set_read_timeout(Some(TIMEOUT));
+    let _ = tcp.set_write_timeout(Some(TIMEOUT));
+    Ok(tcp)
+}
+
+/// TLS to `host` over `io`, verified against `ca_pem` (else the system's roots).
+fn tls_over(io: Box<dyn Io>, host: &str, ca_pem: Option<&[u8]>) -> Result<Box<dyn Io>, String> {
+    let mut cfg = Config::new(format!("https://{host}"));
+    cfg.root_ca_pem = ca_pem.map(<[u8]>::to_vec);
+    let tls = crate::tls::client_config(&cfg, &[b"http/1.1"]).map_err(|e| e.to_string())?;
+    let name = rustls_pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| format!("{host}: {e}"))?;
+    let conn =
+        rustls::ClientConnection::new(Arc::new(tls), name).map_err(|e| format!("TLS: {e}"))?;
+    Ok(Box::new(rustls::StreamOwned::new(conn, io)))
+}
+
+/// A tunnel to `target` (`host:port`) through `proxy`: `CONNECT`, answered 2xx.
+fn tunnel(proxy: &crate::proxy::Proxy, target: &str) -> Result<Box<dyn Io>, String> {
+    let shown = &proxy.shown;
+    let fail = |e: std::io::Error| format!("proxy {shown}: {e}");
+    let tcp: Box<dyn Io> = Box::new(tcp(&proxy.host, proxy.port, &format!("proxy {shown}"))?);
+    let mut io = if proxy.tls {
+        // The proxy's certificate: the system's roots.
+        tls_over(tcp, &proxy.host, None).map_err(|m| format!("proxy {shown}: {m}"))?
+    } else {
+        tcp
+    };
+    let mut req = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
+    if let Some(auth) = &proxy.authorization {
+        req.push_str("Proxy-Authorization: ");
+        req.push_str(auth.expose());
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    io.write_all(req.as_bytes()).map_err(fail)?;
+    io.flush().map_err(fail)?;
+    // The answer's head, byte by byte: what follows belongs to the tunnel.
+    let mut head = Vec::with_capacity(256);
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() > 64 * 1024 {
+            return Err(format!("proxy {shown}: CONNECT answer head too large"));
+        }
+        if io.read(&mut b).map_err(fail)? == 0 {
+            return Err(format!(
+                "proxy {shown} closed the connection during CONNECT"
+            ));
+        }
+        head.push(b[0]);
+    }
+    let status = std::str::from_utf8(&head)
+        .ok()
+        .and_then(|h| h.split_whitespace().nth(1))
+        .and_then(|s| s.parse::<u16>().ok());
+    match status {
+        Some(s) if (200..300).contains(&s) => Ok(io),
+        Some(s) => Err(format!("proxy {shown} refused CONNECT {target}: {s}")),
+        None => Err(format!("proxy {shown}: not an HTTP answer to CONNECT")),
     }
 }
 

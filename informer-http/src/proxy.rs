@@ -156,32 +156,64 @@ fn percent_decode(s: &str) -> String {
 /// The proxy for `config`'s server (see the module documentation), `None` for a direct
 /// connection. The environment is `config.proxy_env` when set, else this process's.
 pub fn proxy_for(config: &Config) -> Result<Option<Proxy>, ClientError> {
-    if let Some(url) = config.proxy_url.as_deref().filter(|u| !u.is_empty()) {
-        return Proxy::parse(url, "proxy-url").map(Some);
+    proxy_for_url(config, &config.server)
+}
+
+/// The proxy for a request of `config`'s client to `url` (another host than the API server:
+/// an OIDC issuer's discovery document and token endpoint), with the same precedence as
+/// [`proxy_for`]: the kubeconfig's `proxy-url`, else `HTTPS_PROXY` / `HTTP_PROXY` (by `url`'s
+/// scheme) unless `NO_PROXY` matches `url`'s host or it is a loopback address.
+pub fn proxy_for_url(config: &Config, url: &str) -> Result<Option<Proxy>, ClientError> {
+    ProxySettings::of(config).for_url(url)
+}
+
+/// What of a configuration decides the proxy: the kubeconfig's `proxy-url` and the
+/// environment (owned, to take to another thread).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ProxySettings {
+    proxy_url: Option<String>,
+    env: Option<ProxyEnv>,
+}
+
+impl ProxySettings {
+    pub(crate) fn of(config: &Config) -> ProxySettings {
+        ProxySettings {
+            proxy_url: config.proxy_url.clone(),
+            env: config.proxy_env.clone(),
+        }
     }
-    let env = match &config.proxy_env {
-        Some(e) => e.clone(),
-        None => ProxyEnv::from_process(),
-    };
-    let addr = ServerAddr::parse(&config.server)?;
-    let (var, url) = if addr.tls {
-        ("HTTPS_PROXY", env.https_proxy.as_deref())
-    } else {
-        ("HTTP_PROXY", env.http_proxy.as_deref())
-    };
-    let Some(url) = url.filter(|u| !u.is_empty()) else {
-        return Ok(None);
-    };
-    if is_loopback(&addr.host) || no_proxy_matches(env.no_proxy.as_deref(), &addr.host, addr.port) {
-        return Ok(None);
+
+    /// The proxy for `url` (see [`proxy_for_url`]).
+    pub(crate) fn for_url(&self, url: &str) -> Result<Option<Proxy>, ClientError> {
+        if let Some(url) = self.proxy_url.as_deref().filter(|u| !u.is_empty()) {
+            return Proxy::parse(url, "proxy-url").map(Some);
+        }
+        let env = match &self.env {
+            Some(e) => e.clone(),
+            None => ProxyEnv::from_process(),
+        };
+        let addr = ServerAddr::parse(url)?;
+        let (var, url) = if addr.tls {
+            ("HTTPS_PROXY", env.https_proxy.as_deref())
+        } else {
+            ("HTTP_PROXY", env.http_proxy.as_deref())
+        };
+        let Some(url) = url.filter(|u| !u.is_empty()) else {
+            return Ok(None);
+        };
+        if is_loopback(&addr.host)
+            || no_proxy_matches(env.no_proxy.as_deref(), &addr.host, addr.port)
+        {
+            return Ok(None);
+        }
+        // Go accepts a bare `host:port` in the variable, meaning http.
+        let url = if url.contains("://") {
+            url.to_string()
+        } else {
+            format!("http://{url}")
+        };
+        Proxy::parse(&url, var).map(Some)
     }
-    // Go accepts a bare `host:port` in the variable, meaning http.
-    let url = if url.contains("://") {
-        url.to_string()
-    } else {
-        format!("http://{url}")
-    };
-    Proxy::parse(&url, var).map(Some)
 }
 
 fn is_loopback(host: &str) -> bool {

@@ -72,8 +72,13 @@ pub fn client_config(config: &Config, alpn: &[&[u8]]) -> Result<rustls::ClientCo
     let mut tls = match (&config.auth, &config.client_identity) {
         (crate::config::Auth::Exec(exec), _) => {
             // The plugin's certificate, whatever it is at the time of each handshake (the
-            // plugin runs before the first request and again when its answer expires).
-            builder.with_client_cert_resolver(Arc::new(ExecCert(exec.cache.clone())))
+            // plugin runs before the first request and again when its answer expires). No
+            // session resumption: a resumed session keeps the identity of the handshake it
+            // resumes, so a rotated certificate would never reach the server (client-go's TLS
+            // client resumes no sessions either).
+            let mut tls = builder.with_client_cert_resolver(Arc::new(ExecCert(exec.cache.clone())));
+            tls.resumption = rustls::client::Resumption::disabled();
+            tls
         }
         (_, Some(id)) => {
             let certs = CertificateDer::pem_slice_iter(&id.cert_pem)

@@ -57,6 +57,13 @@ if mode == "token":
 elif mode == "cert":
     status = {"clientCertificateData": open(os.path.join(d, "client.crt")).read(),
               "clientKeyData": open(os.path.join(d, "client.key")).read()}
+elif mode == "rotate":
+    # Odd runs: alice (system:masters); even runs: rotated-bob (no permissions).
+    name = "client" if n % 2 == 1 else "client2"
+    exp = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=int(os.environ["PLUGIN_TTL"]))
+    status = {"clientCertificateData": open(os.path.join(d, name + ".crt")).read(),
+              "clientKeyData": open(os.path.join(d, name + ".key")).read(),
+              "expirationTimestamp": exp.strftime("%Y-%m-%dT%H:%M:%SZ")}
 print(json.dumps({"apiVersion": json.loads(info)["apiVersion"], "kind": "ExecCredential", "status": status}))
 "#;
 
@@ -277,6 +284,103 @@ async fn list_namespaces<B: Backend>(client: &Client<B>) -> Result<usize, String
         .await
         .map(|p| p.items.len())
         .map_err(|f| f.to_string())
+}
+
+/// A second client certificate signed by the cluster's client CA (tests/data/ca.key): CN
+/// `rotated-bob`, no group, so the apiserver names him when it refuses him.
+fn second_client_cert(dir: &std::path::Path) {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    run(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        "client2.key",
+    ]);
+    run(&[
+        "req",
+        "-new",
+        "-key",
+        "client2.key",
+        "-subj",
+        "/CN=rotated-bob",
+        "-out",
+        "client2.csr",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "client2.csr",
+        "-CA",
+        &format!("{data}/ca.crt"),
+        "-CAkey",
+        &format!("{data}/ca.key"),
+        "-CAcreateserial",
+        "-CAserial",
+        "client2.srl",
+        "-days",
+        "2",
+        "-out",
+        "client2.crt",
+    ]);
+}
+
+/// The plugin hands out alice's certificate, then (after its 3 s expiry) rotated-bob's: the
+/// request after the rotation goes over a new TLS connection with bob's certificate (the
+/// apiserver refuses bob by name) instead of reusing alice's connection.
+async fn rotation_scenario<B: Backend>(client: &Client<B>, setup: &Setup, name: &str) {
+    assert!(list_namespaces(client).await.unwrap() > 0, "as alice");
+    assert!(
+        list_namespaces(client).await.unwrap() > 0,
+        "as alice, again"
+    );
+    assert_eq!(setup.runs(), 1);
+    // Past the expiry (3 s, renewed within a tenth of it): the next request runs the plugin.
+    std::thread::sleep(Duration::from_millis(3500));
+    let e = list_namespaces(client)
+        .await
+        .expect_err(&format!("{name}: bob may not list namespaces"));
+    assert!(e.contains("rotated-bob"), "{name}: {e}");
+    assert_eq!(setup.runs(), 2);
+}
+
+#[test]
+fn exec_certificate_rotation_closes_old_connections_on_both_backends() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let setup = Setup::new("rotate", "client.authentication.k8s.io/v1", None);
+    second_client_cert(setup.dir.path());
+    rt.block_on(rotation_scenario(
+        &Client::reqwest(setup.config()).unwrap(),
+        &setup,
+        "reqwest",
+    ));
+    // smol: over HTTP/2 (the default) and over HTTP/1.1.
+    for http2 in [true, false] {
+        let setup = Setup::new("rotate", "client.authentication.k8s.io/v1", None);
+        second_client_cert(setup.dir.path());
+        let mut cfg = setup.config();
+        cfg.http2 = http2;
+        let name = if http2 {
+            "smol HTTP/2"
+        } else {
+            "smol HTTP/1.1"
+        };
+        smol::block_on(rotation_scenario(&Client::smol(cfg).unwrap(), &setup, name));
+    }
 }
 
 #[test]

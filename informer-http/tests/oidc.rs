@@ -22,6 +22,10 @@ use informer_http::{Config, Resource};
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use testcluster::{StartOptions, TestCluster};
 
+#[path = "support/connect_proxy.rs"]
+mod connect_proxy;
+use connect_proxy::TestProxy;
+
 const CLIENT_ID: &str = "informer-test";
 
 struct Issuer {
@@ -81,14 +85,20 @@ impl Issuer {
         }]})
     }
 
-    fn answer(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+    /// The answer to `method path`; `host` is the `Host` the client asked for (the token
+    /// endpoint is named by it, so a client that found the issuer by another name than
+    /// 127.0.0.1 goes on using that name).
+    fn answer(&self, method: &str, path: &str, body: &str, host: Option<&str>) -> (u16, String) {
         match (method, path) {
             ("GET", "/.well-known/openid-configuration") => (
                 200,
                 serde_json::json!({
                     "issuer": self.url,
                     "jwks_uri": format!("{}/jwks", self.url),
-                    "token_endpoint": format!("{}/token", self.url),
+                    "token_endpoint": match host {
+                        Some(h) => format!("https://{h}/token"),
+                        None => format!("{}/token", self.url),
+                    },
                     "authorization_endpoint": format!("{}/auth", self.url),
                     "response_types_supported": ["id_token"],
                     "subject_types_supported": ["public"],
@@ -174,7 +184,7 @@ fn start_issuer() -> Arc<Issuer> {
     );
     std::fs::write(
         d.join("ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        "subjectAltName=IP:127.0.0.1,DNS:oidc-issuer.test\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
     )
     .unwrap();
     openssl(
@@ -270,9 +280,18 @@ fn serve(issuer: &Issuer, s: &mut impl ReadWrite) -> std::io::Result<()> {
                     .then(|| v.trim().parse::<usize>().ok())?
             })
             .unwrap_or(0);
+        let host = head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("host").then(|| v.trim().to_string())
+        });
         let mut body = vec![0u8; len];
         s.read_exact(&mut body)?;
-        let (status, answer) = issuer.answer(&method, &path, &String::from_utf8_lossy(&body));
+        let (status, answer) = issuer.answer(
+            &method,
+            &path,
+            &String::from_utf8_lossy(&body),
+            host.as_deref(),
+        );
         write!(
             s,
             "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
@@ -500,4 +519,87 @@ fn a_valid_id_token_is_used_as_is_and_an_expired_one_without_refresh_token_is_a_
     let err = cfg.authorization().unwrap_err().to_string();
     assert!(err.contains("HTTP 400 invalid_grant"), "{err}");
     assert!(!err.contains("rt-unknown"), "{err}");
+}
+
+/// The refresh (discovery and token endpoint) goes through the client's proxy like every other
+/// request: the kubeconfig's `proxy-url` (even to an issuer on 127.0.0.1), else `HTTPS_PROXY`
+/// for an issuer by a name only the test proxy resolves, and directly (so failing to resolve
+/// that name) when `NO_PROXY` names the issuer.
+#[test]
+fn the_oidc_refresh_goes_through_the_configured_proxy() {
+    let e = env();
+    let proxy = TestProxy::start();
+    let dir = tempfile::tempdir().unwrap();
+    let issuer_authority = e.issuer.url.trim_start_matches("https://").to_string();
+    let issuer_port = issuer_authority.rsplit(':').next().unwrap().to_string();
+    let set_issuer = |cfg: &mut Config, url: String| match &mut cfg.auth {
+        Auth::Oidc(o) => o.issuer_url = Some(url),
+        other => panic!("not oidc: {other:?}"),
+    };
+    let to_issuer = |name: &str| {
+        proxy
+            .connects()
+            .iter()
+            .filter(|t| **t == format!("{name}:{issuer_port}"))
+            .count()
+    };
+
+    // proxy-url: every request, the apiserver's and the issuer's, through the proxy.
+    let rt_token = e.issuer.new_refresh_token();
+    let mut cfg = kubeconfig(dir.path(), &e.issuer.id_token(-60), Some(&rt_token));
+    cfg.proxy_url = Some(proxy.url());
+    cfg.proxy_env = Some(informer_http::proxy::ProxyEnv::default());
+    let n = smol::block_on(async {
+        Client::smol(cfg.clone())
+            .unwrap()
+            .api::<DynamicObject>(Resource::NAMESPACES, None)
+            .list(&ListRequest::default())
+            .await
+            .map(|p| p.items.len())
+    })
+    .expect("a list after a refresh through proxy-url");
+    assert!(n > 0);
+    assert_eq!(oidc_refreshes(oidc_of(&cfg)), 1);
+    assert_eq!(
+        proxy
+            .connects()
+            .iter()
+            .filter(|t| **t == issuer_authority)
+            .count(),
+        2,
+        "discovery and token endpoint through the proxy: {:?}",
+        proxy.connects()
+    );
+
+    // HTTPS_PROXY: an issuer named `oidc-issuer.test`, which only the proxy resolves.
+    let rt_token = e.issuer.new_refresh_token();
+    let mut cfg = kubeconfig(dir.path(), &e.issuer.id_token(-60), Some(&rt_token));
+    set_issuer(&mut cfg, format!("https://oidc-issuer.test:{issuer_port}"));
+    cfg.proxy_env = Some(informer_http::proxy::ProxyEnv {
+        https_proxy: Some(proxy.url()),
+        ..Default::default()
+    });
+    assert!(
+        cfg.authorization()
+            .expect("refresh via HTTPS_PROXY")
+            .is_some()
+    );
+    assert_eq!(oidc_refreshes(oidc_of(&cfg)), 1);
+    assert_eq!(to_issuer("oidc-issuer.test"), 2, "{:?}", proxy.connects());
+
+    // NO_PROXY names the issuer: a direct connection, which cannot resolve the name.
+    let rt_token = e.issuer.new_refresh_token();
+    let mut cfg = kubeconfig(dir.path(), &e.issuer.id_token(-60), Some(&rt_token));
+    set_issuer(&mut cfg, format!("https://oidc-issuer.test:{issuer_port}"));
+    cfg.proxy_env = Some(informer_http::proxy::ProxyEnv {
+        https_proxy: Some(proxy.url()),
+        no_proxy: Some(".test".into()),
+        ..Default::default()
+    });
+    let err = cfg.authorization().unwrap_err().to_string();
+    assert!(
+        err.contains("discovery") && err.contains("oidc-issuer.test"),
+        "{err}"
+    );
+    assert_eq!(to_issuer("oidc-issuer.test"), 2, "no new CONNECT");
 }

@@ -1,12 +1,10 @@
 //! Proxies against a real kube-apiserver: a small HTTP CONNECT proxy written for the tests
-//! (it records every CONNECT and maps `kubernetes.default.svc`, which does not resolve here, to
-//! 127.0.0.1). Both backends reach the apiserver through it when the kubeconfig's `proxy-url`
+//! (`support/connect_proxy.rs`: it records every CONNECT and maps `kubernetes.default.svc`,
+//! which does not resolve here, to 127.0.0.1). Both backends reach the apiserver through it when the kubeconfig's `proxy-url`
 //! or `HTTPS_PROXY` says so, and directly when `NO_PROXY` matches.
 #![cfg(all(feature = "tokio", feature = "smol"))]
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use informer_core::object::DynamicObject;
 use informer_core::protocol::{ListRequest, WatchRequest};
@@ -15,79 +13,13 @@ use informer_http::transport::{Backend, Client, Transport};
 use informer_http::{Config, Resource};
 use testcluster::TestCluster;
 
+#[path = "support/connect_proxy.rs"]
+mod connect_proxy;
+use connect_proxy::TestProxy;
+
 fn cluster() -> &'static TestCluster {
     static C: OnceLock<TestCluster> = OnceLock::new();
     C.get_or_init(|| TestCluster::start().expect("start test cluster"))
-}
-
-/// A CONNECT proxy on 127.0.0.1: records the targets asked for.
-struct TestProxy {
-    port: u16,
-    connects: Arc<Mutex<Vec<String>>>,
-}
-
-impl TestProxy {
-    fn start() -> TestProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let connects = Arc::new(Mutex::new(Vec::new()));
-        let seen = connects.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let seen = seen.clone();
-                std::thread::spawn(move || serve(conn, seen));
-            }
-        });
-        TestProxy { port, connects }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn connects(&self) -> Vec<String> {
-        self.connects.lock().unwrap().clone()
-    }
-}
-
-fn serve(mut client: TcpStream, seen: Arc<Mutex<Vec<String>>>) {
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match client.read(&mut b) {
-            Ok(1) => head.push(b[0]),
-            _ => return,
-        }
-    }
-    let head = String::from_utf8_lossy(&head).into_owned();
-    let mut words = head.split_whitespace();
-    let (Some("CONNECT"), Some(target)) = (words.next(), words.next()) else {
-        let _ = client.write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n");
-        return;
-    };
-    seen.lock().unwrap().push(target.to_string());
-    let (host, port) = target.rsplit_once(':').unwrap();
-    let host = if host == "kubernetes.default.svc" {
-        "127.0.0.1"
-    } else {
-        host
-    };
-    let Ok(upstream) = TcpStream::connect((host, port.parse::<u16>().unwrap())) else {
-        let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n");
-        return;
-    };
-    client
-        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        .unwrap();
-    let (mut c2, mut u2) = (client.try_clone().unwrap(), upstream.try_clone().unwrap());
-    let (mut client, mut upstream) = (client, upstream);
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut c2, &mut u2);
-        let _ = u2.shutdown(std::net::Shutdown::Write);
-    });
-    let _ = std::io::copy(&mut upstream, &mut client);
-    let _ = client.shutdown(std::net::Shutdown::Write);
 }
 
 /// Lists namespaces and opens a watch, on reqwest (tokio) and then on smol.
@@ -146,6 +78,26 @@ fn kubeconfig_proxy_url_is_used_by_both_backends() {
     // At least one connection per backend, every one of them to the apiserver.
     assert!(connects.len() >= 2, "{connects:?}");
     assert!(connects.iter().all(|c| *c == authority), "{connects:?}");
+
+    // Through the tunnel, TLS offers h2 and the apiserver takes it: on smol, a list and three
+    // watches share one HTTP/2 connection, one CONNECT.
+    let before = proxy.connects().len();
+    let client = Client::smol(cfg).unwrap();
+    smol::block_on(async {
+        let api = client.api::<DynamicObject>(Resource::NAMESPACES, None);
+        let page = api.list(&ListRequest::default()).await.unwrap();
+        let mut watches = Vec::new();
+        for _ in 0..3 {
+            let req = WatchRequest {
+                resource_version: page.resource_version.clone(),
+                timeout_seconds: Some(60),
+                ..WatchRequest::default()
+            };
+            watches.push(api.watch(&req).await.unwrap());
+        }
+        assert_eq!(client.backend().http2_connections(), vec![3]);
+    });
+    assert_eq!(proxy.connects().len(), before + 1, "one tunnel");
 }
 
 /// The cluster's admin configuration, addressed as `kubernetes.default.svc` (a name of its

@@ -1,6 +1,6 @@
 //! # informer-smol
 //!
-//! The Kubernetes informer on smol, with informer-http's smol transport, and no tokio anywhere:
+//! The Kubernetes informer on smol, with informer-http's smol transport, and no tokio runtime:
 //! [`informer_runtime`]'s API with the runtime and transport filled in. `informer-tokio` has
 //! the same names; a program moves between them by changing its `use` line.
 //!
@@ -31,7 +31,7 @@ informer_runtime::runtime_crate_api! {
     make_runtime: Smol,
     name: "smol",
     backend: informer_http::SmolBackend,
-    backend_doc: "HTTP/1.1 over smol's TCP and futures-rustls"
+    backend_doc: "HTTP/2 (the h2 crate) or HTTP/1.1 over smol's TCP and futures-rustls"
 }
 
 /// A client for `config` on the smol backend.

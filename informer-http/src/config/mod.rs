@@ -143,8 +143,8 @@ pub struct Config {
     /// is built.
     pub proxy_env: Option<crate::proxy::ProxyEnv>,
     /// Offer HTTP/2 (ALPN `h2`) and, when the server takes it, send every request of the client
-    /// over one multiplexed connection (on by default; the reqwest backend). `false`: HTTP/1.1
-    /// only, one connection per open watch. The smol backend speaks HTTP/1.1 only.
+    /// over one multiplexed connection (on by default; both backends). `false`: HTTP/1.1 only,
+    /// one connection per open watch.
     pub http2: bool,
 }
 
