@@ -252,6 +252,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
                 &mut state,
                 &shared.state,
                 &shared.changed,
+                &shared.cmd,
                 id,
                 stats.clone(),
             );
@@ -278,22 +279,25 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
         registered
     }
 
-    /// Adds an index; objects already cached are indexed at once.
+    /// Adds an index; objects already cached are indexed at once (in both of the store's
+    /// copies, one after the other: readers go on reading meanwhile, the informer's next
+    /// step waits).
     pub fn add_index(&self, name: &str, func: impl IndexFunc<K> + 'static) -> Result<(), Error> {
-        self.shared().state.write().core.add_index(name, func)?;
+        self.shared().state.write().publisher.add_index(name, func)?;
         Ok(())
     }
 
     /// A read handle on the cache.
     pub fn store(&self) -> Store<K> {
         Store {
-            state: self.shared().state.clone(),
+            views: self.shared().views.clone(),
         }
     }
 
-    /// Whether the first list has been applied and handed to the handlers.
+    /// Whether the first list has been applied, in the [`store`](Self::store), and handed to
+    /// the handlers. Never waits for the informer's step.
     pub fn has_synced(&self) -> bool {
-        self.shared().state.read().core.has_synced()
+        self.shared().views.read(|v| v.has_synced())
     }
 
     /// Whether the informer has been shut down.
@@ -320,7 +324,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
     /// Fails with [`Error::Timeout`] or [`Error::Stopped`].
     pub async fn wait_for_sync(&self, timeout: Option<Duration>) -> Result<(), Error> {
         self.shared()
-            .wait_until(|state| state.core.has_synced(), timeout)
+            .wait_until(|_| self.has_synced(), timeout)
             .await
     }
 
