@@ -242,7 +242,10 @@ impl<K: Object + 'static> Publisher<K> {
         func: impl IndexFunc<K> + 'static,
     ) -> Result<(), IndexError> {
         let func = SharedIndexFunc(Arc::new(func));
-        if self.views.read(|v| v.indexer.index_names().any(|n| n == name)) {
+        if self
+            .views
+            .read(|v| v.indexer.index_names().any(|n| n == name))
+        {
             return Err(IndexError::IndexExists { name: name.into() });
         }
         for _ in 0..2 {
@@ -588,7 +591,11 @@ mod tests {
         let read = rx.recv_timeout(std::time::Duration::from_secs(60));
         barrier.wait();
         owner.join().unwrap();
-        assert_eq!(read, Ok((0, false)), "the read waited for the step or saw part of it");
+        assert_eq!(
+            read,
+            Ok((0, false)),
+            "the read waited for the step or saw part of it"
+        );
         let r = locked.reader();
         assert_eq!(r.len(), 1000);
         assert!(r.has_synced());

@@ -283,7 +283,11 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
     /// copies, one after the other: readers go on reading meanwhile, the informer's next
     /// step waits).
     pub fn add_index(&self, name: &str, func: impl IndexFunc<K> + 'static) -> Result<(), Error> {
-        self.shared().state.write().publisher.add_index(name, func)?;
+        self.shared()
+            .state
+            .write()
+            .publisher
+            .add_index(name, func)?;
         Ok(())
     }
 
