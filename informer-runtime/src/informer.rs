@@ -40,7 +40,11 @@ use crate::sync::CacheSync;
 ///   empty until the first list is applied.
 /// - Every [`Store`] call answers from one of those states, never from a mix of two: a relist
 ///   is applied in one step. [`last_sync_resource_version`](Self::last_sync_resource_version)
-///   is the resourceVersion of a state the cache is in.
+///   is the resourceVersion of a state the cache is in, and [`has_synced`](Self::has_synced)
+///   is true once the first list is in the store.
+/// - A [`Store`] call never waits for the informer's work (a step applies up to 64 inputs, and
+///   one input can be a relist of 100k objects): it reads the last whole state published, one
+///   step behind at most. A busy reader never holds the informer up either.
 /// - Eventual consistency: once the server is quiet and reachable, the cache equals the
 ///   server's collection (CONFORMANCE 25), unless the informer was shut down first.
 /// - An object's identity is its key (`namespace/name`), not its uid: an object deleted and
@@ -49,9 +53,10 @@ use crate::sync::CacheSync;
 ///
 /// **Each handler** (an [`EventHandler`] or an [`EventStream`]), independently of the others:
 ///
-/// - A notification is issued after the cache change it reports (cache and indices first).
-///   By the time the handler runs it, the cache may have moved on: the store may hold a newer
-///   state of the object, or none.
+/// - A notification is issued after the cache change it reports (cache and indices first, in
+///   the [`Store`] too: it is handed over only once the change is there). By the time the
+///   handler runs it, the cache may have moved on: the store holds that state of the object,
+///   a newer one, or none (deleted since).
 /// - Notifications are delivered one at a time: the next one is handed over only when the
 ///   previous one is finished (a handler method returned, or an event stream's consumer asks
 ///   for the next). A slow handler holds back only itself.
