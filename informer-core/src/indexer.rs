@@ -340,7 +340,17 @@ impl<K: Object + 'static> Indexer<K> {
         Ok(())
     }
 
-    /// The names of the indices, the namespace index first.
+    /// Removes the index `name`, the namespace index included (for a cache that no reader
+    /// queries by index, such as the core's own cache when readers read copies of it: its
+    /// buckets cost memory per object for nothing). Fails with [`IndexError::UnknownIndex`].
+    /// [`select`](Self::select) without the namespace index checks each candidate's namespace.
+    pub fn remove_index(&mut self, name: &str) -> Result<(), IndexError> {
+        let pos = self.index_pos(name)?;
+        self.indices.remove(pos);
+        Ok(())
+    }
+
+    /// The names of the indices, the namespace index first (if not removed).
     pub fn index_names(&self) -> impl Iterator<Item = &str> {
         self.indices.iter().map(|i| &*i.name)
     }
@@ -615,7 +625,8 @@ impl<K: Object + Labels + 'static> Indexer<K> {
         namespace: Option<&'a str>,
     ) -> Select<'a, K> {
         let namespace = namespace.filter(|ns| !ns.is_empty());
-        let ns_bucket = namespace.map(|ns| self.indices[0].buckets.get(ns));
+        let ns_index = self.indices.iter().find(|i| i.is_namespace);
+        let ns_bucket = namespace.and_then(|ns| Some(ns_index?.buckets.get(ns)));
         let mut best: Option<(usize, &'a Buckets, &'a [Box<str>])> = None;
         for req in selector.requirements() {
             let Some(values) = req.required_values() else {

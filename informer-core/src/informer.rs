@@ -297,6 +297,13 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.pipeline.indexer()
     }
 
+    /// Removes an index of the cache, the namespace index included (see
+    /// [`Indexer::remove_index`]): a runtime whose readers query copies of the cache saves the
+    /// buckets' memory in its own.
+    pub fn remove_index(&mut self, name: &str) -> Result<(), IndexError> {
+        self.pipeline.remove_index(name)
+    }
+
     /// Starts (`true`) or stops recording every change applied to the cache, for
     /// [`take_changes`](Self::take_changes): a runtime that keeps copies of the cache for
     /// readers (see [`shared::Views`](crate::shared::Views)) replays them there, so readers

@@ -54,6 +54,11 @@ impl<K: Object + 'static> Pipeline<K> {
         &self.indexer
     }
 
+    /// Removes an index of the store (see [`Indexer::remove_index`]).
+    pub fn remove_index(&mut self, name: &str) -> Result<(), IndexError> {
+        self.indexer.remove_index(name)
+    }
+
     /// Starts or stops recording the store's changes (see [`Indexer::record_changes`]).
     pub fn record_changes(&mut self, on: bool) {
         self.indexer.record_changes(on)

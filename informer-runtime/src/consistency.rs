@@ -125,22 +125,27 @@ fn key_of<K: Object>(o: &K) -> String {
 }
 
 /// The cache at a quiet moment (synced, the core idle but for its watch): its resourceVersion
-/// and `key → resourceVersion`. Taken under the read lock, so the two belong together.
+/// and `key → resourceVersion`, from one state of the store.
 fn snapshot<K: Object + 'static, R>(
     shared: &Shared<K, R>,
 ) -> Option<(String, BTreeMap<String, String>)> {
-    let state = shared.state.read();
-    if state.stopped || !state.core.has_synced() {
+    if shared.state.read().stopped {
         return None;
     }
-    let rv = state.core.last_sync_resource_version().to_string();
-    if rv.is_empty() {
-        return None;
-    }
-    let cache = state
-        .core
-        .indexer()
-        .list()
+    // The store's current copy: its resourceVersion and objects belong together, and reading
+    // it never holds the driver up (the keys are built after the read).
+    let (rv, objects) = shared.views.read(|view| {
+        let rv = view.last_sync_resource_version();
+        if !view.has_synced() || rv.is_empty() {
+            return None;
+        }
+        Some((
+            rv.to_string(),
+            view.indexer().list().cloned().collect::<Vec<_>>(),
+        ))
+    })?;
+    let cache = objects
+        .iter()
         .map(|o| (key_of(&**o), o.resource_version().unwrap_or("").to_string()))
         .collect();
     Some((rv, cache))

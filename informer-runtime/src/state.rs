@@ -68,6 +68,8 @@ impl<K: Object + 'static> State<K> {
         exited: async_channel::Sender<()>,
     ) -> Self {
         core.record_changes(true);
+        // Readers query the publisher's copies; only the driver reads the core's cache, by key.
+        let _ = core.remove_index(informer_core::indexer::NAMESPACE_INDEX);
         State {
             core,
             publisher,
