@@ -219,6 +219,20 @@ fn percentiles(what: &str, lat: &[u32], reads: u64, secs: f64) {
     );
 }
 
+/// One throughput run's figures.
+#[derive(Default)]
+struct Run {
+    per_cpu: f64,
+    per_wall: f64,
+    reads: f64,
+    retries: u64,
+}
+
+/// Publishes the driver had to retry because a reader held the copy (informer metrics).
+fn retries(inf: &informer_tokio::Informer<DynamicObject>) -> u64 {
+    inf.metrics().publish_retries
+}
+
 fn main() {
     println!(
         "informer-runtime readers benchmark (tokio, current-thread runtime on the main thread; {} cores; load {})",
@@ -229,7 +243,7 @@ fn main() {
     let first: Vec<_> = (0..OBJECTS).map(|i| config_map(i, 1)).collect();
     let decoded = (HEAP.load(Relaxed) - heap0) as f64 / OBJECTS as f64;
     let second: Vec<_> = (0..OBJECTS).map(|i| config_map(i, 2)).collect();
-    let events: Vec<_> = (0..STREAM + 2 * THROUGHPUT)
+    let events: Vec<_> = (0..STREAM + THROUGHPUT)
         .map(|i| config_map((i * 7) % OBJECTS, 3 + i as u64))
         .collect();
     let (watch_tx, watch_rx) = async_channel::unbounded();
@@ -310,15 +324,27 @@ fn main() {
         percentiles("during the events", &lat, reads, secs);
 
         // 3. Driver throughput without and with eight busy readers.
-        println!("3) driver throughput on {} watch events each (load {})", THROUGHPUT / 2, load());
-        let mut run = |label: &str, readers_n: usize, nice: bool| {
+        const ROUNDS: usize = 3;
+        println!(
+            "3) driver throughput on {} watch events per run, {ROUNDS} rounds of (no readers, {BUSY_READERS} readers, {BUSY_READERS} readers at nice 19) interleaved (load {})",
+            THROUGHPUT / 2,
+            load()
+        );
+        // Two batches, sent alternately: every event really changes its object.
+        let batches: [Vec<_>; 2] = [
+            events.by_ref().take(THROUGHPUT / 2).collect(),
+            events.by_ref().take(THROUGHPUT / 2).collect(),
+        ];
+        let mut turn = 0;
+        let mut run = |readers_n: usize, nice: bool| {
             let stop = Arc::new(AtomicBool::new(false));
             let handles = readers(readers_n, &store, &stop, nice, false);
-            let batch: Vec<_> = events.by_ref().take(THROUGHPUT / 2).collect();
+            let batch = batches[turn % 2].clone();
+            turn += 1;
             let (inf, watch_tx, stop) = (inf.clone(), watch_tx.clone(), stop.clone());
             async move {
                 let base = applied(&inf);
-                let retries = inf.metrics().publish_retries;
+                let retries0 = retries(&inf);
                 let (cpu0, t0) = (thread_cpu(), Instant::now());
                 for e in batch {
                     watch_tx.send(WatchEvent::Modified(e)).await.unwrap();
@@ -331,24 +357,49 @@ fn main() {
                 stop.store(true, Relaxed);
                 let (_, reads) = join(handles);
                 let n = (THROUGHPUT / 2) as f64;
-                let per_cpu = n / cpu.as_secs_f64();
-                let per_wall = n / wall.as_secs_f64();
-                println!(
-                    "  {label}: {per_cpu:.0} events per driver CPU-second, {per_wall:.0} events/s wall; \
-                     {:.0} reads/s; {} publishes retried",
-                    reads as f64 / wall.as_secs_f64(),
-                    inf.metrics().publish_retries - retries
-                );
-                (per_cpu, per_wall)
+                Run {
+                    per_cpu: n / cpu.as_secs_f64(),
+                    per_wall: n / wall.as_secs_f64(),
+                    reads: reads as f64 / wall.as_secs_f64(),
+                    retries: retries(&inf) - retries0,
+                }
             }
         };
-        let (cpu_alone, wall_alone) = run("no readers", 0, false).await;
-        let (cpu_busy, _) = run(&format!("{BUSY_READERS} readers"), BUSY_READERS, false).await;
-        let (_, wall_nice) = run(&format!("{BUSY_READERS} readers at nice 19"), BUSY_READERS, true).await;
+        let mut results: [Vec<Run>; 3] = Default::default();
+        for _ in 0..ROUNDS {
+            results[0].push(run(0, false).await);
+            results[1].push(run(BUSY_READERS, false).await);
+            results[2].push(run(BUSY_READERS, true).await);
+        }
+        let labels = [
+            "no readers".to_string(),
+            format!("{BUSY_READERS} readers"),
+            format!("{BUSY_READERS} readers at nice 19"),
+        ];
+        let mut medians = Vec::new();
+        for (label, runs) in labels.iter().zip(&mut results) {
+            let median = |f: fn(&Run) -> f64, runs: &[Run]| {
+                let mut v: Vec<f64> = runs.iter().map(f).collect();
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            let m = Run {
+                per_cpu: median(|r| r.per_cpu, runs),
+                per_wall: median(|r| r.per_wall, runs),
+                reads: median(|r| r.reads, runs),
+                retries: runs.iter().map(|r| r.retries).sum(),
+            };
+            println!(
+                "  {label} (median of {ROUNDS}): {:.0} events per driver CPU-second, {:.0} events/s wall; {:.0} reads/s; {} publishes retried in all",
+                m.per_cpu, m.per_wall, m.reads, m.retries
+            );
+            medians.push(m);
+        }
         println!(
-            "  with {BUSY_READERS} readers: {:.0}% of the driver's CPU-time throughput alone; at nice 19, {:.0}% of its wall-clock throughput alone",
-            100.0 * cpu_busy / cpu_alone,
-            100.0 * wall_nice / wall_alone
+            "  with {BUSY_READERS} readers: {:.0}% of the driver's CPU-time throughput alone; at nice 19: {:.0}% of its CPU-time and {:.0}% of its wall-clock throughput alone",
+            100.0 * medians[1].per_cpu / medians[0].per_cpu,
+            100.0 * medians[2].per_cpu / medians[0].per_cpu,
+            100.0 * medians[2].per_wall / medians[0].per_wall
         );
         println!("  load at the end: {}", load());
         inf.shutdown().await;
