@@ -29,12 +29,13 @@ fn colour_index(store: &mut Indexer<DynamicObject>) {
 
 /// Everything a reader can ask: every key with its object's resourceVersion, and every bucket
 /// of both indices.
-fn contents(
-    store: &Indexer<DynamicObject>,
-) -> (
+/// Every key with its object's resourceVersion, and every (index, value, key) bucket entry.
+type Contents = (
     BTreeSet<(String, String)>,
     BTreeSet<(String, String, String)>,
-) {
+);
+
+fn contents(store: &Indexer<DynamicObject>) -> Contents {
     let objects = store
         .iter()
         .map(|(k, o)| (k.to_string(), o.metadata.resource_version.clone().unwrap()))
