@@ -27,14 +27,13 @@ fn colour_index(store: &mut Indexer<DynamicObject>) {
         .unwrap();
 }
 
-/// Everything a reader can ask: every key with its object's resourceVersion, and every bucket
-/// of both indices.
 /// Every key with its object's resourceVersion, and every (index, value, key) bucket entry.
 type Contents = (
     BTreeSet<(String, String)>,
     BTreeSet<(String, String, String)>,
 );
 
+/// Everything a reader can ask, from both indices.
 fn contents(store: &Indexer<DynamicObject>) -> Contents {
     let objects = store
         .iter()
