@@ -135,7 +135,7 @@ impl fmt::Display for IndexError {
 impl core::error::Error for IndexError {}
 
 /// An index function shared by several indexers (the copies a runtime keeps for its readers,
-/// see [`shared::Views`](crate::shared::Views)): cloning it clones an `Arc`.
+/// `shared::Views`, feature `spin`): cloning it clones an `Arc`.
 pub struct SharedIndexFunc<K>(pub Arc<dyn IndexFunc<K>>);
 
 impl<K> Clone for SharedIndexFunc<K> {

@@ -306,7 +306,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 
     /// Starts (`true`) or stops recording every change applied to the cache, for
     /// [`take_changes`](Self::take_changes): a runtime that keeps copies of the cache for
-    /// readers (see [`shared::Views`](crate::shared::Views)) replays them there, so readers
+    /// readers (`shared::Views`, feature `spin`) replays them there, so readers
     /// never wait for a step. Off by default.
     pub fn record_changes(&mut self, on: bool) {
         self.pipeline.record_changes(on)
