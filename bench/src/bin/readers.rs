@@ -9,12 +9,15 @@
 //! 2. `by_index` latency (p50/p99/max, wall clock, one read = one label-index bucket of ten
 //!    objects) of two reader threads during the relist of 100k objects, and during a stream
 //!    of 100k watch events;
-//! 3. the driver's throughput on 200k watch events with no reader, then with eight reader
-//!    threads calling `by_index` in a loop. The machine may have fewer cores than threads
-//!    (this one has two), so two figures: events per second of the driver thread's own CPU
-//!    time (what the readers cost the driver's work: shared cache lines, retried publishes),
-//!    and events per second of wall time with the readers at nice 19 (the driver keeps a core;
-//!    what is left is the readers').
+//! 3. the driver's throughput on 100k watch events per run with no reader, with eight reader
+//!    threads calling `by_index` in a loop, and with those eight at nice 19; three rounds,
+//!    interleaved, medians printed. The machine may have fewer cores than threads (this one
+//!    has two, shared with other work), so two figures: events per second of the driver
+//!    thread's own CPU time (what readers cost the driver's work: shared cache lines, retried
+//!    publishes; time spent descheduled or blocked is not in it), and events per second of
+//!    wall time, which with the readers at nice 19 shows whether the driver ever waits for
+//!    readers (it keeps a core; what is left is the readers'). On a loaded machine both swing
+//!    by tens of percent from run to run: compare figures of one run, and print the load.
 //!
 //! The driver runs on the main thread (a current-thread tokio runtime), so its CPU time is
 //! that thread's (`CLOCK_THREAD_CPUTIME_ID`). There are no handlers: the figure is the
