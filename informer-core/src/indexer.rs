@@ -134,6 +134,84 @@ impl fmt::Display for IndexError {
 
 impl core::error::Error for IndexError {}
 
+/// An index function shared by several indexers (the copies a runtime keeps for its readers,
+/// `shared::Views`, feature `spin`): cloning it clones an `Arc`.
+pub struct SharedIndexFunc<K>(pub Arc<dyn IndexFunc<K>>);
+
+impl<K> Clone for SharedIndexFunc<K> {
+    fn clone(&self) -> Self {
+        SharedIndexFunc(self.0.clone())
+    }
+}
+
+impl<K> fmt::Debug for SharedIndexFunc<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedIndexFunc")
+            .field("label_key", &self.0.label_key())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> IndexFunc<K> for SharedIndexFunc<K> {
+    fn index_values<'a>(&self, obj: &'a K) -> IndexValues<'a> {
+        self.0.index_values(obj)
+    }
+
+    // Forwarded so that the selector planner recognises a shared label index.
+    fn label_key(&self) -> Option<&str> {
+        self.0.label_key()
+    }
+}
+
+/// One change applied to an [`Indexer`], as recorded by
+/// [`record_changes`](Indexer::record_changes): replaying the changes in order on another
+/// indexer ([`Indexer::apply`]) brings it to the same content. Keys and objects are shared
+/// (`Arc`), so a change costs two reference counts, never a copy.
+#[non_exhaustive]
+pub enum Change<K> {
+    /// `obj` was stored under `key` (added or replacing what was there).
+    Upsert {
+        /// The object's key.
+        key: Key,
+        /// The object now stored.
+        obj: Arc<K>,
+    },
+    /// The object under `key` was removed.
+    Delete {
+        /// The removed object's key.
+        key: Key,
+    },
+    /// Everything was removed (the start of an [`Indexer::replace`]).
+    Clear,
+}
+
+impl<K> Clone for Change<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Change::Upsert { key, obj } => Change::Upsert {
+                key: key.clone(),
+                obj: obj.clone(),
+            },
+            Change::Delete { key } => Change::Delete { key: key.clone() },
+            Change::Clear => Change::Clear,
+        }
+    }
+}
+
+impl<K> fmt::Debug for Change<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Change::Upsert { key, .. } => f.debug_struct("Upsert").field("key", key).finish(),
+            Change::Delete { key } => f.debug_struct("Delete").field("key", key).finish(),
+            Change::Clear => f.write_str("Clear"),
+        }
+    }
+}
+
+/// The journal capacity kept between steps (a watch step records at most a few hundred
+/// changes; a relist's hundred thousand are given back once taken).
+pub const JOURNAL_KEEP: usize = 1024;
+
 /// Value → keys of the objects having that value. Empty buckets are removed.
 type Buckets = HashMap<Box<str>, HashSet<Key>>;
 
@@ -196,6 +274,9 @@ impl<K> Index<K> {
 pub struct Indexer<K> {
     items: HashMap<Key, Arc<K>>,
     indices: Vec<Index<K>>,
+    /// The changes applied since the last [`take_changes`](Indexer::take_changes), when
+    /// recording ([`record_changes`](Indexer::record_changes)).
+    journal: Option<Vec<Change<K>>>,
 }
 
 impl<K: Object + 'static> Default for Indexer<K> {
@@ -222,6 +303,7 @@ impl<K: Object + 'static> Indexer<K> {
         let mut idx = Indexer {
             items: HashMap::default(),
             indices: Vec::new(),
+            journal: None,
         };
         idx.indices.push(Index {
             is_namespace: true,
@@ -258,7 +340,17 @@ impl<K: Object + 'static> Indexer<K> {
         Ok(())
     }
 
-    /// The names of the indices, the namespace index first.
+    /// Removes the index `name`, the namespace index included (for a cache that no reader
+    /// queries by index, such as the core's own cache when readers read copies of it: its
+    /// buckets cost memory per object for nothing). Fails with [`IndexError::UnknownIndex`].
+    /// [`select`](Self::select) without the namespace index checks each candidate's namespace.
+    pub fn remove_index(&mut self, name: &str) -> Result<(), IndexError> {
+        let pos = self.index_pos(name)?;
+        self.indices.remove(pos);
+        Ok(())
+    }
+
+    /// The names of the indices, the namespace index first (if not removed).
     pub fn index_names(&self) -> impl Iterator<Item = &str> {
         self.indices.iter().map(|i| &*i.name)
     }
@@ -289,12 +381,24 @@ impl<K: Object + 'static> Indexer<K> {
                     for index in self.indices.iter_mut().filter(|i| !i.is_namespace) {
                         index.update(&key, Some(&old), Some(new));
                     }
+                    if let Some(journal) = &mut self.journal {
+                        journal.push(Change::Upsert {
+                            key,
+                            obj: new.clone(),
+                        });
+                    }
                 }
                 Some(old)
             }
             None => {
                 for index in &mut self.indices {
                     index.update(&key, None, Some(&obj));
+                }
+                if let Some(journal) = &mut self.journal {
+                    journal.push(Change::Upsert {
+                        key: key.clone(),
+                        obj: obj.clone(),
+                    });
                 }
                 self.items.insert(key, obj);
                 None
@@ -313,6 +417,9 @@ impl<K: Object + 'static> Indexer<K> {
         let (key, old) = self.items.remove_entry(&key)?;
         for index in &mut self.indices {
             index.update(&key, Some(&old), None);
+        }
+        if let Some(journal) = &mut self.journal {
+            journal.push(Change::Delete { key });
         }
         Some(old)
     }
@@ -374,6 +481,10 @@ impl<K: Object + 'static> Indexer<K> {
         for index in &mut self.indices {
             index.buckets.clear();
         }
+        if let Some(journal) = &mut self.journal {
+            journal.clear();
+            journal.push(Change::Clear);
+        }
         for obj in objects {
             let key = match old.remove_entry(&obj.key_ref()) {
                 Some((k, _)) => k,
@@ -383,6 +494,50 @@ impl<K: Object + 'static> Indexer<K> {
                 },
             };
             self.insert(key, obj);
+        }
+    }
+
+    /// Starts (`true`) or stops recording every change applied from now on, for
+    /// [`take_changes`](Self::take_changes). Stopping drops what was recorded. Recording costs
+    /// one entry (two reference counts) per change and no allocation once the journal's
+    /// buffer has grown to the largest step.
+    pub fn record_changes(&mut self, on: bool) {
+        match (on, &self.journal) {
+            (true, None) => self.journal = Some(Vec::new()),
+            (false, Some(_)) => self.journal = None,
+            _ => {}
+        }
+    }
+
+    /// Whether changes were recorded and not yet taken.
+    pub fn has_changes(&self) -> bool {
+        self.journal.as_ref().is_some_and(|j| !j.is_empty())
+    }
+
+    /// Moves the changes recorded since the last call to the end of `into`, in the order they
+    /// were applied. The journal keeps its buffer.
+    pub fn take_changes(&mut self, into: &mut Vec<Change<K>>) {
+        if let Some(journal) = &mut self.journal {
+            into.append(journal);
+            // A relist grew it to the list's size: give that back once it is taken.
+            if journal.capacity() > JOURNAL_KEEP {
+                journal.shrink_to(JOURNAL_KEEP);
+            }
+        }
+    }
+
+    /// Applies one recorded change (from another indexer's
+    /// [`take_changes`](Self::take_changes)). Replaying a journal in order on an indexer that
+    /// held the same content as the recording one when recording started leaves both equal.
+    pub fn apply(&mut self, change: Change<K>) {
+        match change {
+            Change::Upsert { key, obj } => {
+                self.insert(key, obj);
+            }
+            Change::Delete { key } => {
+                self.delete_key(key.as_ref_parts());
+            }
+            Change::Clear => self.replace(core::iter::empty()),
         }
     }
 
@@ -470,7 +625,8 @@ impl<K: Object + Labels + 'static> Indexer<K> {
         namespace: Option<&'a str>,
     ) -> Select<'a, K> {
         let namespace = namespace.filter(|ns| !ns.is_empty());
-        let ns_bucket = namespace.map(|ns| self.indices[0].buckets.get(ns));
+        let ns_index = self.indices.iter().find(|i| i.is_namespace);
+        let ns_bucket = namespace.and_then(|ns| Some(ns_index?.buckets.get(ns)));
         let mut best: Option<(usize, &'a Buckets, &'a [Box<str>])> = None;
         for req in selector.requirements() {
             let Some(values) = req.required_values() else {

@@ -8,7 +8,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
 
-use crate::indexer::{IndexError, IndexFunc, Indexer};
+use crate::indexer::{Change, IndexError, IndexFunc, Indexer};
 use crate::object::Object;
 use crate::pipeline::Pipeline;
 use crate::processor::{HandlerId, Notification, ResyncPeriods};
@@ -295,6 +295,34 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     /// The cache.
     pub fn indexer(&self) -> &Indexer<K> {
         self.pipeline.indexer()
+    }
+
+    /// Removes an index of the cache, the namespace index included (see
+    /// [`Indexer::remove_index`]): a runtime whose readers query copies of the cache saves the
+    /// buckets' memory in its own.
+    pub fn remove_index(&mut self, name: &str) -> Result<(), IndexError> {
+        self.pipeline.remove_index(name)
+    }
+
+    /// Starts (`true`) or stops recording every change applied to the cache, for
+    /// [`take_changes`](Self::take_changes): a runtime that keeps copies of the cache for
+    /// readers (`shared::Views`, feature `spin`) replays them there, so readers
+    /// never wait for a step. Off by default.
+    pub fn record_changes(&mut self, on: bool) {
+        self.pipeline.record_changes(on)
+    }
+
+    /// Whether cache changes were recorded and not yet taken.
+    pub fn has_changes(&self) -> bool {
+        self.pipeline.indexer().has_changes()
+    }
+
+    /// Moves the cache changes recorded since the last call to the end of `into`, in the order
+    /// they were applied (see [`Indexer::take_changes`]). Between inputs the cache is whole,
+    /// so the changes taken then bring a copy from one whole state to the next: a relist is
+    /// never split.
+    pub fn take_changes(&mut self, into: &mut Vec<Change<K>>) {
+        self.pipeline.take_changes(into)
     }
 
     /// Notifications pending for handler `id`: at most one per key it must still hear about

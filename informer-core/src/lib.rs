@@ -23,10 +23,13 @@
 //!   one input produces at most that many outputs, and an input fed before the previous one's
 //!   outputs were drained is refused ([`reflector::Undrained`]) rather than piling up requests
 //!   the caller never saw. "Drain after every input" is a checked rule, not a comment.
-//! - `spin` (feature `spin`): `shared::LockedInformer` and `shared::CacheReader` let other
-//!   cores of a no_std target read the cache while one core steps the informer. Without std
-//!   there is no OS to park a thread on, so a spinning reader-writer lock is the right tool
-//!   there; with std, the runtime crates use std's locks instead.
+//! - `spin` (feature `spin`): `shared::Views` and `shared::Publisher` keep two copies of the
+//!   cache for readers on other cores or threads (left-right: the changes a step applied,
+//!   [`SharedIndexInformer::take_changes`], are replayed on the copy no reader uses, then
+//!   readers switch to it), so a reader never waits for a step and never sees half of one.
+//!   `shared::LockedInformer` and `shared::CacheReader` package them for a no_std target; the
+//!   runtime crates' `Store` reads them too. The locks are `spin`'s (no OS to park a thread on),
+//!   but only ever tried: readers never wait for the writer.
 #![no_std]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_auto_cfg))]

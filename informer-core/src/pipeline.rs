@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 use crate::fifo::{Delta, DeltaFifo, DeltaType};
-use crate::indexer::{IndexError, IndexFunc, Indexer};
+use crate::indexer::{Change, IndexError, IndexFunc, Indexer};
 use crate::object::{Key, Object, ObjectOrTombstone, Tombstone};
 use crate::processor::{HandlerId, Notification, Processor, ResyncPeriods};
 use crate::time::Instant;
@@ -52,6 +52,21 @@ impl<K: Object + 'static> Pipeline<K> {
     /// The store.
     pub fn indexer(&self) -> &Indexer<K> {
         &self.indexer
+    }
+
+    /// Removes an index of the store (see [`Indexer::remove_index`]).
+    pub fn remove_index(&mut self, name: &str) -> Result<(), IndexError> {
+        self.indexer.remove_index(name)
+    }
+
+    /// Starts or stops recording the store's changes (see [`Indexer::record_changes`]).
+    pub fn record_changes(&mut self, on: bool) {
+        self.indexer.record_changes(on)
+    }
+
+    /// Moves the store's recorded changes to `into` (see [`Indexer::take_changes`]).
+    pub fn take_changes(&mut self, into: &mut Vec<Change<K>>) {
+        self.indexer.take_changes(into)
     }
 
     /// The DeltaFIFO.

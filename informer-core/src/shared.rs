@@ -1,32 +1,312 @@
-//! A cache several cores can read while one of them drives the informer (feature `spin`).
+//! Copies of the cache that readers on other cores or threads query while one of them steps
+//! the informer, without ever waiting for a step (feature `spin`).
 //!
-//! [`SharedIndexInformer`] is a plain value: whoever owns it steps it. An embedder on a
-//! multi-core target without std (an RTOS, a unikernel, bare metal with an allocator) that
-//! wants other cores to answer queries from the cache wraps it in a [`LockedInformer`]: the
-//! owner feeds inputs and drains outputs inside [`LockedInformer::with`], and any number of
-//! [`CacheReader`]s answer `get` / `list` / `by_index` from other cores.
+//! [`SharedIndexInformer`] is a plain value: whoever owns it steps it, and its own cache
+//! ([`SharedIndexInformer::indexer`]) is only whole between two inputs. Readers elsewhere read
+//! [`Views`]: two copies of the cache (left-right double buffering). The stepping side records
+//! the changes each step applies ([`SharedIndexInformer::record_changes`]) and a [`Publisher`]
+//! replays them on the copy no reader is using, then switches readers over to it in one atomic
+//! store; the other copy catches up at the next publish. So:
 //!
-//! The lock is `spin`'s reader-writer spinlock, because without std there is no OS to park a
-//! thread on. The owner holds it for one input and its drain (a list of 100k objects is one
-//! such step; a watch event is microseconds), readers only while they copy out `Arc`s: a reader
-//! never sees half of an input applied. With std, the runtime crates use std's locks instead;
-//! this module is for embedders without them.
+//! - **A reader never waits for a step**: the copy it reads is never written while it is the
+//!   current one. A relist of 100k objects is replayed on the other copy while readers go on
+//!   with the previous state.
+//! - **A reader never sees half a step**: a copy becomes current only once every change of the
+//!   steps published with it is in it (a relist is one step: never half of it).
+//! - **A reader never stalls the writer**: a reader that still reads the previous copy when the
+//!   next publish comes (it was preempted mid-read, say) makes
+//!   [`try_publish`](Publisher::try_publish) return `false` instead of waiting; the changes stay
+//!   queued for the next attempt.
+//!
+//! Cost: a second and third set of tables (the copies' maps and index buckets; the objects and
+//! keys themselves are `Arc`s shared by every copy), and per change two reference counts per
+//! copy plus the index updates of each copy.
+//!
+//! [`LockedInformer`] and [`CacheReader`] package this for an embedder without std (an RTOS,
+//! a unikernel, bare metal with an allocator): the owner steps the informer inside
+//! [`LockedInformer::with`], which publishes the step before it returns, and any number of
+//! [`CacheReader`]s answer `get` / `list` / `by_index` from other cores. The locks are `spin`'s,
+//! but nobody spins on them in the common case: readers only ever try a lock that no writer
+//! holds, and the writer only ever takes the copy no reader is on.
 
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use spin::RwLock;
 
-use crate::indexer::IndexError;
+use crate::indexer::{Change, IndexError, IndexFunc, Indexer, JOURNAL_KEEP, SharedIndexFunc};
 use crate::informer::SharedIndexInformer;
 use crate::object::Object;
 
-/// A [`SharedIndexInformer`] behind a spinlock, so that [`CacheReader`]s on other cores can
-/// query its cache. See the [module documentation](self).
+/// One whole state of the cache as readers see it: the objects and indices, and whether and
+/// at which resourceVersion the informer was synced in that state.
+pub struct View<K> {
+    indexer: Indexer<K>,
+    has_synced: bool,
+    resource_version: String,
+}
+
+impl<K> fmt::Debug for View<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("View")
+            .field("indexer", &self.indexer)
+            .field("has_synced", &self.has_synced)
+            .field("resource_version", &self.resource_version)
+            .finish()
+    }
+}
+
+impl<K: Object + 'static> View<K> {
+    fn new() -> Self {
+        View {
+            indexer: Indexer::new(),
+            has_synced: false,
+            resource_version: String::new(),
+        }
+    }
+
+    /// The cache: objects and indices.
+    pub fn indexer(&self) -> &Indexer<K> {
+        &self.indexer
+    }
+
+    /// Whether the informer had synced (its first list applied) in this state.
+    pub fn has_synced(&self) -> bool {
+        self.has_synced
+    }
+
+    /// The resourceVersion of this state (empty before the first list).
+    pub fn last_sync_resource_version(&self) -> &str {
+        &self.resource_version
+    }
+}
+
+/// The two copies readers switch between; see the [module documentation](self). Shared by
+/// the [`Publisher`] and every reader (`Arc<Views<K>>`).
+pub struct Views<K> {
+    copies: [RwLock<View<K>>; 2],
+    /// The copy readers use.
+    current: AtomicUsize,
+}
+
+impl<K> fmt::Debug for Views<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Views")
+            .field("current", &self.current.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Object + 'static> Views<K> {
+    /// Runs `f` on the current copy. Never waits for the writer: the current copy is never
+    /// write-locked; a reader that loaded the index just before a switch and finds that copy
+    /// locked loads it again and reads the new one.
+    pub fn read<T>(&self, f: impl FnOnce(&View<K>) -> T) -> T {
+        loop {
+            let i = self.current.load(Ordering::Acquire);
+            if let Some(view) = self.copies[i].try_read() {
+                return f(&view);
+            }
+            core::hint::spin_loop();
+        }
+    }
+}
+
+/// The writing side of [`Views`]: takes the changes of each step from the informer and
+/// publishes them to readers. One per informer, owned by whoever steps it.
+pub struct Publisher<K> {
+    views: Arc<Views<K>>,
+    /// Changes not yet in the standby copy: `log[..published]` are in the current copy,
+    /// `log[published..]` in neither.
+    log: Vec<Change<K>>,
+    published: usize,
+    has_synced: bool,
+    resource_version: String,
+    /// Something was staged and not yet published.
+    dirty: bool,
+    /// A replay panicked (an index function): the standby copy may be half-updated, so no copy
+    /// is published again; readers keep the last whole state.
+    poisoned: bool,
+}
+
+impl<K> fmt::Debug for Publisher<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Publisher")
+            .field("queued", &self.log.len())
+            .field("published", &self.published)
+            .field("dirty", &self.dirty)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Object + 'static> Default for Publisher<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Object + 'static> Publisher<K> {
+    /// Two empty copies (the namespace index only).
+    pub fn new() -> Self {
+        Publisher {
+            views: Arc::new(Views {
+                copies: [RwLock::new(View::new()), RwLock::new(View::new())],
+                current: AtomicUsize::new(0),
+            }),
+            log: Vec::new(),
+            published: 0,
+            has_synced: false,
+            resource_version: String::new(),
+            dirty: false,
+            poisoned: false,
+        }
+    }
+
+    /// The copies, for readers.
+    pub fn views(&self) -> &Arc<Views<K>> {
+        &self.views
+    }
+
+    /// Takes the changes `informer` recorded since the last call (it must be recording:
+    /// [`SharedIndexInformer::record_changes`]) and its sync state, for the next publish. Call
+    /// it between inputs, when the informer's cache is whole.
+    pub fn stage(&mut self, informer: &mut SharedIndexInformer<K>) {
+        let before = self.log.len();
+        informer.take_changes(&mut self.log);
+        let rv = informer.last_sync_resource_version();
+        if self.log.len() != before
+            || self.has_synced != informer.has_synced()
+            || self.resource_version != rv
+        {
+            self.has_synced = informer.has_synced();
+            self.resource_version.clear();
+            self.resource_version.push_str(rv);
+            self.dirty = true;
+        }
+    }
+
+    /// Queues `changes` for the next publish, as if an informer had recorded them (e.g. the
+    /// content of a cache that was filled before recording started).
+    pub fn stage_changes(&mut self, changes: impl IntoIterator<Item = Change<K>>) {
+        self.log.extend(changes);
+        self.dirty = true;
+    }
+
+    /// Whether everything staged has been published.
+    pub fn is_published(&self) -> bool {
+        !self.dirty
+    }
+
+    /// Publishes what was staged: replays it on the copy readers are not using and switches
+    /// readers to that copy. Returns `false`, changing nothing readers see, when a reader is
+    /// still on that copy (it started before the previous publish and has not finished): try
+    /// again later. Never waits.
+    pub fn try_publish(&mut self) -> bool {
+        if !self.dirty {
+            return true;
+        }
+        if self.poisoned {
+            return false;
+        }
+        let views = self.views.clone();
+        let standby = 1 - views.current.load(Ordering::Relaxed);
+        let Some(mut copy) = views.copies[standby].try_write() else {
+            return false;
+        };
+        self.replay(&mut copy);
+        drop(copy);
+        self.switch(standby);
+        true
+    }
+
+    /// [`try_publish`](Self::try_publish), waiting (spinning) for a reader still on the standby
+    /// copy to finish. For writers that must not return before readers see the step.
+    pub fn publish(&mut self) {
+        while !self.try_publish() {
+            if self.poisoned {
+                return;
+            }
+            core::hint::spin_loop();
+        }
+    }
+
+    /// Adds an index to both copies (objects already there are indexed at once). Waits
+    /// (spinning) for readers still on the standby copy, then for those on the other once
+    /// readers were switched away from it; readers never wait.
+    pub fn add_index(
+        &mut self,
+        name: &str,
+        func: impl IndexFunc<K> + 'static,
+    ) -> Result<(), IndexError> {
+        let func = SharedIndexFunc(Arc::new(func));
+        if self
+            .views
+            .read(|v| v.indexer.index_names().any(|n| n == name))
+        {
+            return Err(IndexError::IndexExists { name: name.into() });
+        }
+        for _ in 0..2 {
+            if self.poisoned {
+                return Ok(());
+            }
+            let views = self.views.clone();
+            let standby = 1 - views.current.load(Ordering::Relaxed);
+            let mut copy = views.copies[standby].write();
+            self.replay(&mut copy);
+            let added = copy.indexer.add_index(name, func.clone());
+            drop(copy);
+            self.switch(standby);
+            added?;
+        }
+        Ok(())
+    }
+
+    /// Brings `copy` (the standby) up to date with everything staged. The changes the current
+    /// copy already has are moved in; the others are cloned, since the current copy still
+    /// needs them.
+    fn replay(&mut self, copy: &mut View<K>) {
+        self.poisoned = true;
+        for change in self.log.drain(..self.published) {
+            copy.indexer.apply(change);
+        }
+        // The current copy lacks all that is left. (Were this copy not switched to after all,
+        // replaying the rest on it again is harmless: a replayed suffix of a journal leaves a
+        // copy that already has it as it was.)
+        self.published = 0;
+        for change in &self.log {
+            copy.indexer.apply(change.clone());
+        }
+        copy.has_synced = self.has_synced;
+        copy.resource_version.clear();
+        copy.resource_version.push_str(&self.resource_version);
+        self.poisoned = false;
+    }
+
+    /// Makes `standby` (just brought up to date) the current copy.
+    fn switch(&mut self, standby: usize) {
+        self.views.current.store(standby, Ordering::Release);
+        // The copy readers just left lacks exactly what is left in the log.
+        self.published = self.log.len();
+        self.dirty = false;
+        if self.log.capacity() > JOURNAL_KEEP && self.log.len() <= JOURNAL_KEEP {
+            self.log.shrink_to(JOURNAL_KEEP);
+        }
+    }
+}
+
+/// A [`SharedIndexInformer`] whose cache [`CacheReader`]s on other cores query without waiting
+/// for its steps. See the [module documentation](self).
 pub struct LockedInformer<K> {
-    inner: Arc<RwLock<SharedIndexInformer<K>>>,
+    inner: RwLock<Owner<K>>,
+    views: Arc<Views<K>>,
+}
+
+struct Owner<K> {
+    informer: SharedIndexInformer<K>,
+    publisher: Publisher<K>,
 }
 
 impl<K> fmt::Debug for LockedInformer<K> {
@@ -36,38 +316,77 @@ impl<K> fmt::Debug for LockedInformer<K> {
 }
 
 impl<K: Object + 'static> LockedInformer<K> {
-    /// Wraps `informer`.
-    pub fn new(informer: SharedIndexInformer<K>) -> Self {
+    /// Wraps `informer`. Objects it already holds are published at once. Indices the readers
+    /// use must be added with [`add_index`](Self::add_index) (indices added to `informer`
+    /// itself serve only queries made inside [`with`](Self::with)).
+    pub fn new(mut informer: SharedIndexInformer<K>) -> Self {
+        let mut publisher = Publisher::new();
+        let existing: Vec<Change<K>> = informer
+            .indexer()
+            .iter()
+            .map(|(key, obj)| Change::Upsert {
+                key: key.clone(),
+                obj: obj.clone(),
+            })
+            .collect();
+        publisher.stage_changes(existing);
+        informer.record_changes(true);
+        publisher.stage(&mut informer);
+        publisher.publish();
         LockedInformer {
-            inner: Arc::new(RwLock::new(informer)),
+            views: publisher.views().clone(),
+            inner: RwLock::new(Owner {
+                informer,
+                publisher,
+            }),
         }
     }
 
-    /// Runs `f` with the informer locked for writing: feed one input and drain its outputs in
-    /// here (the informer's loop rule), then let go so readers can answer. Do not run handlers
-    /// inside: hand their notifications to wherever they run.
+    /// Runs `f` with the informer: feed one input and drain its outputs in here (the
+    /// informer's loop rule). Before it returns, the step is published to the readers (waiting
+    /// for a reader still on the copy it writes, if one is; readers never wait for `f`). So a
+    /// handler run with a notification drained here finds the change in the readers' cache.
+    /// Do not run handlers inside: hand their notifications to wherever they run.
     pub fn with<R>(&self, f: impl FnOnce(&mut SharedIndexInformer<K>) -> R) -> R {
-        f(&mut self.inner.write())
+        let mut owner = self.inner.write();
+        let owner = &mut *owner;
+        let r = f(&mut owner.informer);
+        owner.publisher.stage(&mut owner.informer);
+        owner.publisher.publish();
+        r
+    }
+
+    /// Adds a named index to the informer and to the readers' copies; objects already cached
+    /// are indexed at once.
+    pub fn add_index(
+        &self,
+        name: &str,
+        func: impl IndexFunc<K> + 'static,
+    ) -> Result<(), IndexError> {
+        let func = SharedIndexFunc(Arc::new(func));
+        let mut owner = self.inner.write();
+        owner.informer.add_index(name, func.clone())?;
+        owner.publisher.add_index(name, func)
     }
 
     /// A read handle on the cache, for another core.
     pub fn reader(&self) -> CacheReader<K> {
         CacheReader {
-            inner: self.inner.clone(),
+            views: self.views.clone(),
         }
     }
 }
 
-/// A read handle on a [`LockedInformer`]'s cache. Cheap to clone; each query takes the read
-/// lock only to copy `Arc`s out.
+/// A read handle on a [`LockedInformer`]'s cache. Cheap to clone; each query reads the
+/// current copy and never waits for the informer's step.
 pub struct CacheReader<K> {
-    inner: Arc<RwLock<SharedIndexInformer<K>>>,
+    views: Arc<Views<K>>,
 }
 
 impl<K> Clone for CacheReader<K> {
     fn clone(&self) -> Self {
         CacheReader {
-            inner: self.inner.clone(),
+            views: self.views.clone(),
         }
     }
 }
@@ -81,28 +400,23 @@ impl<K> fmt::Debug for CacheReader<K> {
 impl<K: Object + 'static> CacheReader<K> {
     /// The object with key `key` (`namespace/name`, or `name` when cluster-scoped).
     pub fn get(&self, key: &str) -> Option<Arc<K>> {
-        self.inner.read().indexer().get_by_key(key).cloned()
+        self.views.read(|v| v.indexer().get_by_key(key).cloned())
     }
 
     /// Every cached object, in no particular order.
     pub fn list(&self) -> Vec<Arc<K>> {
-        self.inner.read().indexer().list().cloned().collect()
+        self.views.read(|v| v.indexer().list().cloned().collect())
     }
 
     /// The objects whose `index` values include `value`; an unknown index is an error.
     pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<K>>, IndexError> {
-        Ok(self
-            .inner
-            .read()
-            .indexer()
-            .by_index(index, value)?
-            .cloned()
-            .collect())
+        self.views
+            .read(|v| Ok(v.indexer().by_index(index, value)?.cloned().collect()))
     }
 
     /// The number of cached objects.
     pub fn len(&self) -> usize {
-        self.inner.read().indexer().len()
+        self.views.read(|v| v.indexer().len())
     }
 
     /// Whether the cache is empty.
@@ -112,12 +426,13 @@ impl<K: Object + 'static> CacheReader<K> {
 
     /// Whether the first full list has been applied.
     pub fn has_synced(&self) -> bool {
-        self.inner.read().has_synced()
+        self.views.read(|v| v.has_synced())
     }
 
     /// The resourceVersion of the last list or event applied.
     pub fn last_sync_resource_version(&self) -> String {
-        String::from(self.inner.read().last_sync_resource_version())
+        self.views
+            .read(|v| String::from(v.last_sync_resource_version()))
     }
 }
 
@@ -219,5 +534,165 @@ mod tests {
         assert_eq!(r.get("ns/n7").unwrap().data, 9);
         assert!(r.by_index("nope", "x").is_err());
         assert_eq!(r.list().len(), 1200);
+    }
+
+    fn start(locked: &LockedInformer<SimObject>) -> crate::reflector::RequestId {
+        locked.with(|inf| {
+            inf.start(Instant::ZERO);
+            drain(inf).unwrap()
+        })
+    }
+
+    fn page(items: Vec<Arc<SimObject>>, rv: &str) -> Input<SimObject> {
+        Input::ListPage(ListPage {
+            items,
+            resource_version: rv.into(),
+            continue_token: None,
+            remaining_item_count: None,
+        })
+    }
+
+    /// A reader answers, from the state before the step, while the owner is held inside a
+    /// step (a transform blocked on a barrier in the middle of a list): reads never wait for
+    /// a step.
+    #[test]
+    fn a_reader_answers_while_the_owner_is_inside_a_step() {
+        use std::sync::{Barrier, mpsc};
+        let barrier = Arc::new(Barrier::new(2));
+        let mut inf = SharedIndexInformer::new(InformerConfig::default());
+        let b = barrier.clone();
+        inf.set_transform(alloc::boxed::Box::new(move |o: Arc<SimObject>| {
+            if o.name == "o500" {
+                b.wait(); // the step is under way
+                b.wait(); // the test has read
+            }
+            o
+        }));
+        let locked = Arc::new(LockedInformer::new(inf));
+        let list_id = start(&locked);
+        let owner = {
+            let locked = locked.clone();
+            std::thread::spawn(move || {
+                let items = (0..1000).map(|i| obj(&alloc::format!("o{i}"), 1)).collect();
+                locked.with(|inf| {
+                    inf.handle_input(Instant::ZERO, list_id, page(items, "1"));
+                    drain(inf);
+                })
+            })
+        };
+        barrier.wait();
+        // The owner is inside `with`, blocked in the transform. Read on another thread so that
+        // a read that waited shows as a failure, not as a hung test.
+        let (tx, rx) = mpsc::channel();
+        let reader = locked.reader();
+        std::thread::spawn(move || {
+            let _ = tx.send((reader.len(), reader.has_synced()));
+        });
+        let read = rx.recv_timeout(std::time::Duration::from_secs(60));
+        barrier.wait();
+        owner.join().unwrap();
+        assert_eq!(
+            read,
+            Ok((0, false)),
+            "the read waited for the step or saw part of it"
+        );
+        let r = locked.reader();
+        assert_eq!(r.len(), 1000);
+        assert!(r.has_synced());
+    }
+
+    /// A reader still on the previous copy makes a publish give up instead of waiting; the
+    /// change is published at the next attempt, and readers meanwhile see a whole state.
+    #[test]
+    fn a_straggling_reader_defers_the_publish_instead_of_stalling_it() {
+        let mut inf: SharedIndexInformer<SimObject> =
+            SharedIndexInformer::new(InformerConfig::default());
+        inf.record_changes(true);
+        inf.start(Instant::ZERO);
+        let list_id = drain(&mut inf).unwrap();
+        let mut publisher = Publisher::new();
+        let views = publisher.views().clone();
+        views.read(|old| {
+            // This reader holds the copy that is current now (empty).
+            inf.handle_input(Instant::ZERO, list_id, page(alloc::vec![obj("a", 1)], "1"));
+            let watch_id = drain(&mut inf).unwrap();
+            publisher.stage(&mut inf);
+            assert!(publisher.try_publish(), "the standby copy is free");
+            assert_eq!(views.read(|v| v.indexer().len()), 1);
+            inf.handle_input(
+                Instant::ZERO,
+                watch_id,
+                Input::Event(WatchEvent::Added(obj("b", 2))),
+            );
+            drain(&mut inf);
+            publisher.stage(&mut inf);
+            // The next standby is the copy this reader is still on.
+            assert!(!publisher.try_publish(), "published under a reader");
+            assert!(!publisher.is_published());
+            assert_eq!(old.indexer().len(), 0, "the reader's copy changed under it");
+            assert_eq!(views.read(|v| v.indexer().len()), 1);
+        });
+        assert!(publisher.try_publish());
+        assert!(publisher.is_published());
+        views.read(|v| {
+            assert_eq!(v.indexer().len(), 2);
+            assert_eq!(v.last_sync_resource_version(), "2");
+            assert!(v.has_synced());
+        });
+        // Both copies converge: one more change, published, leaves the other copy equal too.
+        publisher.stage_changes([Change::Delete {
+            key: crate::Key::new(Some("ns"), "a"),
+        }]);
+        assert!(publisher.try_publish());
+        assert_eq!(views.read(|v| v.indexer().len()), 1);
+        publisher.stage_changes([]);
+        assert!(publisher.try_publish());
+        assert_eq!(views.read(|v| v.indexer().len()), 1);
+        assert!(views.read(|v| v.indexer().get_by_key("ns/b").is_some()));
+    }
+
+    /// An index added through the locked informer serves readers, on both copies.
+    #[test]
+    fn indices_added_to_the_locked_informer_serve_readers() {
+        let locked = LockedInformer::new(SharedIndexInformer::new(InformerConfig::default()));
+        locked
+            .add_index(
+                "parity",
+                crate::indexer::index_fn(|o: &SimObject| {
+                    let mut v = crate::indexer::IndexValues::new();
+                    v.push(alloc::borrow::Cow::Borrowed(if o.data % 2 == 0 {
+                        "even"
+                    } else {
+                        "odd"
+                    }));
+                    v
+                }),
+            )
+            .unwrap();
+        assert!(matches!(
+            locked.add_index(
+                NAMESPACE_INDEX,
+                crate::indexer::index_fn(|_: &SimObject| crate::indexer::IndexValues::new())
+            ),
+            Err(IndexError::IndexExists { .. })
+        ));
+        let list_id = start(&locked);
+        let watch_id = locked.with(|inf| {
+            let items = (0..10).map(|i| obj(&alloc::format!("o{i}"), i)).collect();
+            inf.handle_input(Instant::ZERO, list_id, page(items, "9"));
+            drain(inf).unwrap()
+        });
+        let r = locked.reader();
+        for i in 0..3u64 {
+            assert_eq!(r.by_index("parity", "even").unwrap().len(), 5 + i as usize);
+            locked.with(|inf| {
+                inf.handle_input(
+                    Instant::ZERO,
+                    watch_id,
+                    Input::Event(WatchEvent::Added(obj(&alloc::format!("n{i}"), 20 + 2 * i))),
+                );
+                drain(inf);
+            });
+        }
     }
 }

@@ -716,3 +716,34 @@ fn labels_trait_on_a_custom_type() {
     assert!(parse("app=web,tier in (front,back)").matches(&pod));
     assert!(!parse("app=web,!tier").matches(&pod));
 }
+
+/// An indexer whose namespace index was removed still answers `select` in a namespace (it
+/// checks each candidate's namespace), with and without a label index, and `by_index` on the
+/// removed index is an error.
+#[test]
+fn select_in_a_namespace_without_the_namespace_index() {
+    let mut store = Indexer::new();
+    store.add_label_index("app").unwrap();
+    for (ns, name, app) in [("a", "x", "web"), ("a", "y", "db"), ("b", "z", "web")] {
+        store.add(obj_labels(ns, name, 1, &[("app", app)]));
+    }
+    store
+        .remove_index(informer_core::indexer::NAMESPACE_INDEX)
+        .unwrap();
+    assert!(matches!(
+        store.by_index(informer_core::indexer::NAMESPACE_INDEX, "a"),
+        Err(IndexError::UnknownIndex { .. })
+    ));
+    fn names(store: &Indexer<DynamicObject>, sel: &str, ns: Option<&str>) -> BTreeSet<String> {
+        store
+            .select(&parse(sel), ns)
+            .map(|o| Key::of(&**o).to_string())
+            .collect()
+    }
+    let set = |keys: &[&str]| keys.iter().map(|k| k.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(names(&store, "app=web", Some("a")), set(&["a/x"]));
+    assert_eq!(names(&store, "", Some("a")), set(&["a/x", "a/y"]));
+    assert_eq!(names(&store, "app", None).len(), 3);
+    store.remove_index(&label_index_name("app")).unwrap();
+    assert_eq!(names(&store, "app=web", Some("b")), set(&["b/z"]));
+}

@@ -11,6 +11,7 @@ use informer_core::indexer::{IndexFunc, LabelIndex, label_index_name};
 use informer_core::informer::{InformerConfig, Transform};
 use informer_core::protocol::{Failure, Selectors};
 use informer_core::reflector::{BackoffConfig, ReflectorConfig};
+use informer_core::shared::Publisher;
 use informer_core::{Object, SharedIndexInformer};
 use informer_http::{Backend, Client, HasResource, Resource, Transport};
 use serde::de::DeserializeOwned;
@@ -329,9 +330,13 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             file
         });
         let mut core = SharedIndexInformer::new(self.config);
+        // Readers query the store's copies of the cache: the indices live there, not in the
+        // core's own cache (which the driver alone reads).
+        let mut publisher = Publisher::new();
         for (name, func) in self.indexers {
-            core.add_index(&name, BoxedIndex(func))?;
+            publisher.add_index(&name, BoxedIndex(func))?;
         }
+        let views = publisher.views().clone();
         if let Some(t) = self.transform {
             core.set_transform(t);
         }
@@ -346,7 +351,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         let (exited_tx, exited_rx) = async_channel::unbounded();
         let (cmd_tx, cmd_rx) = async_channel::unbounded();
         let shared = Arc::new(Shared {
-            state: Arc::new(StateLock::new(State::new(core, exited_tx))),
+            state: Arc::new(StateLock::new(State::new(core, publisher, exited_tx))),
+            views,
             base: self.rt.now(),
             rt: self.rt.clone(),
             cmd: cmd_tx,

@@ -50,17 +50,26 @@ pub(crate) type DivergenceHook = Arc<dyn Fn(&Divergence) + Send + Sync>;
 pub(crate) type SameContent<K> = Arc<dyn Fn(&K, &K) -> bool + Send + Sync>;
 
 /// The cache at a quiet moment (synced, the core idle but for its watch): its resourceVersion
-/// and objects. Taken under the read lock, so the two belong together.
+/// and objects, from one state of the store (its current copy: reading it never holds the
+/// driver up). Only while the informer is watching: during a relist the cache is about to
+/// change, and a check then would report what the relist is healing.
 fn snapshot<K: Object + 'static, R>(shared: &Shared<K, R>) -> Option<(String, Vec<Arc<K>>)> {
-    let state = shared.state.read();
-    if state.stopped || !state.core.has_synced() || !state.core.is_watching() {
-        return None;
+    {
+        let state = shared.state.read();
+        if state.stopped || !state.core.is_watching() {
+            return None;
+        }
     }
-    let rv = state.core.last_sync_resource_version().to_string();
-    if rv.is_empty() {
-        return None;
-    }
-    Some((rv, state.core.indexer().list().cloned().collect()))
+    shared.views.read(|view| {
+        let rv = view.last_sync_resource_version();
+        if !view.has_synced() || rv.is_empty() {
+            return None;
+        }
+        Some((
+            rv.to_string(),
+            view.indexer().list().cloned().collect::<Vec<_>>(),
+        ))
+    })
 }
 
 /// Lists everything at exactly `rv` (all pages).

@@ -6,18 +6,23 @@
 //! once told the previous is finished (`handler_done`). Two paths lead to the handler's
 //! [`Inbox`]:
 //!
-//! - **The driver hands over** a notification when the core says the handler is idle: while
-//!   draining the core's outputs under the write lock it sends it into the handler's channel
+//! - **The driver hands over** a notification when the core says the handler is idle: it
+//!   drains the core's outputs under the write lock, publishes the step's changes to the
+//!   readers' copies of the cache, and then sends each notification into its handler's channel
 //!   ([`hand_over`]). The channel never holds more than that one notification, so the send
-//!   never blocks.
+//!   never blocks. (Publishing first is what lets a handler find in the store the change it
+//!   is told about.)
 //! - **The handler's end takes its next one itself**: when its consumer is done with a
 //!   notification and asks for the next, the inbox steps the core under the write lock,
 //!   `handler_done` and, in the same step, `poll_notification_for` this handler, and returns
 //!   that notification without a round trip through the driver. That step obeys the core's
 //!   loop rule: `handler_done` feeds the reflector nothing and only makes this handler idle,
 //!   so the only output it can make ready is this handler's next notification, which the inbox
-//!   takes at once (the driver drained everything else before it released the lock). When the
-//!   handler has nothing pending, the inbox waits for the driver again.
+//!   takes at once (the driver drained everything else before it released the lock). It does
+//!   so only when everything the core applied is published to the readers' copies; otherwise
+//!   (the driver is retrying a publish a reader held up) it wakes the driver and waits for it
+//!   to hand the notification over after the publish. When the handler has nothing pending,
+//!   the inbox waits for the driver again.
 //!
 //! So a busy handler costs the driver nothing, and its backlog stays in the core's bounded,
 //! per-key coalesced queue. Removing the handler or shutting the informer down clears its
@@ -33,7 +38,7 @@ use event_listener::Event;
 use futures_util::stream::Stream;
 use informer_core::{HandlerId, Notification, Object};
 
-use crate::state::{HandlerStats, Sink, State, StateLock};
+use crate::state::{Cmd, HandlerStats, Sink, State, StateLock};
 
 /// The handler's end of its delivery.
 pub(crate) struct Inbox<K> {
@@ -41,6 +46,8 @@ pub(crate) struct Inbox<K> {
     rx: Pin<Box<async_channel::Receiver<Notification<K>>>>,
     state: Arc<StateLock<K>>,
     changed: Arc<Event>,
+    /// Wakes the driver (to hand over a notification the inbox may not take itself).
+    wake: async_channel::Sender<Cmd>,
     stats: Arc<HandlerStats>,
     /// The consumer holds a notification it has not finished yet.
     outstanding: bool,
@@ -52,6 +59,7 @@ pub(crate) fn connect<K>(
     state: &mut State<K>,
     lock: &Arc<StateLock<K>>,
     changed: &Arc<Event>,
+    wake: &async_channel::Sender<Cmd>,
     id: HandlerId,
     stats: Arc<HandlerStats>,
 ) -> Inbox<K> {
@@ -69,6 +77,7 @@ pub(crate) fn connect<K>(
         rx: Box::pin(rx),
         state: lock.clone(),
         changed: changed.clone(),
+        wake: wake.clone(),
         stats,
         outstanding: false,
     }
@@ -137,7 +146,13 @@ impl<K: Object + 'static> Inbox<K> {
                 return None;
             }
             state.core.handler_done(self.id);
-            state.core.poll_notification_for(self.id)
+            if state.is_published() {
+                state.core.poll_notification_for(self.id)
+            } else {
+                // Its change may not be in the store yet: the driver hands it over once it is.
+                let _ = self.wake.try_send(Cmd::Wake);
+                None
+            }
         };
         // The handler's sync may have changed.
         self.changed.notify(usize::MAX);

@@ -25,8 +25,13 @@ use crate::state::{Cmd, Shared, State};
 /// quick. A panic in it is caught and logged.
 pub type WatchErrorHook = Arc<dyn Fn(&Failure) + Send + Sync>;
 
-/// Inputs at most applied under one write lock (bounds how long readers can wait).
+/// Inputs at most applied in one step (bounds how long handlers' ends and the informer's own
+/// calls can wait for the lock, and how late a step's changes reach the store; readers never
+/// wait for it).
 const BATCH: usize = 64;
+/// When a reader still holds the copy of the cache a step must be published to, the driver
+/// tries again after this long (it never waits for a reader).
+const PUBLISH_RETRY: std::time::Duration = std::time::Duration::from_micros(200);
 /// Transport results buffered between a request task and the driver.
 const RESULTS_CAPACITY: usize = 256;
 
@@ -51,6 +56,8 @@ pub(crate) struct Driver<K, R> {
     watch_error: Option<WatchErrorHook>,
     inflight: Option<AbortHandle>,
     timer: Option<(Instant, BoxFuture<'static, ()>)>,
+    /// Armed while a step is not published yet (a reader held the copy).
+    retry: Option<BoxFuture<'static, ()>>,
     backoff_until: Option<Instant>,
     /// Wakeups produced by the driver itself (a request that could not be spawned).
     local: VecDeque<Wakeup<K>>,
@@ -81,6 +88,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             watch_error,
             inflight: None,
             timer: None,
+            retry: None,
             backoff_until: None,
             local: VecDeque::new(),
             batch: Vec::with_capacity(BATCH),
@@ -103,6 +111,12 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                 if t.as_mut().poll(cx).is_ready() {
                     self.timer = None;
                     return Poll::Ready(Wakeup::Timer);
+                }
+            }
+            if let Some(r) = &mut self.retry {
+                if r.as_mut().poll(cx).is_ready() {
+                    self.retry = None;
+                    return Poll::Ready(Wakeup::Cmd(Cmd::Wake));
                 }
             }
             Poll::Pending
@@ -142,14 +156,30 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             let mut stop = false;
             let shared = self.shared.clone();
             // User code runs inside this step (transform, index functions). A panic there
-            // leaves the core possibly half-updated: stop the informer rather than go on with
-            // a cache that may be wrong, and say why. Readers keep the last state.
+            // leaves the core or the readers' copy being written possibly half-updated: stop
+            // the informer rather than go on with a cache that may be wrong, and say why.
+            // Readers keep the last published state.
             let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let mut state = shared.state.write();
                 let state = &mut *state;
                 for wakeup in batch.drain(..) {
                     self.apply(state, wakeup, now, &mut stop);
                     drain(state, &mut outs);
+                }
+                // Readers see the whole batch at once; its notifications go out only then.
+                state.publisher.stage(&mut state.core);
+                let published = if stop {
+                    // The last state readers keep: worth waiting for a straggling reader.
+                    state.publisher.publish();
+                    true
+                } else {
+                    state.publisher.try_publish()
+                };
+                if published {
+                    let held = std::mem::take(&mut state.held);
+                    for (handler, notification) in held {
+                        hand_over(state, handler, notification);
+                    }
                 }
                 if stop {
                     state.stop();
@@ -160,10 +190,18 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                 }
                 let deadline = state.core.poll_timeout();
                 let backoff = state.core.backing_off_until().filter(|t| *t > now);
-                (deadline, backoff)
+                (deadline, backoff, published)
             }));
             let (deadline, backoff) = match step {
-                Ok(v) => v,
+                Ok((deadline, backoff, published)) => {
+                    if published {
+                        self.retry = None;
+                    } else if self.retry.is_none() {
+                        self.shared.counters.publish_retries.add(1);
+                        self.retry = Some(self.shared.rt.sleep(PUBLISH_RETRY));
+                    }
+                    (deadline, backoff)
+                }
                 Err(_) => {
                     tracing::error!(
                         informer = %name,
@@ -204,6 +242,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                     request.abort();
                 }
                 self.timer = None;
+                self.retry = None;
                 self.shared.changed.notify(usize::MAX);
                 // Every worker holds a sender; recv fails once all of them exited.
                 let _ = self.exited_rx.recv().await;
@@ -328,15 +367,16 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
     }
 }
 
-/// Drains the core's outputs after an input: notifications are handed over at once (under
-/// the lock, without blocking); the rest is acted upon after the lock is released.
+/// Drains the core's outputs after an input: notifications are held until the step is
+/// published to the readers' copies (then handed over, under the lock, without blocking); the
+/// rest is acted upon after the lock is released.
 fn drain<K: Object + 'static>(state: &mut State<K>, outs: &mut Vec<Output<K>>) {
     while let Some(output) = state.core.poll() {
         match output {
             Output::Notify {
                 handler,
                 notification,
-            } => hand_over(state, handler, notification),
+            } => state.held.push((handler, notification)),
             other => outs.push(other),
         }
     }

@@ -40,7 +40,11 @@ use crate::sync::CacheSync;
 ///   empty until the first list is applied.
 /// - Every [`Store`] call answers from one of those states, never from a mix of two: a relist
 ///   is applied in one step. [`last_sync_resource_version`](Self::last_sync_resource_version)
-///   is the resourceVersion of a state the cache is in.
+///   is the resourceVersion of a state the cache is in, and [`has_synced`](Self::has_synced)
+///   is true once the first list is in the store.
+/// - A [`Store`] call never waits for the informer's work (a step applies up to 64 inputs, and
+///   one input can be a relist of 100k objects): it reads the last whole state published, one
+///   step behind at most. A busy reader never holds the informer up either.
 /// - Eventual consistency: once the server is quiet and reachable, the cache equals the
 ///   server's collection (CONFORMANCE 25), unless the informer was shut down first.
 /// - An object's identity is its key (`namespace/name`), not its uid: an object deleted and
@@ -49,9 +53,10 @@ use crate::sync::CacheSync;
 ///
 /// **Each handler** (an [`EventHandler`] or an [`EventStream`]), independently of the others:
 ///
-/// - A notification is issued after the cache change it reports (cache and indices first).
-///   By the time the handler runs it, the cache may have moved on: the store may hold a newer
-///   state of the object, or none.
+/// - A notification is issued after the cache change it reports (cache and indices first, in
+///   the [`Store`] too: it is handed over only once the change is there). By the time the
+///   handler runs it, the cache may have moved on: the store holds that state of the object,
+///   a newer one, or none (deleted since).
 /// - Notifications are delivered one at a time: the next one is handed over only when the
 ///   previous one is finished (a handler method returned, or an event stream's consumer asks
 ///   for the next). A slow handler holds back only itself.
@@ -252,6 +257,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
                 &mut state,
                 &shared.state,
                 &shared.changed,
+                &shared.cmd,
                 id,
                 stats.clone(),
             );
@@ -278,22 +284,29 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
         registered
     }
 
-    /// Adds an index; objects already cached are indexed at once.
+    /// Adds an index; objects already cached are indexed at once (in both of the store's
+    /// copies, one after the other: readers go on reading meanwhile, the informer's next
+    /// step waits).
     pub fn add_index(&self, name: &str, func: impl IndexFunc<K> + 'static) -> Result<(), Error> {
-        self.shared().state.write().core.add_index(name, func)?;
+        self.shared()
+            .state
+            .write()
+            .publisher
+            .add_index(name, func)?;
         Ok(())
     }
 
     /// A read handle on the cache.
     pub fn store(&self) -> Store<K> {
         Store {
-            state: self.shared().state.clone(),
+            views: self.shared().views.clone(),
         }
     }
 
-    /// Whether the first list has been applied and handed to the handlers.
+    /// Whether the first list has been applied, in the [`store`](Self::store), and handed to
+    /// the handlers. Never waits for the informer's step.
     pub fn has_synced(&self) -> bool {
-        self.shared().state.read().core.has_synced()
+        self.shared().views.read(|v| v.has_synced())
     }
 
     /// Whether the informer has been shut down.
@@ -320,7 +333,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
     /// Fails with [`Error::Timeout`] or [`Error::Stopped`].
     pub async fn wait_for_sync(&self, timeout: Option<Duration>) -> Result<(), Error> {
         self.shared()
-            .wait_until(|state| state.core.has_synced(), timeout)
+            .wait_until(|_| self.has_synced(), timeout)
             .await
     }
 

@@ -45,14 +45,21 @@
 //! its backlog stays in the core's bounded, per-key coalesced queue. A worker thread waits for
 //! the driver by blocking, a stream by returning `Pending`; nothing else differs.
 //!
-//! The core sits behind a `RwLock`. The driver takes the write lock for one short step at a time
-//! (at most 64 inputs, each followed by draining the outputs; handing a notification to a
-//! handler is a non-blocking channel send), a handler's end for its one finishing step, never
-//! while user code runs; readers take the read lock only to copy `Arc`s out. A full relist is
-//! applied in one step, so no reader ever sees half of it.
+//! The core sits behind a `RwLock`. The driver takes the write lock for one step at a time (at
+//! most 64 inputs, each followed by draining the outputs; a relist of 100k objects is one
+//! input), a handler's end for its one finishing step, never while user code runs. Readers
+//! ([`Store`]) never take it: they read one of two copies of the cache's tables (the objects
+//! and keys are `Arc`s shared with the core), `informer_core::shared::Views`. At the end of a
+//! step the driver replays the step's changes on the copy no reader is using and switches
+//! readers to it with one atomic store, then hands the step's notifications over, so a handler
+//! finds in the store the change it is told about. A full relist is one step, so no reader ever
+//! sees half of it; a reader never waits for a step, and a reader still on the old copy at the
+//! next switch makes the driver retry shortly (`Metrics::publish_retries`) rather than wait.
+//! The price is memory: the two copies' maps and index buckets, on top of the core's map.
 #![forbid(unsafe_code)]
 
-// Modules, each importing only those listed before it: `state` (the core behind its lock)
+// Modules, each importing only those listed before it: `state` (the core behind its lock, and
+// the publisher of the readers' copies)
 // under `delivery` (how notifications reach a handler's end), under `handler`, `stream`,
 // `store`, `driver`, then `informer` (the handle), `builder`, `factory`.
 mod runtime;

@@ -115,6 +115,7 @@ pub(crate) struct Counters {
     pub(crate) handler_panics: Count,
     pub(crate) consistency_checks: Count,
     pub(crate) divergences: Count,
+    pub(crate) publish_retries: Count,
 }
 
 /// A snapshot of an informer's counters ([`Informer::metrics`](crate::Informer::metrics)).
@@ -146,6 +147,10 @@ pub struct Metrics {
     pub consistency_checks: u64,
     /// Consistency checks that found the cache diverging from the server.
     pub divergences: u64,
+    /// Steps whose publication to the [`Store`](crate::Store) had to be retried because a
+    /// reader was still on the copy it goes to (the driver never waits for readers; the step
+    /// reached the store, and its notifications the handlers, a little later).
+    pub publish_retries: u64,
 }
 
 impl Counters {
@@ -169,6 +174,7 @@ impl Counters {
             handler_panics: Count::default(),
             consistency_checks: c("informer_consistency_checks_total"),
             divergences: c("informer_divergences_total"),
+            publish_retries: c("informer_publish_retries_total"),
         }
     }
 
@@ -227,6 +233,7 @@ impl Counters {
             handler_panics: g(&self.handler_panics),
             consistency_checks: g(&self.consistency_checks),
             divergences: g(&self.divergences),
+            publish_retries: g(&self.publish_retries),
         }
     }
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use event_listener::Event;
+use informer_core::shared::{Publisher, Views};
 use informer_core::{HandlerId, Instant, Notification, Object, SharedIndexInformer};
 
 use crate::error::Error;
@@ -15,9 +16,20 @@ use crate::metrics::{Count, Counters, Gauge};
 use crate::runtime::Runtime;
 use crate::sync::with_timeout;
 
-/// What the lock guards: the core and where each handler's notifications go.
+/// What the lock guards: the core, the publisher of the readers' copies of its cache, and
+/// where each handler's notifications go.
+///
+/// Readers ([`Store`](crate::Store)) never take this lock: they read the [`Views`] the
+/// publisher fills (see `informer_core::shared`). The driver holds the lock for a whole step;
+/// at its end it publishes the step's changes to the views, and only then hands the step's
+/// notifications over, so a handler always finds the change it is told about in the store.
 pub(crate) struct State<K> {
     pub(crate) core: SharedIndexInformer<K>,
+    /// Replays the core's changes on the readers' copies.
+    pub(crate) publisher: Publisher<K>,
+    /// Notifications the core gave out whose changes are not published yet: handed over at
+    /// the next publish.
+    pub(crate) held: Vec<(HandlerId, Notification<K>)>,
     /// The driver's end of each handler's delivery channel (see `crate::delivery`).
     pub(crate) sinks: HashMap<HandlerId, Sink<K>>,
     /// Cloned into every handler worker; taken at shutdown so the driver sees them all exit.
@@ -48,9 +60,20 @@ pub(crate) struct HandlerStats {
 }
 
 impl<K: Object + 'static> State<K> {
-    pub(crate) fn new(core: SharedIndexInformer<K>, exited: async_channel::Sender<()>) -> Self {
+    /// The state around `core`, whose readers' copies `publisher` keeps (it holds the
+    /// readers' indices).
+    pub(crate) fn new(
+        mut core: SharedIndexInformer<K>,
+        publisher: Publisher<K>,
+        exited: async_channel::Sender<()>,
+    ) -> Self {
+        core.record_changes(true);
+        // Readers query the publisher's copies; only the driver reads the core's cache, by key.
+        let _ = core.remove_index(informer_core::indexer::NAMESPACE_INDEX);
         State {
             core,
+            publisher,
+            held: Vec::new(),
             sinks: HashMap::new(),
             exited: Some(exited),
             stopped: false,
@@ -66,12 +89,20 @@ impl<K: Object + 'static> State<K> {
         self.core.remove_handler(id)
     }
 
+    /// Whether every change of the core is in the readers' copies and every notification the
+    /// core gave out was handed over: only then may a handler's end take its next notification
+    /// from the core itself.
+    pub(crate) fn is_published(&self) -> bool {
+        self.publisher.is_published() && !self.core.has_changes() && self.held.is_empty()
+    }
+
     /// Stops the core and detaches every handler, once.
     pub(crate) fn stop(&mut self) {
         if self.stopped {
             return;
         }
         self.core.stop();
+        self.held.clear();
         for (_, sink) in self.sinks.drain() {
             sink.stats.active.store(false, Ordering::Release);
         }
@@ -111,6 +142,8 @@ pub(crate) enum Cmd {
 /// Everything the handles and the driver share.
 pub(crate) struct Shared<K, R> {
     pub(crate) state: Arc<StateLock<K>>,
+    /// The readers' copies of the cache (filled by `State::publisher`).
+    pub(crate) views: Arc<Views<K>>,
     pub(crate) rt: R,
     /// The runtime's clock at build time: the core's epoch.
     pub(crate) base: std::time::Instant,

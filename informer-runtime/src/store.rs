@@ -3,24 +3,33 @@
 use std::fmt;
 use std::sync::Arc;
 
+use informer_core::shared::{View, Views};
 use informer_core::{IndexError, Key, Labels, Object, Selector};
-
-use crate::state::StateLock;
 
 /// A read handle on an informer's cache (client-go `Indexer`/`Lister`): cheap to clone, usable
 /// from any task or thread.
 ///
-/// Each call answers from one consistent state of the cache (a full relist is applied as one
-/// step, so no answer ever mixes two lists). It takes a read lock only for as long as copying
-/// out `Arc`s takes; the driver holds the write lock only for one short step at a time.
+/// Each call answers from one whole state of the cache: a relist is published as one step,
+/// so no answer ever mixes two lists, and an answer is never part of a step.
+///
+/// **Readers never wait for the informer, and the informer never waits for readers.** The
+/// store reads one of two copies of the cache's tables (objects and keys are `Arc`s shared
+/// by both and by the informer's own cache): the informer applies each step (a batch of up
+/// to 64 inputs; a relist of 100k objects is one input) to its own cache, then replays the
+/// step's changes on the copy readers are not using and switches readers over to it in one
+/// atomic store. A reader that is still on the previous copy at the next switch delays that
+/// switch (the informer retries shortly, and goes on with its work meanwhile), never the
+/// informer. So a call costs what copying out the `Arc`s it returns costs, whatever the
+/// informer is doing. A handler told of a change finds it (or a later state) here: the
+/// informer hands notifications over only once their step is published.
 pub struct Store<K> {
-    pub(crate) state: Arc<StateLock<K>>,
+    pub(crate) views: Arc<Views<K>>,
 }
 
 impl<K> Clone for Store<K> {
     fn clone(&self) -> Self {
         Store {
-            state: self.state.clone(),
+            views: self.views.clone(),
         }
     }
 }
@@ -54,8 +63,8 @@ impl<K: Object + Labels + 'static> Store<K> {
 }
 
 impl<K: Object + 'static> Store<K> {
-    fn read<T>(&self, f: impl FnOnce(&informer_core::SharedIndexInformer<K>) -> T) -> T {
-        f(&self.state.read().core)
+    fn read<T>(&self, f: impl FnOnce(&View<K>) -> T) -> T {
+        self.views.read(f)
     }
 
     /// The object stored under `key` (`namespace/name`, or `name` when cluster-scoped).
@@ -122,7 +131,8 @@ impl<K: Object + 'static> Store<K> {
         self.read(|c| c.indexer().index(index, obj))
     }
 
-    /// Whether the informer has synced (its first list is applied and handed to handlers).
+    /// Whether the informer has synced (its first list is applied, in this store, and handed
+    /// to handlers).
     pub fn has_synced(&self) -> bool {
         self.read(|c| c.has_synced())
     }

@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         ["bench", "core"] => bench_core(),
         ["bench", "e2e", rest @ ..] => bench_e2e::main(rest),
         ["bench", "conn"] => bench_conn(),
+        ["bench", "readers"] => bench_readers(),
         ["demo", rest @ ..] => demo::main(rest),
         ["sim", "--seeds", n] => sim(n, None),
         ["sim", "--seeds", n, "--base", base] => sim(n, Some(base)),
@@ -78,6 +79,10 @@ benchmarks
                   end-to-end benchmark against a local kube-apiserver (tokio and smol)
   bench conn      connections and client memory of 20 informers on one client, HTTP/2
                   against HTTP/1.1 (a local kube-apiserver)
+  bench readers   Store reads while the informer works (no cluster): by_index latency
+                  during a relist of 100k objects and during watch events, the driver's
+                  throughput with 8 busy reader threads against none, the cache's heap per
+                  object
 
 chaos
   soak [--minutes N]
@@ -674,6 +679,19 @@ fn bench_conn() -> Result {
         "conn_bench",
     ]);
     run("informer-http example conn_bench", c)
+}
+
+fn bench_readers() -> Result {
+    let mut c = cargo();
+    c.args([
+        "run",
+        "--release",
+        "-p",
+        "informer-bench",
+        "--bin",
+        "readers",
+    ]);
+    run("store readers benchmark", c)
 }
 
 fn bench_core() -> Result {

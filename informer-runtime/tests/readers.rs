@@ -1,0 +1,410 @@
+//! Readers that never wait (both runtimes, scripted transport): a store read completes while
+//! the driver is held inside a step, readers never see a mix of two lists, and a handler finds
+//! in the store the change it was told about even while reader threads keep the store busy.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+
+use informer_core::protocol::{ListPage, ListRequest, Status, WatchEvent, WatchRequest};
+use informer_http::Transport;
+use informer_http::transport::{BoxFuture, BoxStream};
+use informer_runtime::{
+    DynamicObject, Failure, HandlerFns, InformerBuilder, NAMESPACE_INDEX, Object, Runtime, Store,
+};
+use serde_json::json;
+
+fn obj(name: &str, rv: u64, generation: u32) -> Arc<DynamicObject> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {
+                "name": name, "namespace": "ns", "resourceVersion": rv.to_string(),
+                "labels": {"gen": generation.to_string()}
+            }
+        }))
+        .unwrap(),
+    )
+}
+
+fn generation(o: &DynamicObject) -> u32 {
+    o.label("gen").unwrap().parse().unwrap()
+}
+
+/// Lists answer the scripted pages in order (then hang); each watch streams the next scripted
+/// channel (then hangs).
+struct Script {
+    lists: Mutex<VecDeque<ListPage<DynamicObject>>>,
+    watches: Mutex<VecDeque<async_channel::Receiver<WatchEvent<DynamicObject>>>>,
+}
+
+impl Script {
+    fn new(lists: Vec<(Vec<Arc<DynamicObject>>, &str)>, watches: usize) -> (Self, Vec<Sender>) {
+        let mut senders = Vec::new();
+        let mut receivers = VecDeque::new();
+        for _ in 0..watches {
+            let (tx, rx) = async_channel::unbounded();
+            senders.push(tx);
+            receivers.push_back(rx);
+        }
+        let lists = lists
+            .into_iter()
+            .map(|(items, rv)| ListPage {
+                items,
+                resource_version: rv.into(),
+                continue_token: None,
+                remaining_item_count: None,
+            })
+            .collect();
+        (
+            Script {
+                lists: Mutex::new(lists),
+                watches: Mutex::new(receivers),
+            },
+            senders,
+        )
+    }
+}
+
+type Sender = async_channel::Sender<WatchEvent<DynamicObject>>;
+
+impl Transport<DynamicObject> for Script {
+    fn list<'a>(
+        &'a self,
+        _: &'a ListRequest,
+    ) -> BoxFuture<'a, Result<ListPage<DynamicObject>, Failure>> {
+        Box::pin(async move {
+            let page = self.lists.lock().unwrap().pop_front();
+            match page {
+                Some(p) => Ok(p),
+                None => std::future::pending().await,
+            }
+        })
+    }
+
+    fn watch<'a>(
+        &'a self,
+        _: &'a WatchRequest,
+    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<DynamicObject>>, Failure>> {
+        Box::pin(async move {
+            let rx = self.watches.lock().unwrap().pop_front();
+            match rx {
+                Some(rx) => Ok(Box::pin(rx) as BoxStream<'static, _>),
+                None => std::future::pending().await,
+            }
+        })
+    }
+}
+
+trait Env {
+    type R: Runtime + Default;
+    fn block_on<F: Future>(f: F) -> F::Output;
+}
+
+struct TokioEnv;
+impl Env for TokioEnv {
+    type R = informer_tokio::Tokio;
+    fn block_on<F: Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+}
+
+struct SmolEnv;
+impl Env for SmolEnv {
+    type R = informer_smol::Smol;
+    fn block_on<F: Future>(f: F) -> F::Output {
+        smol::block_on(f)
+    }
+}
+
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod on_tokio { $(#[test] fn $name() { <super::TokioEnv as super::Env>::block_on(super::$name::<super::TokioEnv>()) })* }
+        mod on_smol { $(#[test] fn $name() { <super::SmolEnv as super::Env>::block_on(super::$name::<super::SmolEnv>()) })* }
+    };
+}
+
+on_both!(
+    a_read_completes_while_the_driver_is_inside_a_step,
+    readers_never_see_a_mix_of_two_lists,
+    a_handler_finds_its_change_in_the_store_while_readers_hammer_it,
+);
+
+fn builder<E: Env>(script: Script) -> InformerBuilder<DynamicObject, E::R> {
+    InformerBuilder::from_transport(E::R::default(), Arc::new(script), "script")
+}
+
+fn expired() -> WatchEvent<DynamicObject> {
+    WatchEvent::Error(Failure::Expired(Status {
+        code: 410,
+        reason: "Expired".into(),
+        message: "scripted".into(),
+        ..Default::default()
+    }))
+}
+
+/// What a store answers in one go: the objects of the namespace index and of `list`, their
+/// generations, and the sync flag.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    by_index: Vec<u32>,
+    listed: usize,
+    synced: bool,
+    rv: String,
+}
+
+fn look(store: &Store<DynamicObject>) -> Seen {
+    let mut by_index: Vec<u32> = store
+        .by_index(NAMESPACE_INDEX, "ns")
+        .unwrap()
+        .iter()
+        .map(|o| generation(o))
+        .collect();
+    by_index.sort_unstable();
+    by_index.dedup();
+    Seen {
+        by_index,
+        listed: store.list().len(),
+        synced: store.has_synced(),
+        rv: store.last_sync_resource_version(),
+    }
+}
+
+/// A thread that waits until the transform holds the driver inside a step (first barrier),
+/// reads the store on a third thread, waits up to a minute for that read (a read that waited
+/// for the step would never come back while the driver is held: that shows as `None`, not as a
+/// hung test), then lets the driver go (second barrier).
+fn probe(
+    barrier: Arc<Barrier>,
+    store: Store<DynamicObject>,
+) -> std::thread::JoinHandle<Option<Seen>> {
+    std::thread::spawn(move || {
+        barrier.wait();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(look(&store));
+        });
+        let seen = rx.recv_timeout(Duration::from_secs(60)).ok();
+        barrier.wait();
+        seen
+    })
+}
+
+/// The transform blocks on a barrier at object `mid` of the second list: while the driver is
+/// inside that step, a read completes and answers from the first list, whole.
+async fn a_read_completes_while_the_driver_is_inside_a_step<E: Env>() {
+    let first: Vec<_> = (0..500).map(|i| obj(&format!("a{i}"), 1, 1)).collect();
+    let second: Vec<_> = (0..500).map(|i| obj(&format!("b{i}"), 2, 2)).collect();
+    let (script, watches) = Script::new(vec![(first, "1"), (second, "2")], 1);
+    let barrier = Arc::new(Barrier::new(2));
+    let b = barrier.clone();
+    let inf = builder::<E>(script)
+        .transform(move |o: Arc<DynamicObject>| {
+            if o.name() == "b250" {
+                b.wait();
+                b.wait();
+            }
+            o
+        })
+        .build()
+        .unwrap();
+    inf.start().unwrap();
+    inf.wait_for_sync(Some(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let probe = probe(barrier, inf.store());
+    watches[0].send(expired()).await.unwrap();
+    let store = inf.store();
+    let t0 = std::time::Instant::now();
+    while store.get("ns/b0").is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the relist never landed"
+        );
+        E::R::default().sleep(Duration::from_millis(5)).await;
+    }
+    let seen = probe.join().unwrap();
+    assert_eq!(
+        seen,
+        Some(Seen {
+            by_index: vec![1],
+            listed: 500,
+            synced: true,
+            rv: "1".into(),
+        }),
+        "a read during the relist step waited for it or saw part of it"
+    );
+    assert_eq!(
+        look(&store),
+        Seen {
+            by_index: vec![2],
+            listed: 500,
+            synced: true,
+            rv: "2".into(),
+        }
+    );
+    inf.shutdown().await;
+}
+
+/// Reader threads read the store in a loop while the informer relists three times (2,000
+/// objects each, all of one generation per list, the names overlapping by half): no answer
+/// ever holds two generations or a count other than a whole list's.
+async fn readers_never_see_a_mix_of_two_lists<E: Env>() {
+    const N: usize = 2000;
+    let list = |g: u32| -> (Vec<Arc<DynamicObject>>, &'static str) {
+        let start = (g as usize - 1) * N / 2;
+        let items = (start..start + N)
+            .map(|i| obj(&format!("o{i}"), u64::from(g), g))
+            .collect();
+        (items, ["", "1", "2", "3", "4"][g as usize])
+    };
+    let (script, watches) = Script::new(vec![list(1), list(2), list(3), list(4)], 4);
+    let inf = builder::<E>(script).build().unwrap();
+    inf.start().unwrap();
+    inf.wait_for_sync(Some(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let store = inf.store();
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut reads = 0u64;
+                let mut generations = Vec::new();
+                while !done.load(Ordering::Acquire) {
+                    let seen = look(&store);
+                    assert_eq!(
+                        seen.by_index.len(),
+                        1,
+                        "two lists mixed: {:?}",
+                        seen.by_index
+                    );
+                    assert_eq!(seen.listed, N, "not a whole list");
+                    let objects = store.list();
+                    let g = generation(&objects[0]);
+                    assert!(
+                        objects.iter().all(|o| generation(o) == g),
+                        "list() mixed lists"
+                    );
+                    if generations.last() != Some(&g) {
+                        generations.push(g);
+                    }
+                    reads += 1;
+                }
+                (reads, generations)
+            })
+        })
+        .collect();
+    let store = inf.store();
+    for (g, watch) in (2u32..=4).zip(&watches) {
+        watch.send(expired()).await.unwrap();
+        let t0 = std::time::Instant::now();
+        while store.last_sync_resource_version() != g.to_string() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "relist {g} never landed"
+            );
+            E::R::default().sleep(Duration::from_millis(2)).await;
+        }
+    }
+    done.store(true, Ordering::Release);
+    for r in readers {
+        let (reads, generations) = r.join().unwrap();
+        assert!(reads > 0);
+        assert!(
+            generations.windows(2).all(|w| w[0] < w[1]),
+            "went back: {generations:?}"
+        );
+    }
+    assert_eq!(look(&store).by_index, vec![4]);
+    inf.shutdown().await;
+}
+
+/// Eight reader threads keep the store busy (whole lists, so that some are still on the old
+/// copy when the next step is published and the driver has to retry) while 3,000 watch events
+/// go by: every notification a handler runs finds its object in the store at that state or a
+/// later one.
+async fn a_handler_finds_its_change_in_the_store_while_readers_hammer_it<E: Env>() {
+    let first: Vec<_> = (0..300).map(|i| obj(&format!("o{i}"), 1, 1)).collect();
+    let (script, watches) = Script::new(vec![(first, "1")], 1);
+    let inf = builder::<E>(script).build().unwrap();
+    let store = inf.store();
+    let missing = Arc::new(AtomicU64::new(0));
+    let seen = Arc::new(AtomicU64::new(0));
+    let check = {
+        let (store, missing, seen) = (store.clone(), missing.clone(), seen.clone());
+        move |o: &DynamicObject| {
+            seen.fetch_add(1, Ordering::Relaxed);
+            let rv: u64 = o.resource_version().unwrap().parse().unwrap();
+            let found = store
+                .get(&format!("ns/{}", o.name()))
+                .map(|s| s.resource_version().unwrap().parse::<u64>().unwrap());
+            if found.is_none_or(|f| f < rv) {
+                missing.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    };
+    let (c1, c2) = (check.clone(), check);
+    let reg = inf
+        .add_handler(
+            HandlerFns::new()
+                .on_add(move |o: Arc<DynamicObject>, _| c1(&o))
+                .on_update(move |_, n: Arc<DynamicObject>| c2(&n)),
+        )
+        .unwrap();
+    inf.start().unwrap();
+    reg.wait_for_sync(Some(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, done) = (store.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Acquire) {
+                    std::hint::black_box(store.list());
+                    std::hint::black_box(store.by_index(NAMESPACE_INDEX, "ns").unwrap());
+                }
+            })
+        })
+        .collect();
+    for rv in 2..3002u64 {
+        let name = format!("o{}", rv % 400);
+        let event = if rv % 400 < 300 || rv > 400 {
+            WatchEvent::Modified(obj(&name, rv, 1))
+        } else {
+            WatchEvent::Added(obj(&name, rv, 1))
+        };
+        watches[0].send(event).await.unwrap();
+    }
+    let t0 = std::time::Instant::now();
+    while store.last_sync_resource_version() != "3001" || reg.pending() > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "events never all applied"
+        );
+        E::R::default().sleep(Duration::from_millis(5)).await;
+    }
+    done.store(true, Ordering::Release);
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert!(
+        seen.load(Ordering::Relaxed) > 300,
+        "the handler heard too little"
+    );
+    assert_eq!(
+        missing.load(Ordering::Relaxed),
+        0,
+        "a handler was told of a change the store did not show yet"
+    );
+    inf.shutdown().await;
+}
