@@ -445,8 +445,9 @@ fn print_peer_ratios(rows: &[Row]) {
         }
     }
     println!(
-        "peers: kube-rs 5 (kube::runtime::reflector over watcher with its default Config, \
-         tokio multi-threaded runtime; its \"handler\" is the loop consuming the stream) and \
+        "peers: kube-rs 5 (kube::runtime::reflector over watcher with its default Config: \
+         paged lists from etcd where ours and client-go ask the watch cache first; tokio \
+         multi-threaded runtime; its \"handler\" is the loop consuming the stream) and \
          client-go v1.20.2 (a SharedIndexInformer with a namespace index and one handler, the \
          informer factory's ConfigMap informer on the typed client, JSON, GOMAXPROCS = all \
          cores). Issue 11's targets: CPU <= 0.5x kube-rs and <= 0.25x client-go, RSS <= 0.35x \

@@ -1,5 +1,5 @@
 //! `sync-kube-rs`: kube-rs's reflector (a `reflector::store()` fed by `watcher`, default
-//! `watcher::Config`) of every ConfigMap, on tokio's multi-threaded runtime (what
+//! `watcher::Config`: paged lists of 500 with `ListSemantic::MostRecent`) of every ConfigMap, on tokio's multi-threaded runtime (what
 //! `#[tokio::main]` gives), for `cargo xtask bench e2e --compare`.
 //!
 //! It speaks the protocol of the project's own `sync-tokio` / `sync-smol` clients: one JSON line
