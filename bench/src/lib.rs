@@ -10,7 +10,8 @@
 //!
 //! Arguments: `--updates N` (default 0: exit right after the sync), `--timeout SECONDS`
 //! (default 120), `--strip-managed-fields` (a transform drops `metadata.managedFields` before
-//! objects are cached, as client-go users often do), `--snapshot PATH` (warm restarts through
+//! objects are cached, as client-go users often do), `--metadata-only` (`sync-tokio`: an
+//! informer of `PartialObjectMetadata`, the server sending metadata only), `--snapshot PATH` (warm restarts through
 //! that file: after the sync and the updates the client also prints a `resume` line — how it started, how many
 //! lists it made — and a `formats` line comparing the snapshot with JSON). The API server comes from `$KUBECONFIG`
 //! (or in-cluster configuration).
@@ -101,6 +102,9 @@ pub struct Run {
     pub strip_managed_fields: bool,
     /// The snapshot file (`--snapshot PATH`).
     pub snapshot: Option<PathBuf>,
+    /// Whether to cache metadata only (`--metadata-only`: an informer of
+    /// `PartialObjectMetadata`; `sync-tokio` only).
+    pub metadata_only: bool,
     seen: Arc<AtomicU64>,
     done_tx: SyncSender<()>,
     done_rx: Receiver<()>,
@@ -123,6 +127,7 @@ impl Run {
             updates: flag("--updates").unwrap_or(0),
             timeout: Duration::from_secs(flag("--timeout").unwrap_or(120)),
             strip_managed_fields: args.iter().any(|a| a == "--strip-managed-fields"),
+            metadata_only: args.iter().any(|a| a == "--metadata-only"),
             snapshot: args
                 .iter()
                 .position(|a| a == "--snapshot")

@@ -11,9 +11,17 @@
 //!    handler has seen every update.
 //!    With `--transform strip|both`, also (or only) with a transform dropping
 //!    `metadata.managedFields` before caching (`+strip` in the table).
+//!    With `--compare`, each run also runs the peers' clients, built once and cached by
+//!    [`super::peers`]: `sync-kube-rs` (kube-rs 5's reflector) and `sync-client-go` (client-go
+//!    v1.20.2's SharedIndexInformer), which speak the same protocol, right after ours (the runs
+//!    are interleaved, so a busy moment of the machine hits everyone).
 //! 4. Prints a table against the targets (client CPU for the sync at most 0.2 s, RSS after
-//!    sync at most 60 MB).
-//! 5. Warm restarts (`--restart yes`, the default): per runtime, the client with
+//!    sync at most 60 MB) and, with `--compare`, ours / peer of the same run for sync wall
+//!    time, CPU and RSS.
+//! 5. Full objects against metadata only (`--metadata yes`, the default): `sync-tokio` with and
+//!    without `--metadata-only` (an informer of `PartialObjectMetadata`) through a TCP relay
+//!    that counts the bytes the API server sends; prints bytes, RSS and the ratios.
+//! 6. Warm restarts (`--restart yes`, the default): per runtime, the client with
 //!    `--snapshot FILE` three times — a cold start (no file; it writes one), a restart with the
 //!    fresh snapshot, a restart with a snapshot made stale (updates, etcd compacted,
 //!    kube-apiserver restarted so its watch cache no longer reaches back: the watch gets 410),
@@ -25,7 +33,8 @@
 //!
 //! Options: `--objects N` (20000), `--namespaces N` (10), `--updates N` (5000), `--writers N`
 //! (32), `--runs N` (1), `--runtime tokio|smol` (both), `--transform none|strip|both` (none),
-//! `--restart yes|no|only` (yes; only: skip step 3).
+//! `--restart yes|no|only` (yes; only: skip steps 3 to 5), `--metadata yes|no` (yes),
+//! `--compare` (off).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -41,7 +50,7 @@ use testcluster::TestCluster;
 const USAGE: &str = "\
 usage: cargo xtask bench e2e [--objects N] [--namespaces N] [--updates N] [--writers N]
                              [--runs N] [--runtime tokio|smol] [--transform none|strip|both]
-                             [--restart yes|no|only]
+                             [--restart yes|no|only] [--metadata yes|no] [--compare]
 ";
 
 /// The workload and how often to run it.
@@ -58,6 +67,10 @@ struct Options {
     restart: bool,
     /// Only the warm restarts (no sync/update rows).
     restart_only: bool,
+    /// Whether to measure full against metadata-only informers (bytes from the server, RSS).
+    metadata: bool,
+    /// Whether to run the peers (kube-rs, client-go) too.
+    compare: bool,
 }
 
 fn parse(args: &[&str]) -> Result<Options, String> {
@@ -71,9 +84,15 @@ fn parse(args: &[&str]) -> Result<Options, String> {
         strip: vec![false],
         restart: true,
         restart_only: false,
+        metadata: true,
+        compare: false,
     };
     let mut it = args.iter();
     while let Some(&flag) = it.next() {
+        if flag == "--compare" {
+            o.compare = true;
+            continue;
+        }
         let value = it
             .next()
             .ok_or_else(|| format!("{flag} needs a value\n\n{USAGE}"))?;
@@ -116,6 +135,13 @@ fn parse(args: &[&str]) -> Result<Options, String> {
                     _ => return Err(format!("--restart: yes, no or only, not {value}")),
                 }
             }
+            "--metadata" => {
+                o.metadata = match *value {
+                    "yes" => true,
+                    "no" => false,
+                    _ => return Err(format!("--metadata: yes or no, not {value}")),
+                }
+            }
             _ => return Err(format!("unknown option {flag}\n\n{USAGE}")),
         }
     }
@@ -128,7 +154,14 @@ pub fn main(args: &[&str]) -> super::Result {
     let o = parse(args)?;
     let t_all = Instant::now();
 
-    let bins = build_clients()?;
+    let mut bins = build_clients()?;
+    if o.compare && !o.restart_only {
+        bins.push(("sync-kube-rs".into(), super::peers::kube_rs()?));
+        bins.push((
+            "sync-client-go".into(),
+            super::peers::client_go()?.join("sync"),
+        ));
+    }
 
     eprintln!("\n==> local kube-apiserver + etcd");
     let mut cluster = TestCluster::start().map_err(|e| e.to_string())?;
@@ -168,12 +201,27 @@ pub fn main(args: &[&str]) -> super::Result {
     let (cached, paged) = (best(&cached), best(&paged));
 
     let mut rows = Vec::new();
+    let mut metadata_rows = Vec::new();
     for run in 0..if o.restart_only { 0 } else { o.runs } {
         for &strip in &o.strip {
             for &rt in &o.runtimes {
                 rows.push(client_run(&bins, &cluster, &api, &o, rt, strip, run)?);
             }
         }
+        if o.compare {
+            for peer in ["kube-rs", "client-go"] {
+                rows.push(client_run(&bins, &cluster, &api, &o, peer, false, run)?);
+            }
+        }
+    }
+    if o.metadata && !o.restart_only {
+        let relay = relay(&cluster)?;
+        for run in 0..o.runs {
+            for metadata_only in [false, true] {
+                metadata_rows.push(metadata_run(&bins, &relay, metadata_only, run)?);
+            }
+        }
+        let _ = std::fs::remove_file(&relay.kubeconfig);
     }
 
     println!();
@@ -236,7 +284,7 @@ pub fn main(args: &[&str]) -> super::Result {
         "targets: sync CPU <= 0.2 s, RSS after sync <= 60 MB. Reference on this workload: \
          kube-rs 5.0 ~0.4 s CPU, ~140 MB; client-go v1.20.2 0.6-1.1 s CPU, ~140 MB."
     );
-    for r in &rows {
+    for r in rows.iter().filter(|r| !is_peer(&r.client)) {
         let ok = |b: bool| if b { "met" } else { "MISSED" };
         println!(
             "  {} run {}: CPU {} ({:.2} s), RSS {} ({:.1} MB); informer {} the API server's \
@@ -255,6 +303,12 @@ pub fn main(args: &[&str]) -> super::Result {
             r.sync_wall,
             cached.secs
         );
+    }
+    if o.compare {
+        print_peer_ratios(&rows);
+    }
+    if !metadata_rows.is_empty() {
+        print_metadata(&metadata_rows);
     }
     if o.restart {
         let mut restarts = Vec::new();
@@ -295,6 +349,8 @@ fn client_run(
 ) -> Result<Row, String> {
     let client = format!("{runtime}{}", if strip { "+strip" } else { "" });
     eprintln!("==> {client} (run {})", run + 1);
+    // Our runtimes' clients (`sync-tokio`, `sync-smol`) and the peers' (`sync-kube-rs`,
+    // `sync-client-go`) take the same arguments and print the same lines.
     let name = format!("sync-{runtime}");
     let bin = &bins
         .iter()
@@ -355,6 +411,162 @@ fn client_run(
         return Err(format!("sync-{runtime}: {}", super::outcome(status)));
     }
     Ok(row)
+}
+
+fn is_peer(client: &str) -> bool {
+    matches!(client, "kube-rs" | "client-go")
+}
+
+/// `--compare`: for each run, each of our rows against each peer's row of the same run.
+fn print_peer_ratios(rows: &[Row]) {
+    println!(
+        "\nours / peer, same run (below 1: ours uses less): sync wall time, sync CPU (user+sys), \
+         RSS after sync, peak RSS (HWM) after sync"
+    );
+    println!(
+        "{:<12} {:<10} {:>3} | {:>9} {:>9} {:>9} {:>9}",
+        "ours", "peer", "run", "wall", "CPU", "RSS", "HWM"
+    );
+    for ours in rows.iter().filter(|r| !is_peer(&r.client)) {
+        for peer in rows
+            .iter()
+            .filter(|p| is_peer(&p.client) && p.run == ours.run)
+        {
+            println!(
+                "{:<12} {:<10} {:>3} | {:>8.2}x {:>8.2}x {:>8.2}x {:>8.2}x",
+                ours.client,
+                peer.client,
+                ours.run + 1,
+                ours.sync_wall / peer.sync_wall,
+                ours.sync_cpu / peer.sync_cpu,
+                ours.rss_mb / peer.rss_mb,
+                ours.hwm_mb / peer.hwm_mb
+            );
+        }
+    }
+    println!(
+        "peers: kube-rs 5 (kube::runtime::reflector over watcher with its default Config: \
+         paged lists from etcd where ours and client-go ask the watch cache first; tokio \
+         multi-threaded runtime; its \"handler\" is the loop consuming the stream) and \
+         client-go v1.20.2 (a SharedIndexInformer with a namespace index and one handler, the \
+         informer factory's ConfigMap informer on the typed client, JSON, GOMAXPROCS = all \
+         cores). Issue 11's targets: CPU <= 0.5x kube-rs and <= 0.25x client-go, RSS <= 0.35x \
+         either."
+    );
+}
+
+/// One client's sync through the counting relay, with full objects or metadata only.
+struct MetadataRow {
+    metadata_only: bool,
+    run: usize,
+    objects: u64,
+    sync_wall: f64,
+    sync_cpu: f64,
+    rss_mb: f64,
+    hwm_mb: f64,
+    /// Bytes the API server sent the process until it had synced (the relay's count).
+    server_bytes: f64,
+}
+
+/// `sync-tokio` (with `--metadata-only` or without) through the counting relay, until synced.
+fn metadata_run(
+    bins: &[(String, PathBuf)],
+    relay: &Relay,
+    metadata_only: bool,
+    run: usize,
+) -> Result<MetadataRow, String> {
+    let what = if metadata_only {
+        "metadata only"
+    } else {
+        "full objects"
+    };
+    eprintln!(
+        "==> tokio, {what}, through the counting relay (run {})",
+        run + 1
+    );
+    let bin = &bins
+        .iter()
+        .find(|(n, _)| n == "sync-tokio")
+        .ok_or("cargo built no sync-tokio")?
+        .1;
+    let before = relay.from_server.load(Ordering::Relaxed);
+    let mut cmd = Command::new(bin);
+    cmd.args(["--updates", "0", "--timeout", "300"]);
+    if metadata_only {
+        cmd.arg("--metadata-only");
+    }
+    let mut child = cmd
+        .env("KUBECONFIG", &relay.kubeconfig)
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+    let lines = lines_of(&mut child);
+    let synced = next_line(&lines, "synced");
+    // Counted when the client has reported its sync (the list and the watch's start).
+    let server_bytes = relay.from_server.load(Ordering::Relaxed) - before;
+    if synced.is_err() {
+        let _ = child.kill();
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let synced = synced?;
+    if !status.success() {
+        return Err(format!("sync-tokio ({what}): {}", super::outcome(status)));
+    }
+    let f = |k: &str| synced[k].as_f64().unwrap_or(f64::NAN);
+    Ok(MetadataRow {
+        metadata_only,
+        run,
+        objects: synced["objects"].as_u64().unwrap_or(0),
+        sync_wall: f("wall_s"),
+        sync_cpu: f("cpu_user_s") + f("cpu_sys_s"),
+        rss_mb: f("rss_kb") / 1024.0,
+        hwm_mb: f("hwm_kb") / 1024.0,
+        server_bytes: server_bytes as f64,
+    })
+}
+
+fn print_metadata(rows: &[MetadataRow]) {
+    println!("\nfull objects vs metadata only (sync-tokio through a counting relay, sync only):");
+    println!(
+        "{:<15} {:>3} | {:>8} {:>11} {:>8} {:>7} {:>7} {:>7}",
+        "informer", "run", "objects", "server MB", "sync s", "CPU s", "RSS MB", "HWM MB"
+    );
+    for r in rows {
+        println!(
+            "{:<15} {:>3} | {:>8} {:>11.2} {:>8.3} {:>7.2} {:>7.1} {:>7.1}",
+            if r.metadata_only {
+                "metadata only"
+            } else {
+                "full objects"
+            },
+            r.run + 1,
+            r.objects,
+            r.server_bytes / 1e6,
+            r.sync_wall,
+            r.sync_cpu,
+            r.rss_mb,
+            r.hwm_mb
+        );
+    }
+    for meta in rows.iter().filter(|r| r.metadata_only) {
+        if let Some(full) = rows.iter().find(|r| !r.metadata_only && r.run == meta.run) {
+            println!(
+                "  run {}: metadata only / full: {:.3}x the bytes from the server, {:.2}x the RSS, \
+                 {:.2}x the peak RSS",
+                meta.run + 1,
+                meta.server_bytes / full.server_bytes,
+                meta.rss_mb / full.rss_mb,
+                meta.hwm_mb / full.hwm_mb
+            );
+        }
+    }
+    println!(
+        "server MB: bytes the API server sent the client process from its start until it \
+         reported its sync, counted by a TCP relay in front of the API server (TLS records and \
+         HTTP framing included: what crossed the wire); metadata only = an informer of \
+         PartialObjectMetadata (the server sends PartialObjectMetadataList / \
+         PartialObjectMetadata, no data)."
+    );
 }
 
 /// One start of a client process with `--snapshot`.

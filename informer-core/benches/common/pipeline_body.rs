@@ -235,11 +235,41 @@ fn feed<K: Object + 'static>(
     }
 }
 
+/// Peak resident set size of this process (`VmHWM`), KiB; 0 where unavailable.
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// With `INFORMER_BENCH_REPORT=FILE` (set by `cargo xtask bench core --compare`), appends one
+/// JSON line with a workload's figures to FILE.
+fn write_report(line: &str) {
+    use std::io::Write;
+    let Ok(path) = std::env::var("INFORMER_BENCH_REPORT") else {
+        return;
+    };
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| writeln!(f, "{line}"));
+    if let Err(e) = written {
+        panic!("writing the report to {path}: {e}");
+    }
+}
+
 fn mib(b: u64) -> f64 {
     b as f64 / (1024.0 * 1024.0)
 }
 
 fn run<K: Object + 'static>(
+    workload: &str,
     title: &str,
     make: fn(usize, u64, &mut Rng) -> Arc<K>,
     index: impl for<'a> Fn(&'a K) -> IndexValues<'a> + Send + Sync + 'static,
@@ -384,6 +414,18 @@ fn run<K: Object + 'static>(
         mib(end),
         end as f64 / cached as f64
     );
+    // The process's peak so far: this workload's (the 1 KB workload runs first and is the
+    // larger), the harness's prebuilt objects included, as in the client-go harness.
+    let rss = peak_rss_kib();
+    println!("  peak RSS of the process so far: {:.1} MiB", rss as f64 / 1024.0);
+    write_report(&format!(
+        "{{\"bench\":\"informer-rs\",\"allocator\":\"{ALLOCATOR}\",\"workload\":\"{workload}\",\
+         \"objects\":{objects},\"events\":{events},\"wall_s\":{},\"cpu_s\":{},\
+         \"replace_s\":{},\"peak_rss_kb\":{rss}}}",
+        total.as_secs_f64(),
+        total_cpu.as_secs_f64(),
+        replace_time.as_secs_f64(),
+    ));
 }
 
 fn main() {
@@ -412,12 +454,14 @@ fn main() {
     let only_tiny = std::env::var("INFORMER_BENCH").as_deref() == Ok("tiny");
     if !only_tiny {
         run(
+            "configmaps",
             "1) ConfigMaps of about 1 KB (the issue's workload)",
             config_map,
             index_fn(|o: &DynamicObject| o.label("app").map(Into::into).into_iter().collect()),
         );
     }
     run(
+        "tiny",
         "2) the same events with minimal objects (the informer's own cost)",
         tiny,
         index_fn(|o: &Tiny| {

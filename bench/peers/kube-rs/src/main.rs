@@ -1,0 +1,105 @@
+//! `sync-kube-rs`: kube-rs's reflector (a `reflector::store()` fed by `watcher`, default
+//! `watcher::Config`: paged lists of 500 with `ListSemantic::MostRecent`) of every ConfigMap, on tokio's multi-threaded runtime (what
+//! `#[tokio::main]` gives), for `cargo xtask bench e2e --compare`.
+//!
+//! It speaks the protocol of the project's own `sync-tokio` / `sync-smol` clients: one JSON line
+//! `{"event":"synced",...}` once the store is ready (the watcher's `InitDone`), then, after
+//! `--updates N` `Apply` events, one `{"event":"updates",...}` line; each with wall time since
+//! the process started, user and system CPU, VmRSS and VmHWM. The "handler" is the loop that
+//! consumes the reflector's stream (kube-rs has no handler registry). The API server comes from
+//! `$KUBECONFIG` (`Client::try_default`).
+
+use std::pin::pin;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client};
+
+/// Usage of this process from `/proc/self` (the same reading as the project's clients).
+fn usage() -> (f64, f64, u64, u64) {
+    const TICKS: f64 = 100.0;
+    let (mut user, mut sys, mut rss, mut hwm) = (0.0, 0.0, 0, 0);
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        user = tick(11) / TICKS;
+        sys = tick(12) / TICKS;
+    }
+    if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
+        for line in status.lines() {
+            let kb = || {
+                line.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            };
+            if line.starts_with("VmRSS:") {
+                rss = kb();
+            } else if line.starts_with("VmHWM:") {
+                hwm = kb();
+            }
+        }
+    }
+    (user, sys, rss, hwm)
+}
+
+fn report(started: Instant, event: &str, what: &str, n: usize) {
+    let (user, sys, rss, hwm) = usage();
+    println!(
+        "{{\"event\":\"{event}\",\"{what}\":{n},\"wall_s\":{:.3},\"cpu_user_s\":{user:.2},\
+         \"cpu_sys_s\":{sys:.2},\"rss_kb\":{rss},\"hwm_kb\":{hwm}}}",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+fn flag(args: &[String], name: &str) -> Option<u64> {
+    let i = args.iter().position(|a| a == name)?;
+    args.get(i + 1)?.parse().ok()
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let started = Instant::now();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let updates = flag(&args, "--updates").unwrap_or(0) as usize;
+    let timeout = Duration::from_secs(flag(&args, "--timeout").unwrap_or(120));
+
+    let client = Client::try_default().await?;
+    let api: Api<ConfigMap> = Api::all(client);
+    let (reader, writer) = reflector::store();
+    let mut stream =
+        pin!(reflector(writer, watcher(api, watcher::Config::default())).default_backoff());
+
+    let run = async {
+        let mut synced = false;
+        let mut seen = 0;
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::InitDone) if !synced => {
+                    synced = true;
+                    report(started, "synced", "objects", reader.state().len());
+                    if updates == 0 {
+                        return Ok(());
+                    }
+                }
+                Ok(watcher::Event::Apply(_)) if synced => {
+                    seen += 1;
+                    if seen == updates {
+                        report(started, "updates", "updates", updates);
+                        return Ok(());
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("sync-kube-rs: watcher error (retried): {e}"),
+            }
+        }
+        Err("the watch stream ended".to_string())
+    };
+    tokio::time::timeout(timeout * 2, run)
+        .await
+        .map_err(|_| format!("timed out after {:?}", timeout * 2))??;
+    Ok(())
+}
