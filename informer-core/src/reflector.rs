@@ -364,6 +364,10 @@ pub struct Reflector<K> {
     /// (no failure): its own level, so that it never inherits the failures' level (up to 60 s
     /// after a storm). Back to `initial` once a watch lasts.
     short_watch_backoff: Backoff,
+    /// 429s with `Retry-After` retried at the server's word since the last success (client-go's
+    /// REST client retries them itself, up to [`MAX_THROTTLED_RETRIES`], before the reflector
+    /// sees a failure).
+    throttled_retries: u8,
     phase: Phase<K>,
     next_id: u64,
     last_sync_rv: String,
@@ -405,6 +409,7 @@ impl<K: Object> Reflector<K> {
             rng: SplitMix64::new(config.seed),
             backoff: Backoff::new(config.backoff.clone()),
             short_watch_backoff: Backoff::new(config.backoff.clone()),
+            throttled_retries: 0,
             config,
             phase: Phase::Idle,
             next_id: 0,
@@ -580,6 +585,7 @@ impl<K: Object> Reflector<K> {
         if listing.id != id {
             return;
         }
+        self.throttled_retries = 0;
         let ListPage {
             items,
             resource_version,
@@ -652,6 +658,7 @@ impl<K: Object> Reflector<K> {
         }
         if !matches!(event, WatchEvent::Error(_)) {
             self.resuming = false;
+            self.throttled_retries = 0;
         }
         match event {
             WatchEvent::Added(obj) => {
@@ -1004,17 +1011,31 @@ impl<K: Object> Reflector<K> {
         }
     }
 
-    fn back_off(&mut self, now: Instant, at_least: Option<Duration>, then: After) {
-        let mut delay = self.backoff.next(now, &mut self.rng);
-        if let Some(min) = at_least {
-            delay = delay.max(min);
-        }
+    fn back_off(&mut self, now: Instant, retry_after: Option<Duration>, then: After) {
+        let delay = match retry_after {
+            // The server said when to come back (a 429 from its max-in-flight or priority and
+            // fairness filter says 1 s): come back then, without raising the failures' backoff
+            // level, as client-go's REST client does for up to 10 such answers in a row.
+            Some(after) if self.throttled_retries < MAX_THROTTLED_RETRIES => {
+                self.throttled_retries += 1;
+                after
+            }
+            // Past that, the backoff, and never sooner than the server asked.
+            at_least => {
+                let delay = self.backoff.next(now, &mut self.rng);
+                at_least.map_or(delay, |min| delay.max(min))
+            }
+        };
         self.phase = Phase::Waiting {
             until: now + delay,
             then,
         };
     }
 }
+
+/// How many 429s with `Retry-After` in a row are retried at the server's word (client-go's
+/// REST client: `maxRetries` 10) before the backoff applies again.
+pub const MAX_THROTTLED_RETRIES: u8 = 10;
 
 fn retry_after(failure: &Failure) -> Option<Duration> {
     match failure {

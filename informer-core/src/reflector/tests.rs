@@ -1250,6 +1250,58 @@ fn conformance_22_list_429_honours_retry_after() {
     );
 }
 
+/// A 429 with `Retry-After: 1` is retried after exactly 1 s, ten times in a row, without raising
+/// the failures' backoff (client-go's REST client retries it so); the eleventh waits the
+/// backoff (at least the 1 s); an answer in between starts the count again.
+#[test]
+fn conformance_22_429_retry_after_is_the_delay_for_ten_in_a_row_then_the_backoff() {
+    let mut r = R::new(ReflectorConfig::default());
+    r.start(at(0)).unwrap();
+    let (mut id, _) = request(&drain(&mut r));
+    let mut st = status(429, "TooManyRequests");
+    st.retry_after = Some(Duration::from_secs(1));
+    let mut now = at(0);
+    let throttle = |r: &mut R, now: Instant, id| {
+        r.handle_input(now, id, Input::Failed(Failure::TooManyRequests(st.clone())))
+            .unwrap();
+        drain(r);
+        r.poll_timeout().unwrap() - now
+    };
+    for i in 0..MAX_THROTTLED_RETRIES {
+        assert_eq!(
+            throttle(&mut r, now, id),
+            Duration::from_secs(1),
+            "429 #{i}"
+        );
+        let (t, outs) = fire(&mut r);
+        (now, id) = (t, request(&outs).0);
+    }
+    // From the eleventh on, the backoff (800 ms, doubling), never less than the 1 s asked.
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        waits.push(throttle(&mut r, now, id));
+        let (t, outs) = fire(&mut r);
+        (now, id) = (t, request(&outs).0);
+    }
+    assert!(
+        waits.iter().all(|w| *w >= Duration::from_secs(1))
+            && waits[2] >= Duration::from_millis(3200),
+        "past ten 429s in a row the backoff applies: {waits:?}"
+    );
+    // A list page in between resets the count: the next 429 is retried at 1 s again.
+    let t = now;
+    r.handle_input(t, id, Input::ListPage(page(vec![], "5", None)))
+        .unwrap();
+    let outs = drain(&mut r);
+    let Some((wid, _)) = outs.iter().find_map(|o| match o {
+        Output::Request { id, request } => Some((*id, request.clone())),
+        _ => None,
+    }) else {
+        panic!("a watch after the list: {outs:?}");
+    };
+    assert_eq!(throttle(&mut r, t, wid), Duration::from_secs(1));
+}
+
 /// The drain rule is checked: an input fed while outputs are pending is refused and handed
 /// back, never applied behind the caller's back.
 #[test]
