@@ -43,6 +43,14 @@ impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> informer_core::Labels for K8s<T>
     }
 }
 
+/// Stored in snapshots as JSON, the one encoding every k8s-openapi type round-trips through
+/// exactly (their serde impls are written for JSON: optional fields skipped, `Quantity`,
+/// `IntOrString` and `serde_json::Value` fields).
+impl<T> informer_core::SnapshotCodec for K8s<T> where
+    T: k8s_openapi::Metadata<Ty = ObjectMeta> + Serialize + serde::de::DeserializeOwned
+{
+}
+
 impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> Object for K8s<T> {
     fn name(&self) -> &str {
         self.0.metadata().name.as_deref().unwrap_or("")

@@ -9,8 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use informer_core::Object;
-use informer_core::snapshot::{Snapshot, SnapshotError, SnapshotIdentity};
+use informer_core::snapshot::{Snapshot, SnapshotCodec, SnapshotError, SnapshotIdentity};
 
 use crate::error::Error;
 
@@ -66,23 +65,26 @@ pub(crate) struct SnapshotFile<K> {
     /// be half-updated, so it is never written.
     pub(crate) poisoned: AtomicBool,
     pub(crate) loaded: Mutex<Option<SnapshotLoad>>,
+    /// Set once the stop's snapshot (at shutdown or at the drop of the last handle) is taken.
+    pub(crate) written_at_stop: AtomicBool,
     /// Orders writes: the sequence number of the snapshot taken last.
     pub(crate) taken: AtomicU64,
     /// The sequence number of the snapshot on disk; held while writing.
     pub(crate) written: Mutex<u64>,
 }
 
-impl<K: Object + serde::Serialize + serde::de::DeserializeOwned> SnapshotFile<K> {
+impl<K: SnapshotCodec + Send + Sync> SnapshotFile<K> {
     pub(crate) fn new(path: PathBuf, every: Option<Duration>, identity: SnapshotIdentity) -> Self {
         SnapshotFile {
             path,
             every,
             identity,
             encode: |s, id, out| s.encode(id, out),
-            decode: Snapshot::decode,
+            decode: decode_on_threads,
             loading: AtomicBool::new(false),
             poisoned: AtomicBool::new(false),
             loaded: Mutex::new(None),
+            written_at_stop: AtomicBool::new(false),
             taken: AtomicU64::new(0),
             written: Mutex::new(0),
         }
@@ -138,6 +140,35 @@ impl<K> SnapshotFile<K> {
             superseded: false,
         })
     }
+}
+
+/// Decodes on up to four threads at once (the snapshot's frames split into parts): the objects
+/// are independent, so loading scales with the cores until memory allocation dominates.
+fn decode_on_threads<K: SnapshotCodec + Send + Sync>(
+    bytes: &[u8],
+    identity: &SnapshotIdentity,
+) -> Result<Snapshot<K>, SnapshotError> {
+    // Below this, a thread costs more than it saves.
+    const MIN_PART: usize = 1 << 20;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let parts = threads.min(bytes.len() / MIN_PART).max(1);
+    if parts == 1 {
+        return Snapshot::decode(bytes, identity);
+    }
+    Snapshot::decode_parallel(bytes, identity, parts, |jobs| {
+        let Some((first, rest)) = jobs.split_first_mut() else {
+            return;
+        };
+        std::thread::scope(|s| {
+            for job in rest {
+                // A part whose thread cannot be started is decoded by `decode_parallel` itself.
+                let _ = std::thread::Builder::new()
+                    .name("informer-snapshot".into())
+                    .spawn_scoped(s, || job.run());
+            }
+            first.run();
+        });
+    })
 }
 
 /// Temporary file in the same directory, fsync, rename, fsync the directory.
