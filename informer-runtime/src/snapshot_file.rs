@@ -98,6 +98,7 @@ impl<K> SnapshotFile<K> {
     }
 
     pub(crate) fn load(&self) -> (SnapshotLoad, Option<Snapshot<K>>) {
+        remove_stale_temporaries(&self.path);
         let bytes = match fs::read(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -171,6 +172,35 @@ fn decode_on_threads<K: SnapshotCodec + Send + Sync>(
     })
 }
 
+/// The temporary file name prefix of the snapshot file `path` (`.<name>.tmp-`).
+fn temporary_prefix(path: &Path) -> Option<std::ffi::OsString> {
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(path.file_name()?);
+    prefix.push(".tmp-");
+    Some(prefix)
+}
+
+/// Removes the temporary files a process that died while writing `path` left behind (they are
+/// never read: the file itself is only ever replaced whole, by a rename).
+fn remove_stale_temporaries(path: &Path) {
+    let Some(prefix) = temporary_prefix(path) else {
+        return;
+    };
+    let prefix = prefix.to_string_lossy().into_owned();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
 /// Temporary file in the same directory, fsync, rename, fsync the directory.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -178,13 +208,10 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let file_name = path
-        .file_name()
+    let mut tmp_name = temporary_prefix(path)
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(file_name);
     tmp_name.push(format!(
-        ".tmp-{}-{}",
+        "{}-{}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
