@@ -23,6 +23,7 @@ pub const TARGETS: &[&str] = &[
     "incluster",
     "h1_response",
     "informer_core",
+    "snapshot_decode",
 ];
 
 /// One target's figures.
