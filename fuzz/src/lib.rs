@@ -474,7 +474,10 @@ where
     let s = match (once, in_parts) {
         (Ok(a), Ok(b)) => {
             assert_eq!(a.resource_version, b.resource_version);
-            assert!(a.items.iter().eq(b.items.iter()), "parts decode other objects");
+            assert!(
+                a.items.iter().eq(b.items.iter()),
+                "parts decode other objects"
+            );
             a
         }
         (Err(a), Err(b)) => {
@@ -489,10 +492,14 @@ where
         assert!(keys.insert(Key::of(&**o)), "a key twice");
     }
     let mut again = Vec::new();
-    s.encode(&identity, &mut again).expect("a decoded snapshot encodes");
+    s.encode(&identity, &mut again)
+        .expect("a decoded snapshot encodes");
     let back = Snapshot::<K>::decode(&again, &identity).expect("its encoding decodes");
     assert_eq!(back.resource_version, s.resource_version);
-    assert!(back.items.iter().eq(s.items.iter()), "round trip changed objects");
+    assert!(
+        back.items.iter().eq(s.items.iter()),
+        "round trip changed objects"
+    );
     let mut third = Vec::new();
     back.encode(&identity, &mut third).unwrap();
     assert_eq!(third, again, "encoding is not stable");

@@ -115,7 +115,10 @@ impl fmt::Display for SnapshotError {
             }
             SnapshotError::OtherSelectors => f.write_str("snapshot taken with other selectors"),
             SnapshotError::OtherCodec { expected, found } => {
-                write!(f, "snapshot objects encoded as {found:?}, expected {expected:?}")
+                write!(
+                    f,
+                    "snapshot objects encoded as {found:?}, expected {expected:?}"
+                )
             }
             SnapshotError::Encode(why) => write!(f, "object not serializable: {why}"),
             SnapshotError::NotSynced => f.write_str("the informer has not synced yet"),
@@ -341,7 +344,9 @@ impl<'a> Frames<'a> {
                 };
                 let mut w = [0u8; 4];
                 w.copy_from_slice(len);
-                at = at.saturating_add(4).saturating_add(u32::from_le_bytes(w) as usize);
+                at = at
+                    .saturating_add(4)
+                    .saturating_add(u32::from_le_bytes(w) as usize);
             }
             let at = at.min(rest.len());
             let (part, tail) = rest.split_at(at);

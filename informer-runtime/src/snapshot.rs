@@ -109,7 +109,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
         let Some(file) = &self.snapshot else {
             return;
         };
-        if file.poisoned.load(Ordering::Acquire) || file.written_at_stop.swap(true, Ordering::AcqRel)
+        if file.poisoned.load(Ordering::Acquire)
+            || file.written_at_stop.swap(true, Ordering::AcqRel)
         {
             return;
         }

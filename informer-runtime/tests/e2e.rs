@@ -168,17 +168,14 @@ async fn warm_restart_through_the_factory_and_at_the_last_drop<E: Env>(c: Client
     factory.shutdown().await;
     let files = snapshot_files(&dir);
     assert_eq!(files.len(), 2, "one file per informer: {files:?}");
-    assert_eq!(
-        files,
-        {
-            let mut want = vec![
-                factory.snapshot_path::<DynamicObject>(&dir, &Resource::CONFIGMAPS, &opts),
-                factory.snapshot_path::<PartialObjectMetadata>(&dir, &Resource::CONFIGMAPS, &opts),
-            ];
-            want.sort();
-            want
-        }
-    );
+    assert_eq!(files, {
+        let mut want = vec![
+            factory.snapshot_path::<DynamicObject>(&dir, &Resource::CONFIGMAPS, &opts),
+            factory.snapshot_path::<PartialObjectMetadata>(&dir, &Resource::CONFIGMAPS, &opts),
+        ];
+        want.sort();
+        want
+    });
     drop((objects, metas, factory));
 
     // Changes while down.
@@ -228,7 +225,10 @@ async fn warm_restart_through_the_factory_and_at_the_last_drop<E: Env>(c: Client
     let at_drop = objects.last_sync_resource_version();
     let file = factory.snapshot_path::<DynamicObject>(&dir, &Resource::CONFIGMAPS, &opts);
     let (_, on_disk) = peek_identity(&std::fs::read(&file).unwrap()).unwrap();
-    assert_ne!(on_disk, at_drop, "the changes made while down are not on disk yet");
+    assert_ne!(
+        on_disk, at_drop,
+        "the changes made while down are not on disk yet"
+    );
     drop((objects, metas, factory));
     eventually::<E>("the file written at the drop", DEADLINE, || {
         std::fs::read(&file)

@@ -277,9 +277,15 @@ async fn crash_child<E: Env>(path: std::path::PathBuf) {
         .build()
         .unwrap();
     inf.start().unwrap();
-    inf.wait_for_sync(Some(Duration::from_secs(60))).await.unwrap();
+    inf.wait_for_sync(Some(Duration::from_secs(60)))
+        .await
+        .unwrap();
     // Names and resourceVersions go on from the file's.
-    let mut rv: u64 = inf.last_sync_resource_version().parse::<u64>().unwrap().max(100);
+    let mut rv: u64 = inf
+        .last_sync_resource_version()
+        .parse::<u64>()
+        .unwrap()
+        .max(100);
     let first = rv + 1;
     loop {
         rv += 1;
@@ -323,7 +329,10 @@ async fn a_crash_mid_write_leaves_the_previous_file_valid<E: Env>() {
         .build()
         .unwrap();
     first.start().unwrap();
-    first.wait_for_sync(Some(Duration::from_secs(60))).await.unwrap();
+    first
+        .wait_for_sync(Some(Duration::from_secs(60)))
+        .await
+        .unwrap();
     first.shutdown().await;
     assert_eq!(on_disk(&path).unwrap().0, "5");
 
@@ -383,12 +392,15 @@ async fn a_crash_mid_write_leaves_the_previous_file_valid<E: Env>() {
         assert_eq!(items.len() as u64, 4000 + added, "round {round}");
 
         let (f, _tx) = fake(vec![]);
-        let next = InformerBuilder::<DynamicObject, E::R>::from_transport(E::R::default(), f, "fake")
-            .snapshot(&path)
-            .build()
-            .unwrap();
+        let next =
+            InformerBuilder::<DynamicObject, E::R>::from_transport(E::R::default(), f, "fake")
+                .snapshot(&path)
+                .build()
+                .unwrap();
         next.start().unwrap();
-        next.wait_for_sync(Some(Duration::from_secs(60))).await.unwrap();
+        next.wait_for_sync(Some(Duration::from_secs(60)))
+            .await
+            .unwrap();
         assert!(
             matches!(next.snapshot_load(), Some(SnapshotLoad::Resumed { objects, .. }) if objects as u64 == 4000 + added),
             "{:?}",

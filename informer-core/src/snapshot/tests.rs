@@ -260,17 +260,13 @@ fn parallel_decode_equals_sequential() {
     let out = dynamic_bytes(&items);
     for parts in [1, 2, 3, 7, 100] {
         for run_every in [1, 2] {
-            let back = Snapshot::<DynamicObject>::decode_parallel(
-                &out,
-                &identity(),
-                parts,
-                |jobs| {
+            let back =
+                Snapshot::<DynamicObject>::decode_parallel(&out, &identity(), parts, |jobs| {
                     for j in jobs.iter_mut().step_by(run_every) {
                         j.run();
                     }
-                },
-            )
-            .unwrap();
+                })
+                .unwrap();
             assert!(items.iter().zip(&back.items).all(|(a, b)| a == b));
             assert_eq!(back.items.len(), items.len());
         }
@@ -325,7 +321,9 @@ fn binary_frames_with_bad_content_are_corrupt() {
     reseal(&mut b);
     assert_eq!(
         decode(&b),
-        Some(SnapshotError::Corrupt("a shared string index out of range".into()))
+        Some(SnapshotError::Corrupt(
+            "a shared string index out of range".into()
+        ))
     );
     // A snapshot of DynamicObjects read as PartialObjectMetadata, or as JSON objects.
     assert_eq!(
@@ -344,7 +342,11 @@ fn binary_frames_with_bad_content_are_corrupt() {
     );
     // Every truncation.
     for n in 0..out.len() {
-        assert_eq!(decode(&out[..n]), Some(SnapshotError::Truncated), "cut at {n}");
+        assert_eq!(
+            decode(&out[..n]),
+            Some(SnapshotError::Truncated),
+            "cut at {n}"
+        );
     }
 }
 
