@@ -125,4 +125,27 @@ mod tests {
         .unwrap();
         assert!(matches!(ev, informer_core::protocol::WatchEvent::Added(o) if o.name() == "a"));
     }
+
+    /// Typed objects go into a snapshot as their JSON and come back equal, quantities, byte
+    /// strings and all; the file names the JSON codec, so a DynamicObject snapshot is refused.
+    #[test]
+    fn k8s_openapi_types_round_trip_through_snapshots() {
+        use informer_core::snapshot::{Snapshot, SnapshotError, SnapshotIdentity};
+        use std::sync::Arc;
+        let json = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"5","labels":{"x":"y"}},"data":{"k":"v"},"binaryData":{"b":"AAEC"}}"#;
+        let cm: K8s<ConfigMap> = serde_json::from_str(json).unwrap();
+        let id = SnapshotIdentity::default();
+        let s = Snapshot {
+            resource_version: "5".into(),
+            items: vec![Arc::new(cm.clone())],
+        };
+        let mut bytes = Vec::new();
+        s.encode(&id, &mut bytes).unwrap();
+        let back = Snapshot::<K8s<ConfigMap>>::decode(&bytes, &id).unwrap();
+        assert_eq!(*back.items[0], cm);
+        assert!(matches!(
+            Snapshot::<informer_core::DynamicObject>::decode(&bytes, &id),
+            Err(SnapshotError::OtherCodec { .. })
+        ));
+    }
 }
