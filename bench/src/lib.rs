@@ -149,6 +149,15 @@ impl Run {
         }
     }
 
+    /// Notes on stderr how long after process start `phase` was reached (where a start's time
+    /// goes: `cargo xtask bench e2e` shows the client's stderr).
+    pub fn mark(&self, phase: &str) {
+        eprintln!(
+            "    phase {phase}: {:.4} s",
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+
     /// Prints the `synced` line.
     pub fn synced(&self, objects: usize) {
         self.report("synced", "objects", objects as u64);
@@ -206,8 +215,9 @@ fn print_line(line: &str) {
 }
 
 /// Prints the `formats` line: the snapshot file against the same objects as a JSON array (what
-/// a list's `items` is), bytes per object and decode time (best of 3), and the time
-/// `write_s` the informer took to write the file (encode + fsync + rename).
+/// a list's `items` is), bytes per object and decode time on one thread (best of 3), the load
+/// time `load_s` as an informer loads (read the file, decode on up to four threads), and the
+/// time `write_s` the informer took to write the file (encode + fsync + rename).
 pub fn format_figures(objects: &[Arc<DynamicObject>], file: &Path, write_s: f64) {
     use informer_core::snapshot::{Snapshot, peek_identity};
     let Ok(bytes) = std::fs::read(file) else {
@@ -231,16 +241,35 @@ pub fn format_figures(objects: &[Arc<DynamicObject>], file: &Path, write_s: f64)
     };
     let (snap_s, snap_ok) = best(&|| Snapshot::<DynamicObject>::decode(&bytes, &identity).is_ok());
     let (json_s, json_ok) = best(&|| serde_json::from_slice::<Vec<DynamicObject>>(&json).is_ok());
+    // What an informer's load does: read the file, decode it on up to four threads.
+    let (load_s, load_ok) = best(&|| {
+        let Ok(bytes) = std::fs::read(file) else {
+            return false;
+        };
+        let parts = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        Snapshot::<DynamicObject>::decode_parallel(&bytes, &identity, parts, |jobs| {
+            let Some((first, rest)) = jobs.split_first_mut() else {
+                return;
+            };
+            std::thread::scope(|s| {
+                for job in rest {
+                    s.spawn(|| job.run());
+                }
+                first.run();
+            });
+        })
+        .is_ok()
+    });
     let n = objects.len().max(1) as f64;
     print_line(&format!(
         "{{\"event\":\"formats\",\"objects\":{},\"snapshot_bytes\":{},\"json_bytes\":{},\
          \"snapshot_per_object\":{:.1},\"json_per_object\":{:.1},\"snapshot_decode_s\":{snap_s:.4},\
-         \"json_decode_s\":{json_s:.4},\"decoded\":{},\"write_s\":{write_s:.4}}}",
+         \"json_decode_s\":{json_s:.4},\"load_s\":{load_s:.4},\"decoded\":{},\"write_s\":{write_s:.4}}}",
         objects.len(),
         bytes.len(),
         json.len(),
         bytes.len() as f64 / n,
         json.len() as f64 / n,
-        snap_ok && json_ok
+        snap_ok && json_ok && load_ok
     ));
 }

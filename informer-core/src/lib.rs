@@ -76,6 +76,6 @@ pub use processor::{HandlerId, Notification, Processor};
 pub use raw::RawFields;
 pub use reflector::{Reflector, ReflectorConfig};
 pub use selector::{Labels, Selector, SelectorError};
-pub use snapshot::{Snapshot, SnapshotError, SnapshotIdentity};
+pub use snapshot::{Snapshot, SnapshotCodec, SnapshotError, SnapshotIdentity};
 pub use string_map::StringMap;
 pub use time::Instant;

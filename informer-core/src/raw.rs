@@ -29,6 +29,33 @@ impl RawFields {
         RawFields(None)
     }
 
+    /// Members from the text of a JSON object, kept verbatim: the text is checked to be one
+    /// JSON object (a scan; no value is built), not rewritten. `{}` is no members.
+    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
+        struct Members;
+        impl<'de> Visitor<'de> for Members {
+            type Value = usize;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<usize, A::Error> {
+                let mut n = 0;
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {
+                    n += 1;
+                }
+                Ok(n)
+            }
+        }
+        let mut de = serde_json::Deserializer::from_str(text);
+        let members = de::Deserializer::deserialize_map(&mut de, Members)?;
+        de.end()?;
+        Ok(if members == 0 {
+            RawFields(None)
+        } else {
+            RawFields(Some(text.into()))
+        })
+    }
+
     /// The members as a JSON object text (`{}` when empty).
     pub fn as_json(&self) -> &str {
         self.0.as_deref().unwrap_or("{}")

@@ -107,7 +107,7 @@ impl StringMap {
     }
 
     /// Builds from unsorted pairs: later duplicates win.
-    fn from_pairs<S: AsRef<str>>(mut pairs: Vec<(S, S)>) -> Self {
+    pub(crate) fn from_pairs<S: AsRef<str>>(mut pairs: Vec<(S, S)>) -> Self {
         // Stable sort keeps input order among equal keys; keep the last of each run.
         pairs.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
         let mut out: Vec<(&str, &str)> = Vec::with_capacity(pairs.len());

@@ -281,11 +281,15 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     /// ([`Informer::snapshot_load`] says why). The cache is written back at
     /// [`Informer::shutdown`], on [`Informer::write_snapshot`] and every
     /// [`snapshot_every`](Self::snapshot_every), atomically. Objects are stored as cached (after
-    /// the [`transform`](Self::transform), which is not applied again on load) and as JSON, so
-    /// `K` must serialize back to what it was decoded from.
+    /// the [`transform`](Self::transform), which is not applied again on load) in `K`'s
+    /// [`SnapshotCodec`](informer_core::SnapshotCodec): a binary encoding for
+    /// [`DynamicObject`](crate::DynamicObject) and
+    /// [`PartialObjectMetadata`](crate::PartialObjectMetadata), JSON for other types (which must
+    /// serialize back to what they were decoded from). The file is decoded on up to four
+    /// threads.
     pub fn snapshot(mut self, path: impl Into<std::path::PathBuf>) -> Self
     where
-        K: serde::Serialize + DeserializeOwned,
+        K: informer_core::SnapshotCodec,
     {
         let path = path.into();
         self.snapshot = Some(Box::new(move |resource, selectors| {

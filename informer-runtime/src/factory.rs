@@ -3,12 +3,12 @@
 
 use std::any::{Any, TypeId};
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use informer_core::Object;
+use informer_core::SnapshotCodec;
 use informer_http::{Backend, Client, Resource};
-use serde::de::DeserializeOwned;
 
 use crate::builder::InformerBuilder;
 use crate::error::Error;
@@ -65,7 +65,7 @@ trait Control: Send + Sync {
     fn type_id_of_object(&self) -> TypeId;
 }
 
-impl<K: Object + Send + Sync + 'static, R: Runtime> Control for Informer<K, R> {
+impl<K: SnapshotCodec + Send + Sync + 'static, R: Runtime> Control for Informer<K, R> {
     fn start(&self) -> Result<(), Error> {
         Informer::start(self)
     }
@@ -104,6 +104,7 @@ pub struct SharedInformerFactory<R, B> {
     client: Client<B>,
     resync: Duration,
     namespace: Option<String>,
+    snapshot_dir: Option<PathBuf>,
     informers: Mutex<Vec<(FactoryKey, Arc<dyn Control>)>>,
     started: Mutex<bool>,
 }
@@ -113,6 +114,7 @@ impl<R, B> fmt::Debug for SharedInformerFactory<R, B> {
         f.debug_struct("SharedInformerFactory")
             .field("resync", &self.resync)
             .field("namespace", &self.namespace)
+            .field("snapshot_dir", &self.snapshot_dir)
             .finish_non_exhaustive()
     }
 }
@@ -132,6 +134,7 @@ impl<R: Runtime, B: Backend> SharedInformerFactory<R, B> {
             client,
             resync: Duration::ZERO,
             namespace: None,
+            snapshot_dir: None,
             informers: Mutex::new(Vec::new()),
             started: Mutex::new(false),
         }
@@ -149,10 +152,38 @@ impl<R: Runtime, B: Backend> SharedInformerFactory<R, B> {
         self
     }
 
+    /// Warm restarts for every informer it creates: each gets a
+    /// [snapshot file](InformerBuilder::snapshot) of its own in `dir`, named after its
+    /// resource, namespace, selectors and object type ([`snapshot_path`](Self::snapshot_path)).
+    /// An informer resumes from its file at start and writes it at
+    /// [`shutdown`](Self::shutdown) (or when its last handle is dropped). `dir` must exist. A
+    /// `customize` function of [`informer_with`](Self::informer_with) may add
+    /// [`snapshot_every`](InformerBuilder::snapshot_every) or another path.
+    pub fn with_snapshot_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.snapshot_dir = Some(dir.into());
+        self
+    }
+
+    /// The snapshot file in `dir` of the informer of `resource` with `options` (the factory's
+    /// namespace applied) holding objects of type `K`: the resource, the namespace and a hash
+    /// of the selectors and the type's codec, so that every informer has its own file.
+    pub fn snapshot_path<K: SnapshotCodec>(
+        &self,
+        dir: &Path,
+        resource: &Resource,
+        options: &InformerOptions,
+    ) -> PathBuf {
+        let mut options = options.clone();
+        if options.namespace.is_none() {
+            options.namespace = self.namespace.clone();
+        }
+        snapshot_file_name::<K>(dir, resource, &options)
+    }
+
     /// The shared informer of `resource` for all objects (in the factory's namespace).
     pub fn informer<K>(&self, resource: Resource) -> Result<Informer<K, R>, Error>
     where
-        K: Object + DeserializeOwned + Send + Sync + 'static,
+        K: SnapshotCodec + Send + Sync + 'static,
     {
         self.informer_with(resource, InformerOptions::default(), |b| b)
     }
@@ -160,6 +191,10 @@ impl<R: Runtime, B: Backend> SharedInformerFactory<R, B> {
     /// The shared informer of `resource` with `options`. `customize` (indexers, transform,
     /// watch-error hook, …) applies only when this call creates it; once the factory has
     /// started, a new informer is started at once.
+    ///
+    /// `K` is any object type with a [`SnapshotCodec`] (every type of this crate and
+    /// `K8s<T>` have one; for a type of your own, `impl SnapshotCodec for MyType {}` stores it
+    /// as JSON), so that [`with_snapshot_dir`](Self::with_snapshot_dir) applies to all.
     pub fn informer_with<K>(
         &self,
         resource: Resource,
@@ -167,7 +202,7 @@ impl<R: Runtime, B: Backend> SharedInformerFactory<R, B> {
         customize: impl FnOnce(InformerBuilder<K, R>) -> InformerBuilder<K, R>,
     ) -> Result<Informer<K, R>, Error>
     where
-        K: Object + DeserializeOwned + Send + Sync + 'static,
+        K: SnapshotCodec + Send + Sync + 'static,
     {
         if options.namespace.is_none() {
             options.namespace = self.namespace.clone();
@@ -192,6 +227,10 @@ impl<R: Runtime, B: Backend> SharedInformerFactory<R, B> {
                 }),
             };
         }
+        let snapshot = self
+            .snapshot_dir
+            .as_deref()
+            .map(|dir| snapshot_file_name::<K>(dir, &resource, &options));
         let mut b =
             InformerBuilder::new(self.rt.clone(), &self.client, resource).resync(self.resync);
         if let Some(ns) = &options.namespace {
@@ -202,6 +241,9 @@ impl<R: Runtime, B: Backend> SharedInformerFactory<R, B> {
         }
         if let Some(s) = &options.field_selector {
             b = b.field_selector(s.clone());
+        }
+        if let Some(path) = snapshot {
+            b = b.snapshot(path);
         }
         let informer = customize(b).build()?;
         if *self.started.lock().unwrap_or_else(PoisonError::into_inner) {
@@ -242,4 +284,53 @@ impl<R: Runtime, B: Backend> SharedInformerFactory<R, B> {
             .map(|(_, c)| c.clone())
             .collect()
     }
+}
+
+/// `<group>_<version>_<plural>[_<namespace>]-<hash>.snapshot`: readable, and the hash (of the
+/// whole key: resource, namespace, selectors, codec) keeps informers that differ only in what
+/// a file name cannot show apart. The hash is stable across processes.
+fn snapshot_file_name<K: SnapshotCodec>(
+    dir: &Path,
+    resource: &Resource,
+    options: &InformerOptions,
+) -> PathBuf {
+    let clean = |s: &str| -> String {
+        s.chars()
+            .take(63)
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let group = if resource.group.is_empty() {
+        "core"
+    } else {
+        &resource.group
+    };
+    let mut name = format!(
+        "{}_{}_{}",
+        clean(group),
+        clean(&resource.version),
+        clean(&resource.plural)
+    );
+    if let Some(ns) = &options.namespace {
+        name.push('_');
+        name.push_str(&clean(ns));
+    }
+    let key = format!(
+        "{}\0{}\0{}\0{:?}\0{:?}\0{:?}\0{}",
+        resource.group,
+        resource.version,
+        resource.plural,
+        options.namespace,
+        options.label_selector,
+        options.field_selector,
+        K::CODEC
+    );
+    let hash = informer_core::snapshot::checksum(key.as_bytes());
+    dir.join(format!("{name}-{hash:016x}.snapshot"))
 }

@@ -22,7 +22,11 @@ use crate::sync::CacheSync;
 /// resource, keeps an indexed cache, and tells every handler what changed in it.
 ///
 /// Cheap to clone. Dropping the last clone stops it like [`shutdown`](Self::shutdown) without
-/// waiting; [`Store`]s stay readable (frozen at the last state).
+/// waiting; [`Store`]s stay readable (frozen at the last state). With a
+/// [snapshot file](crate::InformerBuilder::snapshot) (and no `shutdown` before), the cache as
+/// it is at the drop is written to it on a thread of its own, atomically: a process that
+/// exits before the write is done keeps the previous file. Await `shutdown` to know it is
+/// written.
 ///
 /// # Consistency contract
 ///
@@ -102,18 +106,24 @@ pub struct Informer<K, R> {
 
 struct Inner<K, R> {
     shared: Arc<Shared<K, R>>,
+    /// Run when the last handle is dropped, after the stop is sent (writes the snapshot).
+    last_dropped: fn(&Arc<Shared<K, R>>),
 }
 
 impl<K, R> Drop for Inner<K, R> {
     fn drop(&mut self) {
         self.shared.stop();
+        (self.last_dropped)(&self.shared);
     }
 }
 
-impl<K, R> Informer<K, R> {
+impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
     pub(crate) fn from_shared(shared: Arc<Shared<K, R>>) -> Self {
         Informer {
-            inner: Arc::new(Inner { shared }),
+            inner: Arc::new(Inner {
+                shared,
+                last_dropped: Shared::write_snapshot_in_background,
+            }),
         }
     }
 }
@@ -346,7 +356,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
     /// 3. the driver waits for every handler thread to exit, then ends.
     ///
     /// The cache stays readable through existing [`Store`]s. With a snapshot file, the cache
-    /// is then written to it (if the informer had synced; a failure is logged). Idempotent.
+    /// is then written to it (if the informer had synced; a failure is logged), and this
+    /// returns once it is on disk. Idempotent.
     pub async fn shutdown(&self) {
         let shared = self.shared();
         shared.stop();
@@ -357,7 +368,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
             }
             listener.await;
         }
-        if shared.snapshot.is_some() {
+        if let Some(file) = &shared.snapshot {
+            // Dropping the last handle later need not write it again.
+            file.written_at_stop.store(true, Ordering::Release);
             match shared.write_snapshot().await {
                 Ok(w) => tracing::info!(
                     informer = %shared.name,

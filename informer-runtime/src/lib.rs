@@ -119,7 +119,7 @@ pub use informer_core::protocol::Failure;
 pub use informer_core::reflector::{BackoffConfig, ReflectorConfig};
 pub use informer_core::{
     DynamicObject, HandlerId, IndexError, Key, KeyRef, Labels, Notification, Object,
-    ObjectOrTombstone, PartialObjectMetadata, Selector, SelectorError, Tombstone,
+    ObjectOrTombstone, PartialObjectMetadata, Selector, SelectorError, SnapshotCodec, Tombstone,
 };
 pub use informer_http::{Config, HasResource, Resource};
 
@@ -140,8 +140,8 @@ macro_rules! runtime_crate_api {
             HandlerFns, HandlerId, HasResource, IndexError, IndexFunc, IndexValues,
             InformerOptions, Key, KeyRef, LabelIndex, Labels, Metrics, NAMESPACE_INDEX,
             Notification, Object, ObjectOrTombstone, PartialObjectMetadata, ReflectorConfig,
-            Resource, Runtime, Selector, SelectorError, SnapshotLoad, SnapshotWritten, Store,
-            Tombstone, impl_object, index_fn, label_index_name,
+            Resource, Runtime, Selector, SelectorError, SnapshotCodec, SnapshotLoad,
+            SnapshotWritten, Store, Tombstone, impl_object, index_fn, label_index_name,
         };
 
         #[doc = concat!("The transport backend this crate uses (", $backend_doc, ").")]

@@ -102,6 +102,54 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
         self.changed.notify(usize::MAX);
     }
 
+    /// The last handle was dropped: takes a snapshot of the cache now (under the read lock,
+    /// sharing the objects) and writes it on a thread of its own, unless `shutdown` wrote one
+    /// already. Never blocks the dropping thread on encoding or disk.
+    pub(crate) fn write_snapshot_in_background(self: &Arc<Self>) {
+        let Some(file) = &self.snapshot else {
+            return;
+        };
+        if file.poisoned.load(Ordering::Acquire)
+            || file.written_at_stop.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let taken = {
+            let state = self.state.read();
+            state
+                .core
+                .snapshot()
+                .map(|s| (file.taken.fetch_add(1, Ordering::AcqRel) + 1, s))
+        };
+        let Some((seq, snapshot)) = taken else {
+            tracing::debug!(informer = %self.name, "not synced: no snapshot at drop");
+            return;
+        };
+        let shared = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("informer-snapshot".into())
+            .spawn(move || {
+                let Some(file) = &shared.snapshot else {
+                    return;
+                };
+                match file.write(seq, &snapshot) {
+                    Ok(w) => tracing::info!(
+                        informer = %shared.name,
+                        resource_version = %w.resource_version,
+                        objects = w.objects,
+                        bytes = w.bytes,
+                        "snapshot written at drop"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(informer = %shared.name, error = %e, "no snapshot at drop")
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(informer = %self.name, error = %e, "no snapshot at drop");
+        }
+    }
+
     /// Takes a snapshot of the cache and writes it to the snapshot file.
     pub(crate) async fn write_snapshot(self: &Arc<Self>) -> Result<SnapshotWritten, Error> {
         let Some(file) = &self.snapshot else {

@@ -9,8 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use informer_core::Object;
-use informer_core::snapshot::{Snapshot, SnapshotError, SnapshotIdentity};
+use informer_core::snapshot::{Snapshot, SnapshotCodec, SnapshotError, SnapshotIdentity};
 
 use crate::error::Error;
 
@@ -66,23 +65,26 @@ pub(crate) struct SnapshotFile<K> {
     /// be half-updated, so it is never written.
     pub(crate) poisoned: AtomicBool,
     pub(crate) loaded: Mutex<Option<SnapshotLoad>>,
+    /// Set once the stop's snapshot (at shutdown or at the drop of the last handle) is taken.
+    pub(crate) written_at_stop: AtomicBool,
     /// Orders writes: the sequence number of the snapshot taken last.
     pub(crate) taken: AtomicU64,
     /// The sequence number of the snapshot on disk; held while writing.
     pub(crate) written: Mutex<u64>,
 }
 
-impl<K: Object + serde::Serialize + serde::de::DeserializeOwned> SnapshotFile<K> {
+impl<K: SnapshotCodec + Send + Sync> SnapshotFile<K> {
     pub(crate) fn new(path: PathBuf, every: Option<Duration>, identity: SnapshotIdentity) -> Self {
         SnapshotFile {
             path,
             every,
             identity,
             encode: |s, id, out| s.encode(id, out),
-            decode: Snapshot::decode,
+            decode: decode_on_threads,
             loading: AtomicBool::new(false),
             poisoned: AtomicBool::new(false),
             loaded: Mutex::new(None),
+            written_at_stop: AtomicBool::new(false),
             taken: AtomicU64::new(0),
             written: Mutex::new(0),
         }
@@ -96,6 +98,7 @@ impl<K> SnapshotFile<K> {
     }
 
     pub(crate) fn load(&self) -> (SnapshotLoad, Option<Snapshot<K>>) {
+        remove_stale_temporaries(&self.path);
         let bytes = match fs::read(&self.path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -140,6 +143,64 @@ impl<K> SnapshotFile<K> {
     }
 }
 
+/// Decodes on up to four threads at once (the snapshot's frames split into parts): the objects
+/// are independent, so loading scales with the cores until memory allocation dominates.
+fn decode_on_threads<K: SnapshotCodec + Send + Sync>(
+    bytes: &[u8],
+    identity: &SnapshotIdentity,
+) -> Result<Snapshot<K>, SnapshotError> {
+    // Below this, a thread costs more than it saves.
+    const MIN_PART: usize = 1 << 20;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let parts = threads.min(bytes.len() / MIN_PART).max(1);
+    if parts == 1 {
+        return Snapshot::decode(bytes, identity);
+    }
+    Snapshot::decode_parallel(bytes, identity, parts, |jobs| {
+        let Some((first, rest)) = jobs.split_first_mut() else {
+            return;
+        };
+        std::thread::scope(|s| {
+            for job in rest {
+                // A part whose thread cannot be started is decoded by `decode_parallel` itself.
+                let _ = std::thread::Builder::new()
+                    .name("informer-snapshot".into())
+                    .spawn_scoped(s, || job.run());
+            }
+            first.run();
+        });
+    })
+}
+
+/// The temporary file name prefix of the snapshot file `path` (`.<name>.tmp-`).
+fn temporary_prefix(path: &Path) -> Option<std::ffi::OsString> {
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(path.file_name()?);
+    prefix.push(".tmp-");
+    Some(prefix)
+}
+
+/// Removes the temporary files a process that died while writing `path` left behind (they are
+/// never read: the file itself is only ever replaced whole, by a rename).
+fn remove_stale_temporaries(path: &Path) {
+    let Some(prefix) = temporary_prefix(path) else {
+        return;
+    };
+    let prefix = prefix.to_string_lossy().into_owned();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
 /// Temporary file in the same directory, fsync, rename, fsync the directory.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -147,13 +208,10 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let file_name = path
-        .file_name()
+    let mut tmp_name = temporary_prefix(path)
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(file_name);
     tmp_name.push(format!(
-        ".tmp-{}-{}",
+        "{}-{}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));

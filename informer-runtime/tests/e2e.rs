@@ -124,6 +124,122 @@ fn run<E: Env, F: Future<Output = ()>>(scenario: impl FnOnce(Client<E::B>) -> F)
     );
 }
 
+/// The snapshot files in `dir` (temporary files excluded).
+fn snapshot_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "snapshot"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// A factory with a snapshot directory: each of its informers (whole objects, metadata only)
+/// writes a file of its own at the factory's shutdown; a new factory on the same directory
+/// resumes every informer from its file (no list) and sees what changed while it was down.
+/// Dropping the last handle of an informer (no shutdown) writes its file too: the file then
+/// holds the cache as it was at the drop.
+async fn warm_restart_through_the_factory_and_at_the_last_drop<E: Env>(c: Client<E::B>) {
+    use informer_core::snapshot::peek_identity;
+    use informer_runtime::{PartialObjectMetadata, SnapshotLoad};
+    let ns = format!("warm-factory-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    for i in 0..5 {
+        put_cm(&c, &ns, &format!("f-{i}"), &[]).await;
+    }
+    let dir = snapshot_path(&format!("factory-{}", E::NAME)).with_extension("d");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let opts = InformerOptions::new().namespace(ns.clone());
+
+    let factory = SharedInformerFactory::<E::R, E::B>::new(c.clone()).with_snapshot_dir(&dir);
+    let objects = factory
+        .informer_with::<DynamicObject>(Resource::CONFIGMAPS, opts.clone(), |b| b)
+        .unwrap();
+    let metas = factory
+        .informer_with::<PartialObjectMetadata>(Resource::CONFIGMAPS, opts.clone(), |b| b)
+        .unwrap();
+    factory.start().unwrap();
+    factory.wait_for_cache_sync(Some(DEADLINE)).await.unwrap();
+    assert_eq!(objects.snapshot_load(), Some(SnapshotLoad::Missing));
+    assert_eq!(objects.store().len(), 5);
+    assert_eq!(metas.store().len(), 5);
+    factory.shutdown().await;
+    let files = snapshot_files(&dir);
+    assert_eq!(files.len(), 2, "one file per informer: {files:?}");
+    assert_eq!(files, {
+        let mut want = vec![
+            factory.snapshot_path::<DynamicObject>(&dir, &Resource::CONFIGMAPS, &opts),
+            factory.snapshot_path::<PartialObjectMetadata>(&dir, &Resource::CONFIGMAPS, &opts),
+        ];
+        want.sort();
+        want
+    });
+    drop((objects, metas, factory));
+
+    // Changes while down.
+    put_cm(&c, &ns, "f-5", &[]).await;
+    put_cm(&c, &ns, "f-1", &[("v", "2")]).await;
+    delete(&c, "configmaps", &ns, "f-2").await;
+
+    let factory = SharedInformerFactory::<E::R, E::B>::new(c.clone()).with_snapshot_dir(&dir);
+    let objects = factory
+        .informer_with::<DynamicObject>(Resource::CONFIGMAPS, opts.clone(), |b| b)
+        .unwrap();
+    let metas = factory
+        .informer_with::<PartialObjectMetadata>(Resource::CONFIGMAPS, opts.clone(), |b| b)
+        .unwrap();
+    factory.start().unwrap();
+    factory.wait_for_cache_sync(Some(DEADLINE)).await.unwrap();
+    for load in [objects.snapshot_load(), metas.snapshot_load()] {
+        assert!(
+            matches!(load, Some(SnapshotLoad::Resumed { objects: 5, .. })),
+            "{load:?}"
+        );
+    }
+    let want = server_state(&c, Resource::CONFIGMAPS, &ns).await;
+    eventually::<E>("store == server after resume", DEADLINE, || {
+        store_state(&objects.store()) == want
+    })
+    .await;
+    eventually::<E>("metadata store == server after resume", DEADLINE, || {
+        let got: BTreeMap<String, String> = metas
+            .store()
+            .list()
+            .iter()
+            .map(|o| {
+                (
+                    o.name().to_string(),
+                    o.resource_version().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        got == want
+    })
+    .await;
+    assert_eq!(objects.metrics().lists, 0);
+    assert_eq!(metas.metrics().lists, 0);
+
+    // The last handle dropped, no shutdown: the file is written with the cache at the drop.
+    let at_drop = objects.last_sync_resource_version();
+    let file = factory.snapshot_path::<DynamicObject>(&dir, &Resource::CONFIGMAPS, &opts);
+    let (_, on_disk) = peek_identity(&std::fs::read(&file).unwrap()).unwrap();
+    assert_ne!(
+        on_disk, at_drop,
+        "the changes made while down are not on disk yet"
+    );
+    drop((objects, metas, factory));
+    eventually::<E>("the file written at the drop", DEADLINE, || {
+        std::fs::read(&file)
+            .ok()
+            .and_then(|b| peek_identity(&b).ok())
+            .is_some_and(|(_, rv)| rv == at_drop)
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 macro_rules! scenarios {
     ($($name:ident),* $(,)?) => {
         mod on_tokio {
@@ -149,6 +265,7 @@ scenarios!(
     warm_restart_resumes_and_sees_changes_made_while_down,
     warm_restart_after_compaction_relists_with_tombstones,
     warm_restart_refuses_truncated_and_foreign_snapshots,
+    warm_restart_through_the_factory_and_at_the_last_drop,
 );
 
 // ---------------------------------------------------------------------------------------------

@@ -363,12 +363,13 @@ async fn dropping_the_last_informer_handle_stops_it<E: Env>() {
     assert_eq!(store.len(), 1, "the store stays readable");
 }
 
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
 struct Typed {
     metadata: informer_core::ObjectMeta,
 }
 
 informer_runtime::impl_object!(Typed);
+impl informer_runtime::SnapshotCodec for Typed {}
 
 #[test]
 fn factory_shares_one_informer_per_resource_namespace_and_selectors() {

@@ -25,6 +25,7 @@ pub const TARGETS: &[&str] = &[
     "informer_core",
     "selector",
     "workqueue",
+    "snapshot_decode",
 ];
 
 /// One target's figures.

@@ -17,11 +17,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             builder = builder.snapshot(path);
         }
         let informer = builder.build()?;
+        run.mark("client and informer built");
         let handler = informer.add_handler(HandlerFns::new().on_update(run.count_updates()))?;
         informer.start()?;
+        run.mark("started");
         handler.wait_for_sync(Some(run.timeout)).await?;
         Ok::<_, Box<dyn std::error::Error>>(informer)
     })?;
+    run.mark("synced");
     run.synced(informer.store().len());
     run.wait_for_updates()?;
     if let Some(path) = &run.snapshot {

@@ -43,6 +43,9 @@ impl Object for SimObject {
     }
 }
 
+/// Stored in snapshots as JSON (the default codec).
+impl crate::snapshot::SnapshotCodec for SimObject {}
+
 impl SimObject {
     /// The resourceVersion as a number (0 if unparsable).
     pub fn rv(&self) -> u64 {

@@ -1,8 +1,11 @@
 //! Snapshot encoding: round trip, and every way a snapshot is refused.
 
 use super::*;
+use crate::metadata::PartialObjectMetadata;
+use crate::object::DynamicObject;
 use crate::sim::SimObject;
 use alloc::format;
+use alloc::string::ToString;
 use alloc::vec;
 
 fn obj(name: &str, rv: u64) -> Arc<SimObject> {
@@ -31,6 +34,13 @@ fn sample() -> Snapshot<SimObject> {
         resource_version: "42".into(),
         items: (0..5).map(|i| obj(&format!("o{i}"), i + 1)).collect(),
     }
+}
+
+/// Recomputes the checksum after an edit, so that only the edited content is wrong.
+fn reseal(b: &mut [u8]) {
+    let n = b.len() - 8;
+    let sum = checksum(&b[..n]);
+    b[n..].copy_from_slice(&sum.to_le_bytes());
 }
 
 fn encoded(s: &Snapshot<SimObject>, id: &SnapshotIdentity) -> Vec<u8> {
@@ -128,16 +138,16 @@ fn other_identity_or_version_is_refused_with_its_own_error() {
             Some(SnapshotError::OtherSelectors)
         );
     }
-    // A future format version, with a valid checksum.
-    let mut b = bytes.clone();
-    b[8..12].copy_from_slice(&2u32.to_le_bytes());
-    let n = b.len() - 8;
-    let sum = checksum(&b[..n]);
-    b[n..].copy_from_slice(&sum.to_le_bytes());
-    assert_eq!(
-        Snapshot::<SimObject>::decode(&b, &identity()).err(),
-        Some(SnapshotError::UnknownFormat(2))
-    );
+    // Another format version (the previous one, a future one), with a valid checksum.
+    for v in [1u32, 3] {
+        let mut b = bytes.clone();
+        b[8..12].copy_from_slice(&v.to_le_bytes());
+        reseal(&mut b);
+        assert_eq!(
+            Snapshot::<SimObject>::decode(&b, &identity()).err(),
+            Some(SnapshotError::UnknownFormat(v))
+        );
+    }
 }
 
 #[test]
@@ -160,23 +170,202 @@ fn well_formed_but_inconsistent_content_is_corrupt() {
     let mut b = encoded(&sample(), &identity());
     let at = b.iter().position(|&c| c == b'{').unwrap();
     b[at] = b'x';
-    let n = b.len() - 8;
-    let sum = checksum(&b[..n]);
-    b[n..].copy_from_slice(&sum.to_le_bytes());
+    reseal(&mut b);
     let r = Snapshot::<SimObject>::decode(&b, &identity());
     assert!(matches!(r, Err(SnapshotError::Corrupt(_))), "{r:?}");
 }
 
-#[test]
-fn dynamic_objects_round_trip_exactly() {
-    let json = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"default","uid":"u1","resourceVersion":"12","labels":{"a":"b"},"creationTimestamp":"2024-01-01T00:00:00Z"},"data":{"k":"v"}}"#;
-    let o: crate::object::DynamicObject = serde_json::from_str(json).unwrap();
+fn dynamic(json: &str) -> DynamicObject {
+    serde_json::from_str(json).unwrap()
+}
+
+/// Objects of every shape the binary codec distinguishes: with and without namespace, uid,
+/// resourceVersion, labels, annotations, other metadata, fields; escapes and non-ASCII text.
+fn dynamic_sample() -> Vec<Arc<DynamicObject>> {
+    let mut items = vec![
+        dynamic(
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"default","uid":"u1","resourceVersion":"12","labels":{"a":"b","z":""},"annotations":{"n\"ote":"ü\n"},"creationTimestamp":"2024-01-01T00:00:00Z","managedFields":[{"manager":"kubectl","fieldsV1":{"f:data":{}}}]},"data":{"k":"v","e":"\u0001\\"}}"#,
+        ),
+        dynamic(r#"{"metadata":{"name":"node-1"}}"#),
+        dynamic(r#"{"kind":"Node","metadata":{"name":"node-2","namespace":""},"spec":{}}"#),
+        dynamic(
+            r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d","namespace":"kube-system"},"spec":{"replicas":3,"x":[1,2.5,null,true]},"status":{}}"#,
+        ),
+    ];
+    for i in 0..40 {
+        items.push(dynamic(&format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"c{i}","namespace":"ns{}","resourceVersion":"{}"}},"data":{{"i":"{i}"}}}}"#,
+            i % 3,
+            100 + i
+        )));
+    }
+    items.into_iter().map(Arc::new).collect()
+}
+
+fn dynamic_bytes(items: &[Arc<DynamicObject>]) -> Vec<u8> {
     let s = Snapshot {
         resource_version: "12".into(),
-        items: vec![Arc::new(o.clone())],
+        items: items.to_vec(),
     };
     let mut out = Vec::new();
     s.encode(&identity(), &mut out).unwrap();
-    let back = Snapshot::<crate::object::DynamicObject>::decode(&out, &identity()).unwrap();
-    assert_eq!(*back.items[0], o);
+    out
+}
+
+/// The binary codec of `DynamicObject` gives back equal objects that serialize to the same
+/// JSON, and is smaller than the objects' JSON (shared apiVersion, kind and namespaces, no
+/// metadata key names).
+#[test]
+fn dynamic_objects_round_trip_exactly() {
+    let items = dynamic_sample();
+    let out = dynamic_bytes(&items);
+    let back = Snapshot::<DynamicObject>::decode(&out, &identity()).unwrap();
+    assert_eq!(back.items.len(), items.len());
+    for (a, b) in items.iter().zip(&back.items) {
+        assert_eq!(**a, **b);
+        assert_eq!(
+            serde_json::to_string(&**a).unwrap(),
+            serde_json::to_string(&**b).unwrap()
+        );
+    }
+    let refs: Vec<&DynamicObject> = items.iter().map(|o| &**o).collect();
+    let json = serde_json::to_vec(&refs).unwrap();
+    assert!(out.len() < json.len(), "{} >= {}", out.len(), json.len());
+    // Metadata-only objects have their own binary codec.
+    let metas: Vec<Arc<PartialObjectMetadata>> = items
+        .iter()
+        .map(|o| {
+            Arc::new(PartialObjectMetadata {
+                api_version: o.api_version.clone(),
+                kind: o.kind.clone(),
+                metadata: o.metadata.clone(),
+            })
+        })
+        .collect();
+    let s = Snapshot {
+        resource_version: "3".into(),
+        items: metas.clone(),
+    };
+    let mut out = Vec::new();
+    s.encode(&identity(), &mut out).unwrap();
+    let back = Snapshot::<PartialObjectMetadata>::decode(&out, &identity()).unwrap();
+    assert!(metas.iter().zip(&back.items).all(|(a, b)| a == b));
+}
+
+/// Decoding in parts gives what decoding at once gives, whatever the number of parts and
+/// whichever jobs the caller runs; an error in any part is the snapshot's error.
+#[test]
+fn parallel_decode_equals_sequential() {
+    let items = dynamic_sample();
+    let out = dynamic_bytes(&items);
+    for parts in [1, 2, 3, 7, 100] {
+        for run_every in [1, 2] {
+            let back =
+                Snapshot::<DynamicObject>::decode_parallel(&out, &identity(), parts, |jobs| {
+                    for j in jobs.iter_mut().step_by(run_every) {
+                        j.run();
+                    }
+                })
+                .unwrap();
+            assert!(items.iter().zip(&back.items).all(|(a, b)| a == b));
+            assert_eq!(back.items.len(), items.len());
+        }
+    }
+    let mut bad = out.clone();
+    // The last object's data no longer closes its JSON object.
+    let tail = br#""i":"39"}"#;
+    let brace = bad.windows(tail.len()).position(|w| w == tail).unwrap() + tail.len() - 1;
+    bad[brace] = b']';
+    reseal(&mut bad);
+    let seq = Snapshot::<DynamicObject>::decode(&bad, &identity()).err();
+    assert!(matches!(seq, Some(SnapshotError::Corrupt(_))), "{seq:?}");
+    let par = Snapshot::<DynamicObject>::decode_parallel(&bad, &identity(), 4, |jobs| {
+        jobs.iter_mut().for_each(|j| j.run())
+    })
+    .err();
+    assert_eq!(par, seq);
+}
+
+/// Content the binary codec cannot take is a typed error even behind a valid checksum: raw
+/// fields that are not one JSON object, a shared-string index out of range, a frame with
+/// bytes left over, a frame of another codec.
+#[test]
+fn binary_frames_with_bad_content_are_corrupt() {
+    let one = vec![Arc::new(dynamic(
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"ns"},"data":{"k":"v"}}"#,
+    ))];
+    let out = dynamic_bytes(&one);
+    let decode = |b: &[u8]| Snapshot::<DynamicObject>::decode(b, &identity()).err();
+    // Every byte of the file, flipped, resealed: an error or the same object, never a panic.
+    for i in 12..out.len() - 8 {
+        let mut b = out.clone();
+        b[i] ^= 0x20;
+        reseal(&mut b);
+        if let Ok(s) = Snapshot::<DynamicObject>::decode(&b, &identity()) {
+            assert_eq!(s.items.len(), 1, "byte {i}");
+        }
+    }
+    // The data's JSON is no longer an object.
+    for (from, to) in [(&b"{\"k\""[..], &b"[\"k\""[..]), (b"\"v\"}", b"\"v\"]")] {
+        let mut b = out.clone();
+        let at = b.windows(from.len()).position(|w| w == from).unwrap();
+        b[at..at + from.len()].copy_from_slice(to);
+        reseal(&mut b);
+        assert!(matches!(decode(&b), Some(SnapshotError::Corrupt(_))));
+    }
+    // The kind points past the shared strings: apiVersion is 1, kind 2, namespace 3 in the
+    // table; the first frame starts after the body length.
+    let frame_at = out.windows(2).position(|w| w == [1, 2]).unwrap();
+    let mut b = out.clone();
+    b[frame_at + 1] = 9;
+    reseal(&mut b);
+    assert_eq!(
+        decode(&b),
+        Some(SnapshotError::Corrupt(
+            "a shared string index out of range".into()
+        ))
+    );
+    // A snapshot of DynamicObjects read as PartialObjectMetadata, or as JSON objects.
+    assert_eq!(
+        Snapshot::<PartialObjectMetadata>::decode(&out, &identity()).err(),
+        Some(SnapshotError::OtherCodec {
+            expected: "metadata/1".into(),
+            found: "dynamic/1".into()
+        })
+    );
+    assert_eq!(
+        Snapshot::<SimObject>::decode(&out, &identity()).err(),
+        Some(SnapshotError::OtherCodec {
+            expected: "json".into(),
+            found: "dynamic/1".into()
+        })
+    );
+    // Every truncation.
+    for n in 0..out.len() {
+        assert_eq!(
+            decode(&out[..n]),
+            Some(SnapshotError::Truncated),
+            "cut at {n}"
+        );
+    }
+}
+
+/// The checksum sees any change to one 8-byte word, wherever the word is (every lane, the
+/// tail) and whatever the length.
+#[test]
+fn checksum_detects_every_single_word_change() {
+    for len in [0usize, 1, 7, 8, 31, 32, 33, 64, 100] {
+        let base: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+        let sum = checksum(&base);
+        for i in 0..len {
+            for bit in 0..8 {
+                let mut b = base.clone();
+                b[i] ^= 1 << bit;
+                assert_ne!(checksum(&b), sum, "len {len}, byte {i}, bit {bit}");
+            }
+        }
+        let mut longer = base.clone();
+        longer.push(0);
+        assert_ne!(checksum(&longer), sum, "len {len} + a zero byte");
+    }
 }

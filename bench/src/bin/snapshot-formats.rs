@@ -1,0 +1,179 @@
+//! The snapshot format on its own, without a cluster: 20,000 ConfigMaps shaped as the
+//! kube-apiserver sends them in `cargo xtask bench e2e` (labels, `managedFields`, ~1 KB of
+//! data), encoded into a snapshot file, then the `formats` line of the e2e bench (bytes per
+//! object and decode time against a JSON array) and where a load's time goes.
+//!
+//! `cargo run --release -p informer-bench --bin snapshot-formats [-- OBJECTS]`
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use informer_bench::format_figures;
+use informer_core::protocol::{ListPage, ListRequest, WatchEvent, WatchRequest};
+use informer_core::snapshot::{Snapshot, SnapshotIdentity, checksum};
+use informer_core::{DynamicObject, RawFields};
+use informer_tokio::{Failure, Tokio};
+
+fn configmap(i: usize) -> String {
+    let filler: String = (0..1000)
+        .map(|k| (b'a' + ((i * 31 + k * 7) % 26) as u8) as char)
+        .collect();
+    format!(
+        r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"cm-{i}","namespace":"bench-{}","uid":"{:08x}-1b2c-4d5e-8f90-{:012x}","resourceVersion":"{}","creationTimestamp":"2026-11-22T23:00:00Z","labels":{{"app":"bench","shard":"{}"}},"managedFields":[{{"manager":"curl","operation":"Update","apiVersion":"v1","time":"2026-11-22T23:00:00Z","fieldsType":"FieldsV1","fieldsV1":{{"f:data":{{".":{{}},"f:payload":{{}}}},"f:metadata":{{"f:labels":{{".":{{}},"f:app":{{}},"f:shard":{{}}}}}}}}}}]}},"data":{{"payload":"{filler}"}}}}"#,
+        i % 10,
+        i,
+        i * 7919,
+        1000 + i,
+        i % 16
+    )
+}
+
+fn best<T>(f: impl Fn() -> T) -> f64 {
+    (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(f());
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(20_000);
+    let objects: Vec<Arc<DynamicObject>> = (0..n)
+        .map(|i| Arc::new(serde_json::from_str(&configmap(i)).expect("a ConfigMap")))
+        .collect();
+    let identity = SnapshotIdentity {
+        resource: "/v1/configmaps@".into(),
+        ..Default::default()
+    };
+    let snapshot = Snapshot {
+        resource_version: "99999".into(),
+        items: objects.clone(),
+    };
+    let path = std::env::temp_dir().join(format!("snapshot-formats-{}.snap", std::process::id()));
+    let t = Instant::now();
+    let mut bytes = Vec::new();
+    snapshot.encode(&identity, &mut bytes).expect("encodes");
+    std::fs::write(&path, &bytes).expect("written");
+    let write_s = t.elapsed().as_secs_f64();
+    format_figures(&objects, &path, write_s);
+    // Where a load's time goes (best of 5 each).
+    let read_s = best(|| std::fs::read(&path).map(|b| b.len()));
+    let sum_s = best(|| checksum(&bytes));
+    let texts: Vec<&str> = objects
+        .iter()
+        .flat_map(|o| [o.metadata.other.as_json(), o.fields.as_json()])
+        .collect();
+    let scan_s = best(|| texts.iter().all(|t| RawFields::from_json(t).is_ok()));
+    let clone_s = best(|| {
+        objects
+            .iter()
+            .map(|o| Arc::new((**o).clone()))
+            .collect::<Vec<_>>()
+    });
+    let seq_s = best(|| Snapshot::<DynamicObject>::decode(&bytes, &identity).is_ok());
+    eprintln!(
+        "{n} objects, {} bytes: read {read_s:.4} s, checksum {sum_s:.4} s, raw JSON check \
+         {scan_s:.4} s, allocating equal objects {clone_s:.4} s, whole decode on one thread \
+         {seq_s:.4} s",
+        bytes.len()
+    );
+    let _ = std::fs::remove_file(&path);
+    resume_phases(objects);
+}
+
+/// Lists `items` once; its watches never answer.
+struct Fake(Vec<Arc<DynamicObject>>);
+
+impl informer_tokio::http::Transport<DynamicObject> for Fake {
+    fn list<'a>(
+        &'a self,
+        _: &'a ListRequest,
+    ) -> informer_tokio::http::transport::BoxFuture<'a, Result<ListPage<DynamicObject>, Failure>>
+    {
+        Box::pin(async move {
+            Ok(ListPage {
+                items: self.0.clone(),
+                resource_version: "99999".into(),
+                continue_token: None,
+                remaining_item_count: None,
+            })
+        })
+    }
+
+    fn watch<'a>(
+        &'a self,
+        _: &'a WatchRequest,
+    ) -> informer_tokio::http::transport::BoxFuture<
+        'a,
+        Result<
+            informer_tokio::http::transport::BoxStream<'static, WatchEvent<DynamicObject>>,
+            Failure,
+        >,
+    > {
+        Box::pin(async move {
+            let s: informer_tokio::http::transport::BoxStream<'static, WatchEvent<DynamicObject>> =
+                Box::pin(futures_util::stream::pending());
+            Ok(s)
+        })
+    }
+}
+
+/// A restart from a snapshot inside one process, on tokio, without a cluster: how long from
+/// `start` until the snapshot is loaded (read + decode), the informer has synced (the objects
+/// indexed and queued for the handlers), and a handler has had every initial add.
+fn resume_phases(objects: Vec<Arc<DynamicObject>>) {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let path = std::env::temp_dir().join(format!("snapshot-resume-{}.snap", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    rt.block_on(async {
+        let first = informer_tokio::InformerBuilder::<DynamicObject>::from_transport(
+            Tokio::default(),
+            Arc::new(Fake(objects)),
+            "fake",
+        )
+        .snapshot(&path)
+        .build()
+        .expect("built");
+        first.start().expect("started");
+        first.wait_for_sync(None).await.expect("synced");
+        first.shutdown().await;
+    });
+    for _ in 0..3 {
+        let inf = rt.block_on(async {
+            informer_tokio::InformerBuilder::<DynamicObject>::from_transport(
+                Tokio::default(),
+                Arc::new(Fake(Vec::new())),
+                "fake",
+            )
+            .snapshot(&path)
+            .build()
+            .expect("built")
+        });
+        let _g = rt.enter();
+        let handler = inf
+            .add_handler(informer_tokio::HandlerFns::new().on_add(|_: Arc<DynamicObject>, _| {}))
+            .expect("a handler");
+        let t = Instant::now();
+        inf.start().expect("started");
+        let wait = |cond: &dyn Fn() -> bool| {
+            while !cond() {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            t.elapsed().as_secs_f64()
+        };
+        let loaded = wait(&|| inf.snapshot_load().is_some());
+        let synced = wait(&|| inf.has_synced());
+        let handled = wait(&|| handler.has_synced());
+        eprintln!(
+            "resume in process: snapshot loaded {loaded:.4} s, informer synced {synced:.4} s, \
+             handler had every initial add {handled:.4} s"
+        );
+        rt.block_on(inf.shutdown());
+    }
+    let _ = std::fs::remove_file(&path);
+}
