@@ -702,8 +702,12 @@ enum Source<'a, K> {
         values: core::slice::Iter<'a, Box<str>>,
         keys: Option<hashbrown::hash_set::Iter<'a, Key>>,
     },
-    /// Every object of a [`ReadCopy`].
-    Objects(hashbrown::hash_table::Iter<'a, Arc<K>>),
+    /// Every object of a [`ReadCopy`]: `objects` (the cluster-scoped, then each namespace's in
+    /// turn) and the namespaces in `rest`.
+    Partitions {
+        rest: hashbrown::hash_map::Values<'a, Box<str>, copy::Objects<K>>,
+        objects: hashbrown::hash_table::Iter<'a, Arc<K>>,
+    },
     /// The objects of one namespace, in a [`ReadCopy`].
     ObjectBucket(hashbrown::hash_table::Iter<'a, Arc<K>>),
     /// The objects in a [`ReadCopy`]'s label index's buckets for `values`.
@@ -718,7 +722,7 @@ impl<K> fmt::Debug for Select<'_, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let source = match self.source {
             Source::Empty => "empty",
-            Source::All(_) | Source::Objects(_) => "scan",
+            Source::All(_) | Source::Partitions { .. } => "scan",
             Source::Bucket(_) | Source::ObjectBucket(_) => "namespace index",
             Source::Buckets { .. } | Source::ObjectBuckets { .. } => "label index",
         };
@@ -748,7 +752,13 @@ impl<'a, K: Object + Labels> Iterator for Select<'a, K> {
             let obj = match &mut self.source {
                 Source::Empty => return None,
                 Source::All(it) => it.next()?,
-                Source::Objects(it) | Source::ObjectBucket(it) => it.next()?,
+                Source::ObjectBucket(it) => it.next()?,
+                Source::Partitions { rest, objects } => loop {
+                    if let Some(o) = objects.next() {
+                        break o;
+                    }
+                    *objects = rest.next()?.iter();
+                },
                 Source::ObjectBuckets {
                     buckets,
                     values,

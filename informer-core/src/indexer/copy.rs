@@ -5,7 +5,10 @@ use core::hash::BuildHasher;
 
 use hashbrown::HashTable;
 
-use super::{Change, IndexError, IndexFunc, Select, Source, namespace_index_values};
+use super::{
+    Change, IndexError, IndexFunc, IndexValues, NAMESPACE_INDEX, Select, Source,
+    namespace_index_values,
+};
 use crate::hash::{HashMap, HashSet, HashState, IDLE_CAPACITY};
 use crate::object::{KeyRef, Object};
 use crate::selector::{Labels, Selector};
@@ -22,7 +25,6 @@ pub(super) type Objects<K> = HashTable<Arc<K>>;
 pub(super) type ObjectBuckets<K> = HashMap<Box<str>, Objects<K>>;
 
 struct CopyIndex<K> {
-    is_namespace: bool,
     label_key: Option<Box<str>>,
     name: Box<str>,
     func: Box<dyn IndexFunc<K>>,
@@ -105,20 +107,27 @@ impl<K: Object> CopyIndex<K> {
 }
 
 /// The copy of an [`Indexer`](super::Indexer)'s content that readers query, kept up to date by
-/// replaying its journal ([`apply`](Self::apply)). The same read API as the indexer, at about
-/// half its memory: the key → object map and the index buckets hold only the objects (one
-/// pointer per entry), found by the key each object carries, and a key is built only when a
-/// caller asks for one as a [`Key`](crate::object::Key).
+/// replaying its journal ([`apply`](Self::apply)). The same read API as the indexer, in less
+/// memory: its tables hold only the objects (one pointer per entry), found by the key each
+/// object carries (a key is built only when a caller asks for one as a
+/// [`Key`](crate::object::Key)), and the key → object map is split by namespace, so that it is
+/// the namespace index ([`NAMESPACE_INDEX`]) too: one table entry per object and per other
+/// index.
 pub struct ReadCopy<K> {
     state: HashState,
-    items: Objects<K>,
+    /// The cluster-scoped objects.
+    cluster: Objects<K>,
+    /// Namespace → the objects in it. Empty namespaces are removed.
+    namespaces: ObjectBuckets<K>,
+    len: usize,
+    /// The indices other than the namespace index.
     indices: Vec<CopyIndex<K>>,
 }
 
 impl<K> fmt::Debug for ReadCopy<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReadCopy")
-            .field("len", &self.items.len())
+            .field("len", &self.len)
             .field(
                 "indices",
                 &self.indices.iter().map(|i| &*i.name).collect::<Vec<_>>(),
@@ -138,14 +147,10 @@ impl<K: Object + 'static> ReadCopy<K> {
     pub fn new() -> Self {
         ReadCopy {
             state: HashState::default(),
-            items: HashTable::new(),
-            indices: alloc::vec![CopyIndex {
-                is_namespace: true,
-                label_key: None,
-                name: super::NAMESPACE_INDEX.into(),
-                func: Box::new(namespace_index_values::<K>),
-                buckets: HashMap::default(),
-            }],
+            cluster: HashTable::new(),
+            namespaces: HashMap::default(),
+            len: 0,
+            indices: Vec::new(),
         }
     }
 
@@ -156,17 +161,16 @@ impl<K: Object + 'static> ReadCopy<K> {
         name: &str,
         func: impl IndexFunc<K> + 'static,
     ) -> Result<(), IndexError> {
-        if self.index_pos(name).is_ok() {
+        if name == NAMESPACE_INDEX || self.index_pos(name).is_ok() {
             return Err(IndexError::IndexExists { name: name.into() });
         }
         let mut index = CopyIndex {
-            is_namespace: false,
             label_key: func.label_key().map(Into::into),
             name: name.into(),
             func: Box::new(func),
             buckets: HashMap::default(),
         };
-        for obj in &self.items {
+        for obj in self.list() {
             let key = obj.key_ref();
             index.update(self.state.hash_one(key), key, None, Some(obj), &self.state);
         }
@@ -176,7 +180,7 @@ impl<K: Object + 'static> ReadCopy<K> {
 
     /// The names of the indices, the namespace index first.
     pub fn index_names(&self) -> impl Iterator<Item = &str> {
-        self.indices.iter().map(|i| &*i.name)
+        core::iter::once(NAMESPACE_INDEX).chain(self.indices.iter().map(|i| &*i.name))
     }
 
     /// Applies one recorded change ([`Indexer::take_changes`](super::Indexer::take_changes)).
@@ -188,32 +192,52 @@ impl<K: Object + 'static> ReadCopy<K> {
             Change::Upsert { key, obj } => {
                 let key = key.as_ref_parts();
                 let hash = self.state.hash_one(key);
-                let old = match self.items.find_mut(hash, same_key(key)) {
+                let table = match key.namespace {
+                    None => &mut self.cluster,
+                    Some(ns) => self.namespaces.entry_ref(ns).or_insert_with(HashTable::new),
+                };
+                let old = match table.find_mut(hash, same_key(key)) {
                     Some(slot) if Arc::ptr_eq(slot, &obj) => return,
                     Some(slot) => Some(core::mem::replace(slot, obj.clone())),
-                    None => None,
+                    None => {
+                        table.insert_unique(hash, obj.clone(), rehash(&self.state));
+                        self.len += 1;
+                        None
+                    }
                 };
                 for index in &mut self.indices {
                     index.update(hash, key, old.as_ref(), Some(&obj), &self.state);
-                }
-                if old.is_none() {
-                    self.items.insert_unique(hash, obj, rehash(&self.state));
                 }
             }
             Change::Delete { key } => {
                 let key = key.as_ref_parts();
                 let hash = self.state.hash_one(key);
-                let Ok(entry) = self.items.find_entry(hash, same_key(key)) else {
+                let table = match key.namespace {
+                    None => &mut self.cluster,
+                    Some(ns) => match self.namespaces.get_mut(ns) {
+                        Some(table) => table,
+                        None => return,
+                    },
+                };
+                let Ok(entry) = table.find_entry(hash, same_key(key)) else {
                     return;
                 };
                 let (old, _) = entry.remove();
+                self.len -= 1;
+                match key.namespace {
+                    Some(ns) if table.is_empty() => {
+                        self.namespaces.remove(ns);
+                    }
+                    _ => trim(table, &self.state),
+                }
                 for index in &mut self.indices {
                     index.update(hash, key, Some(&old), None, &self.state);
                 }
-                trim(&mut self.items, &self.state);
             }
             Change::Clear => {
-                self.items = HashTable::new();
+                self.cluster = HashTable::new();
+                self.namespaces = HashMap::default();
+                self.len = 0;
                 for index in &mut self.indices {
                     index.buckets = HashMap::default();
                 }
@@ -222,7 +246,11 @@ impl<K: Object + 'static> ReadCopy<K> {
     }
 
     fn get_ref(&self, key: KeyRef<'_>) -> Option<&Arc<K>> {
-        self.items.find(self.state.hash_one(key), same_key(key))
+        let table = match key.namespace {
+            None => &self.cluster,
+            Some(ns) => self.namespaces.get(ns)?,
+        };
+        table.find(self.state.hash_one(key), same_key(key))
     }
 
     /// The stored object with the same key as `obj`.
@@ -245,23 +273,25 @@ impl<K: Object + 'static> ReadCopy<K> {
 
     /// Number of stored objects.
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.len
     }
 
     /// Whether the copy is empty.
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.len == 0
     }
 
     /// Every stored object, in no particular order.
     pub fn list(&self) -> impl Iterator<Item = &Arc<K>> {
-        self.items.iter()
+        self.cluster
+            .iter()
+            .chain(self.namespaces.values().flatten())
     }
 
     /// Every key, in no particular order (borrowed from the objects: [`KeyRef::to_key`] builds
     /// an owned [`Key`](crate::object::Key)).
     pub fn list_keys(&self) -> impl Iterator<Item = KeyRef<'_>> {
-        self.items.iter().map(|o| o.key_ref())
+        self.list().map(|o| o.key_ref())
     }
 
     fn index_pos(&self, name: &str) -> Result<usize, IndexError> {
@@ -271,14 +301,21 @@ impl<K: Object + 'static> ReadCopy<K> {
             .ok_or_else(|| IndexError::UnknownIndex { name: name.into() })
     }
 
+    /// The buckets of index `name`.
+    fn buckets(&self, name: &str) -> Result<&ObjectBuckets<K>, IndexError> {
+        if name == NAMESPACE_INDEX {
+            return Ok(&self.namespaces);
+        }
+        Ok(&self.indices[self.index_pos(name)?].buckets)
+    }
+
     /// The objects whose `name` index values include `value` (client-go `ByIndex`).
     pub fn by_index(
         &self,
         name: &str,
         value: &str,
     ) -> Result<impl Iterator<Item = &Arc<K>>, IndexError> {
-        let index = &self.indices[self.index_pos(name)?];
-        Ok(index.buckets.get(value).into_iter().flatten())
+        Ok(self.buckets(name)?.get(value).into_iter().flatten())
     }
 
     /// The keys of the objects whose `name` index values include `value`.
@@ -293,12 +330,16 @@ impl<K: Object + 'static> ReadCopy<K> {
     /// The objects sharing at least one `name` index value with `obj` (client-go `Index`).
     /// Each object appears once.
     pub fn index(&self, name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
-        let index = &self.indices[self.index_pos(name)?];
-        let values = index.func.index_values(obj);
+        let buckets = self.buckets(name)?;
+        let values: IndexValues<'_> = if name == NAMESPACE_INDEX {
+            namespace_index_values(obj)
+        } else {
+            self.indices[self.index_pos(name)?].func.index_values(obj)
+        };
         let mut seen: HashSet<KeyRef<'_>> = HashSet::default();
         let mut out = Vec::new();
         for v in &values {
-            for o in index.buckets.get(&**v).into_iter().flatten() {
+            for o in buckets.get(&**v).into_iter().flatten() {
                 if seen.insert(o.key_ref()) {
                     out.push(o.clone());
                 }
@@ -310,34 +351,37 @@ impl<K: Object + 'static> ReadCopy<K> {
     /// The values of the `name` index that have at least one object (client-go
     /// `ListIndexFuncValues`).
     pub fn list_index_values(&self, name: &str) -> Result<impl Iterator<Item = &str>, IndexError> {
-        let index = &self.indices[self.index_pos(name)?];
-        Ok(index.buckets.keys().map(|v| &**v))
+        Ok(self.buckets(name)?.keys().map(|v| &**v))
     }
 
     /// Number of objects with value `value` in index `name`.
     pub fn index_len(&self, name: &str, value: &str) -> Result<usize, IndexError> {
-        let index = &self.indices[self.index_pos(name)?];
-        Ok(index.buckets.get(value).map_or(0, HashTable::len))
+        Ok(self.buckets(name)?.get(value).map_or(0, HashTable::len))
     }
 
-    /// The capacity of the key → object table (for tests of the shrink policy).
+    /// The capacity of the tables of the cluster-scoped objects and of each namespace, in
+    /// entries, summed (for tests of the shrink policy).
     pub fn capacity(&self) -> usize {
-        self.items.capacity()
+        self.cluster.capacity()
+            + self
+                .namespaces
+                .values()
+                .map(HashTable::capacity)
+                .sum::<usize>()
     }
 }
 
 impl<K: Object + Labels + 'static> ReadCopy<K> {
     /// The stored objects whose labels match `selector`, in `namespace` if given; planned as
     /// [`Indexer::select`](super::Indexer::select) does (a label index's buckets, the
-    /// namespace's bucket or every object, whichever holds fewest). Allocates nothing.
+    /// namespace's objects or every object, whichever holds fewest). Allocates nothing.
     pub fn select<'a>(
         &'a self,
         selector: &'a Selector,
         namespace: Option<&'a str>,
     ) -> Select<'a, K> {
         let namespace = namespace.filter(|ns| !ns.is_empty());
-        let ns_index = self.indices.iter().find(|i| i.is_namespace);
-        let ns_bucket = namespace.and_then(|ns| Some(ns_index?.buckets.get(ns)));
+        let ns_bucket = namespace.map(|ns| self.namespaces.get(ns));
         let mut best: Option<(usize, &'a ObjectBuckets<K>, &'a [Box<str>])> = None;
         for req in selector.requirements() {
             let Some(values) = req.required_values() else {
@@ -375,7 +419,10 @@ impl<K: Object + Labels + 'static> ReadCopy<K> {
                     source: Source::ObjectBucket(bucket.iter()),
                 };
             }
-            (_, None) => Source::Objects(self.items.iter()),
+            (_, None) => Source::Partitions {
+                rest: self.namespaces.values(),
+                objects: self.cluster.iter(),
+            },
         };
         Select {
             items: None,
