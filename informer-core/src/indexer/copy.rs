@@ -371,6 +371,10 @@ impl<K: Object + 'static> ReadCopy<K> {
     }
 }
 
+/// The cheapest label index found for a selection: its cost (objects to check), buckets and
+/// values.
+type Plan<'a, K> = Option<(usize, &'a ObjectBuckets<K>, &'a [Box<str>])>;
+
 impl<K: Object + Labels + 'static> ReadCopy<K> {
     /// The stored objects whose labels match `selector`, in `namespace` if given; planned as
     /// [`Indexer::select`](super::Indexer::select) does (a label index's buckets, the
@@ -382,7 +386,7 @@ impl<K: Object + Labels + 'static> ReadCopy<K> {
     ) -> Select<'a, K> {
         let namespace = namespace.filter(|ns| !ns.is_empty());
         let ns_bucket = namespace.map(|ns| self.namespaces.get(ns));
-        let mut best: Option<(usize, &'a ObjectBuckets<K>, &'a [Box<str>])> = None;
+        let mut best: Plan<'a, K> = None;
         for req in selector.requirements() {
             let Some(values) = req.required_values() else {
                 continue;
