@@ -220,14 +220,17 @@ impl<K: Object + 'static> Publisher<K> {
         self.replay(&mut copy);
         drop(copy);
         self.switch(standby);
-        // Catch the copy readers just left up at once when no reader is still on it (the
-        // common case), so that the log (a whole relist after a relist) is given back in this
-        // publish rather than held until the next one, however far off that is. A reader
-        // still there keeps the log for the next publish, as before.
-        if let Some(mut left) = views.copies[1 - standby].try_write() {
-            self.replay(&mut left);
-            drop(left);
-            self.trim_log();
+        // After a large step (a relist), catch the copy readers just left up at once when no
+        // reader is still on it, so that the log (one entry per object) is given back in
+        // this publish rather than held until the next one, however far off that is. A small
+        // step's log waits for the next publish (it is within the buffer kept anyway), and so
+        // does any log while a reader is still on that copy.
+        if self.log.len() > JOURNAL_KEEP {
+            if let Some(mut left) = views.copies[1 - standby].try_write() {
+                self.replay(&mut left);
+                drop(left);
+                self.trim_log();
+            }
         }
         true
     }
@@ -666,9 +669,10 @@ mod tests {
         assert!(views.read(|v| v.indexer().get_by_key("ns/b").is_some()));
     }
 
-    /// A publish with no reader left on the copy readers just left brings that copy up to
-    /// date at once: a relist's log is given back in the publish that applied it, not held
-    /// (one entry per object) until the next change, and both copies hold the list.
+    /// A publish of a large step (a relist) with no reader left on the copy readers just left
+    /// brings that copy up to date at once: a relist's log is given back in the publish that
+    /// applied it, not held (one entry per object) until the next change, and both copies
+    /// hold the list.
     #[test]
     fn a_publish_catches_the_other_copy_up_and_gives_the_log_back() {
         let mut inf: SharedIndexInformer<SimObject> =

@@ -47,20 +47,13 @@ fn trim<K: Object>(table: &mut Objects<K>, state: &HashState) {
     }
 }
 
-/// Stores `obj` in `table`, replacing the object with the same key if there is one.
-fn put<K: Object>(table: &mut Objects<K>, hash: u64, obj: &Arc<K>, state: &HashState) {
-    match table.find_mut(hash, same_key(obj.key_ref())) {
-        Some(slot) => *slot = obj.clone(),
-        None => {
-            table.insert_unique(hash, obj.clone(), rehash(state));
-        }
-    }
-}
-
 impl<K: Object> CopyIndex<K> {
+    /// Adds `obj`, which is not in the bucket of `value`, to it.
     fn insert(&mut self, value: &str, hash: u64, obj: &Arc<K>, state: &HashState) {
         match self.buckets.get_mut(value) {
-            Some(set) => put(set, hash, obj, state),
+            Some(set) => {
+                set.insert_unique(hash, obj.clone(), rehash(state));
+            }
             None => {
                 let mut set = HashTable::with_capacity(1);
                 set.insert_unique(hash, obj.clone(), rehash(state));
@@ -69,38 +62,58 @@ impl<K: Object> CopyIndex<K> {
         }
     }
 
-    fn remove(&mut self, value: &str, hash: u64, key: KeyRef<'_>, state: &HashState) {
-        if let Some(set) = self.buckets.get_mut(value) {
-            if let Ok(entry) = set.find_entry(hash, same_key(key)) {
-                entry.remove();
+    /// Replaces `old` (the very `Arc`: buckets hold the objects the key → object map holds)
+    /// in the bucket of `value` with `new`, or removes it if `new` is `None`.
+    fn replace(
+        &mut self,
+        value: &str,
+        hash: u64,
+        old: &Arc<K>,
+        new: Option<&Arc<K>>,
+        state: &HashState,
+    ) {
+        let Some(set) = self.buckets.get_mut(value) else {
+            return;
+        };
+        let is_old = |o: &Arc<K>| Arc::ptr_eq(o, old);
+        match new {
+            Some(new) => {
+                if let Some(slot) = set.find_mut(hash, is_old) {
+                    *slot = new.clone();
+                }
             }
-            if set.is_empty() {
-                self.buckets.remove(value);
-            } else {
-                trim(set, state);
+            None => {
+                if let Ok(entry) = set.find_entry(hash, is_old) {
+                    entry.remove();
+                }
+                if set.is_empty() {
+                    self.buckets.remove(value);
+                } else {
+                    trim(set, state);
+                }
             }
         }
     }
 
-    /// Updates the buckets for the object under `key` going from `old` (if any) to `new` (if
-    /// any). Buckets hold the objects themselves, so a bucket the object stays in gets the
-    /// new object too.
-    fn update(
-        &mut self,
-        hash: u64,
-        key: KeyRef<'_>,
-        old: Option<&Arc<K>>,
-        new: Option<&Arc<K>>,
-        state: &HashState,
-    ) {
+    /// Updates the buckets for the object whose key hashes to `hash` going from `old` (if
+    /// any) to `new` (if any). Buckets hold the objects themselves, so a bucket the object
+    /// stays in gets the new object too; objects in a bucket are found by pointer, without
+    /// reading them.
+    fn update(&mut self, hash: u64, old: Option<&Arc<K>>, new: Option<&Arc<K>>, state: &HashState) {
         let old_vals = old.map(|o| self.func.index_values(o)).unwrap_or_default();
         let new_vals = new.map(|o| self.func.index_values(o)).unwrap_or_default();
-        for v in old_vals.iter().filter(|v| !new_vals.contains(v)) {
-            self.remove(v, hash, key, state);
+        if let Some(old) = old {
+            for v in &old_vals {
+                let stays = new.filter(|_| new_vals.contains(v));
+                self.replace(v, hash, old, stays, state);
+            }
         }
         if let Some(new) = new {
-            for v in &new_vals {
-                self.insert(v, hash, new, state);
+            for (i, v) in new_vals.iter().enumerate() {
+                // A value the object had is handled above; one listed twice is added once.
+                if !old_vals.contains(v) && !new_vals[..i].contains(v) {
+                    self.insert(v, hash, new, state);
+                }
             }
         }
     }
@@ -172,7 +185,7 @@ impl<K: Object + 'static> ReadCopy<K> {
         };
         for obj in self.list() {
             let key = obj.key_ref();
-            index.update(self.state.hash_one(key), key, None, Some(obj), &self.state);
+            index.update(self.state.hash_one(key), None, Some(obj), &self.state);
         }
         self.indices.push(index);
         Ok(())
@@ -206,7 +219,7 @@ impl<K: Object + 'static> ReadCopy<K> {
                     }
                 };
                 for index in &mut self.indices {
-                    index.update(hash, key, old.as_ref(), Some(&obj), &self.state);
+                    index.update(hash, old.as_ref(), Some(&obj), &self.state);
                 }
             }
             Change::Delete { key } => {
@@ -231,7 +244,7 @@ impl<K: Object + 'static> ReadCopy<K> {
                     _ => trim(table, &self.state),
                 }
                 for index in &mut self.indices {
-                    index.update(hash, key, Some(&old), None, &self.state);
+                    index.update(hash, Some(&old), None, &self.state);
                 }
             }
             Change::Clear => {
