@@ -13,6 +13,9 @@ use smallvec::SmallVec;
 use crate::object::{Key, KeyRef, Object};
 use crate::selector::{Labels, Selector};
 
+mod copy;
+pub use copy::ReadCopy;
+
 /// The values an index function returns for one object. Up to two values are stored inline,
 /// and values borrowed from the object cost no allocation.
 pub type IndexValues<'a> = SmallVec<[Cow<'a, str>; 2]>;
@@ -658,7 +661,7 @@ impl<K: Object + Labels + 'static> Indexer<K> {
             }
             (_, Some(Some(bucket))) => {
                 return Select {
-                    items: &self.items,
+                    items: Some(&self.items),
                     selector,
                     namespace: None,
                     source: Source::Bucket(bucket.iter()),
@@ -667,7 +670,7 @@ impl<K: Object + Labels + 'static> Indexer<K> {
             (_, None) => Source::All(self.items.values()),
         };
         Select {
-            items: &self.items,
+            items: Some(&self.items),
             selector,
             namespace,
             source,
@@ -677,7 +680,9 @@ impl<K: Object + Labels + 'static> Indexer<K> {
 
 /// The iterator [`Indexer::select`] returns.
 pub struct Select<'a, K> {
-    items: &'a HashMap<Key, Arc<K>>,
+    /// The map the keys of `Bucket` and `Buckets` are looked up in (`None` for a
+    /// [`ReadCopy`], whose buckets hold the objects).
+    items: Option<&'a HashMap<Key, Arc<K>>>,
     selector: &'a Selector,
     /// The namespace objects must be in, when the source does not guarantee it.
     namespace: Option<&'a str>,
@@ -697,15 +702,29 @@ enum Source<'a, K> {
         values: core::slice::Iter<'a, Box<str>>,
         keys: Option<hashbrown::hash_set::Iter<'a, Key>>,
     },
+    /// Every object of a [`ReadCopy`]: `objects` (the cluster-scoped, then each namespace's in
+    /// turn) and the namespaces in `rest`.
+    Partitions {
+        rest: hashbrown::hash_map::Values<'a, Box<str>, copy::Objects<K>>,
+        objects: hashbrown::hash_table::Iter<'a, Arc<K>>,
+    },
+    /// The objects of one namespace, in a [`ReadCopy`].
+    ObjectBucket(hashbrown::hash_table::Iter<'a, Arc<K>>),
+    /// The objects in a [`ReadCopy`]'s label index's buckets for `values`.
+    ObjectBuckets {
+        buckets: &'a copy::ObjectBuckets<K>,
+        values: core::slice::Iter<'a, Box<str>>,
+        objects: Option<hashbrown::hash_table::Iter<'a, Arc<K>>>,
+    },
 }
 
 impl<K> fmt::Debug for Select<'_, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let source = match self.source {
             Source::Empty => "empty",
-            Source::All(_) => "scan",
-            Source::Bucket(_) => "namespace index",
-            Source::Buckets { .. } => "label index",
+            Source::All(_) | Source::Partitions { .. } => "scan",
+            Source::Bucket(_) | Source::ObjectBucket(_) => "namespace index",
+            Source::Buckets { .. } | Source::ObjectBuckets { .. } => "label index",
         };
         f.debug_struct("Select")
             .field("selector", self.selector)
@@ -718,7 +737,10 @@ impl<K> Select<'_, K> {
     /// Whether this query is answered from a label index (rather than by scanning the
     /// namespace or the whole store).
     pub fn uses_label_index(&self) -> bool {
-        matches!(self.source, Source::Buckets { .. })
+        matches!(
+            self.source,
+            Source::Buckets { .. } | Source::ObjectBuckets { .. }
+        )
     }
 }
 
@@ -730,9 +752,27 @@ impl<'a, K: Object + Labels> Iterator for Select<'a, K> {
             let obj = match &mut self.source {
                 Source::Empty => return None,
                 Source::All(it) => it.next()?,
+                Source::ObjectBucket(it) => it.next()?,
+                Source::Partitions { rest, objects } => loop {
+                    if let Some(o) = objects.next() {
+                        break o;
+                    }
+                    *objects = rest.next()?.iter();
+                },
+                Source::ObjectBuckets {
+                    buckets,
+                    values,
+                    objects,
+                } => loop {
+                    if let Some(o) = objects.as_mut().and_then(Iterator::next) {
+                        break o;
+                    }
+                    let v = values.next()?;
+                    *objects = buckets.get(&**v).map(|set| set.iter());
+                },
                 Source::Bucket(it) => {
                     let key = it.next()?;
-                    match self.items.get(key) {
+                    match self.items.and_then(|items| items.get(key)) {
                         Some(o) => o,
                         None => continue,
                     }
@@ -749,7 +789,7 @@ impl<'a, K: Object + Labels> Iterator for Select<'a, K> {
                         let v = values.next()?;
                         *keys = buckets.get(&**v).map(|set| set.iter());
                     };
-                    match self.items.get(key) {
+                    match self.items.and_then(|items| items.get(key)) {
                         Some(o) => o,
                         None => continue,
                     }

@@ -18,9 +18,10 @@
 //!   [`try_publish`](Publisher::try_publish) return `false` instead of waiting; the changes stay
 //!   queued for the next attempt.
 //!
-//! Cost: a second and third set of tables (the copies' maps and index buckets; the objects and
-//! keys themselves are `Arc`s shared by every copy), and per change two reference counts per
-//! copy plus the index updates of each copy.
+//! Cost: a second and third set of tables (the copies' maps and index buckets, [`ReadCopy`]:
+//! one pointer per entry, the objects themselves are `Arc`s shared by every copy and the keys
+//! are read from them), and per change a reference count per copy and bucket plus the index
+//! updates of each copy.
 //!
 //! [`LockedInformer`] and [`CacheReader`] package this for an embedder without std (an RTOS,
 //! a unikernel, bare metal with an allocator): the owner steps the informer inside
@@ -37,14 +38,14 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use spin::RwLock;
 
-use crate::indexer::{Change, IndexError, IndexFunc, Indexer, JOURNAL_KEEP, SharedIndexFunc};
+use crate::indexer::{Change, IndexError, IndexFunc, JOURNAL_KEEP, ReadCopy, SharedIndexFunc};
 use crate::informer::SharedIndexInformer;
 use crate::object::Object;
 
 /// One whole state of the cache as readers see it: the objects and indices, and whether and
 /// at which resourceVersion the informer was synced in that state.
 pub struct View<K> {
-    indexer: Indexer<K>,
+    indexer: ReadCopy<K>,
     has_synced: bool,
     resource_version: String,
 }
@@ -62,14 +63,14 @@ impl<K> fmt::Debug for View<K> {
 impl<K: Object + 'static> View<K> {
     fn new() -> Self {
         View {
-            indexer: Indexer::new(),
+            indexer: ReadCopy::new(),
             has_synced: false,
             resource_version: String::new(),
         }
     }
 
     /// The cache: objects and indices.
-    pub fn indexer(&self) -> &Indexer<K> {
+    pub fn indexer(&self) -> &ReadCopy<K> {
         &self.indexer
     }
 
@@ -219,6 +220,18 @@ impl<K: Object + 'static> Publisher<K> {
         self.replay(&mut copy);
         drop(copy);
         self.switch(standby);
+        // After a large step (a relist), catch the copy readers just left up at once when no
+        // reader is still on it, so that the log (one entry per object) is given back in
+        // this publish rather than held until the next one, however far off that is. A small
+        // step's log waits for the next publish (it is within the buffer kept anyway), and so
+        // does any log while a reader is still on that copy.
+        if self.log.len() > JOURNAL_KEEP {
+            if let Some(mut left) = views.copies[1 - standby].try_write() {
+                self.replay(&mut left);
+                drop(left);
+                self.trim_log();
+            }
+        }
         true
     }
 
@@ -291,6 +304,11 @@ impl<K: Object + 'static> Publisher<K> {
         // The copy readers just left lacks exactly what is left in the log.
         self.published = self.log.len();
         self.dirty = false;
+        self.trim_log();
+    }
+
+    /// Gives back a log buffer a relist grew, once it holds no more than a step's changes.
+    fn trim_log(&mut self) {
         if self.log.capacity() > JOURNAL_KEEP && self.log.len() <= JOURNAL_KEEP {
             self.log.shrink_to(JOURNAL_KEEP);
         }
@@ -649,6 +667,37 @@ mod tests {
         assert!(publisher.try_publish());
         assert_eq!(views.read(|v| v.indexer().len()), 1);
         assert!(views.read(|v| v.indexer().get_by_key("ns/b").is_some()));
+    }
+
+    /// A publish of a large step (a relist) with no reader left on the copy readers just left
+    /// brings that copy up to date at once: a relist's log is given back in the publish that
+    /// applied it, not held (one entry per object) until the next change, and both copies
+    /// hold the list.
+    #[test]
+    fn a_publish_catches_the_other_copy_up_and_gives_the_log_back() {
+        let mut inf: SharedIndexInformer<SimObject> =
+            SharedIndexInformer::new(InformerConfig::default());
+        inf.record_changes(true);
+        inf.start(Instant::ZERO);
+        let list_id = drain(&mut inf).unwrap();
+        let mut publisher = Publisher::new();
+        let items = (0..5000).map(|i| obj(&alloc::format!("o{i}"), 1)).collect();
+        inf.handle_input(Instant::ZERO, list_id, page(items, "1"));
+        drain(&mut inf);
+        publisher.stage(&mut inf);
+        assert!(publisher.try_publish());
+        assert!(
+            publisher.log.is_empty(),
+            "{} changes held",
+            publisher.log.len()
+        );
+        assert!(publisher.log.capacity() <= JOURNAL_KEEP);
+        for copy in &publisher.views().copies {
+            let copy = copy.read();
+            assert_eq!(copy.indexer().len(), 5000);
+            assert_eq!(copy.indexer().index_len(NAMESPACE_INDEX, "ns"), Ok(5000));
+            assert!(copy.has_synced());
+        }
     }
 
     /// An index added through the locked informer serves readers, on both copies.

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use informer_core::shared::{View, Views};
-use informer_core::{IndexError, Key, Labels, Object, Selector};
+use informer_core::{IndexError, Key, KeyRef, Labels, Object, Selector};
 
 /// A read handle on an informer's cache (client-go `Indexer`/`Lister`): cheap to clone, usable
 /// from any task or thread.
@@ -13,8 +13,8 @@ use informer_core::{IndexError, Key, Labels, Object, Selector};
 /// so no answer ever mixes two lists, and an answer is never part of a step.
 ///
 /// **Readers never wait for the informer, and the informer never waits for readers.** The
-/// store reads one of two copies of the cache's tables (objects and keys are `Arc`s shared
-/// by both and by the informer's own cache): the informer applies each step (a batch of up
+/// store reads one of two copies of the cache's tables (objects are `Arc`s shared by both
+/// and by the informer's own cache; the copies find them by the key each object carries): the informer applies each step (a batch of up
 /// to 64 inputs; a relist of 100k objects is one input) to its own cache, then replays the
 /// step's changes on the copy readers are not using and switches readers over to it in one
 /// atomic store. A reader that is still on the previous copy at the next switch delays that
@@ -84,7 +84,7 @@ impl<K: Object + 'static> Store<K> {
 
     /// Every cached key.
     pub fn keys(&self) -> Vec<Key> {
-        self.read(|c| c.indexer().list_keys().cloned().collect())
+        self.read(|c| c.indexer().list_keys().map(KeyRef::to_key).collect())
     }
 
     /// The number of cached objects.
@@ -112,7 +112,7 @@ impl<K: Object + 'static> Store<K> {
         self.read(|c| {
             c.indexer()
                 .index_keys(index, value)
-                .map(|it| it.cloned().collect())
+                .map(|it| it.map(KeyRef::to_key).collect())
         })
     }
 

@@ -1,0 +1,451 @@
+//! [`ReadCopy`]: the lean copy of an [`Indexer`] that readers on other threads query
+//! (`shared::Views`, feature `spin`).
+
+use core::hash::BuildHasher;
+
+use hashbrown::HashTable;
+
+use super::{
+    Change, IndexError, IndexFunc, IndexValues, NAMESPACE_INDEX, Select, Source,
+    namespace_index_values,
+};
+use crate::hash::{HashMap, HashSet, HashState, IDLE_CAPACITY};
+use crate::object::{KeyRef, Object};
+use crate::selector::{Labels, Selector};
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt;
+
+/// Objects hashed and compared by their own key ([`Object::key_ref`]): one pointer per entry,
+/// the key is read from the object.
+pub(super) type Objects<K> = HashTable<Arc<K>>;
+
+/// Value → the objects having that value. Empty buckets are removed.
+pub(super) type ObjectBuckets<K> = HashMap<Box<str>, Objects<K>>;
+
+struct CopyIndex<K> {
+    label_key: Option<Box<str>>,
+    name: Box<str>,
+    func: Box<dyn IndexFunc<K>>,
+    buckets: ObjectBuckets<K>,
+}
+
+fn same_key<K: Object>(key: KeyRef<'_>) -> impl Fn(&Arc<K>) -> bool + '_ {
+    move |o| o.key_ref() == key
+}
+
+fn rehash<K: Object>(state: &HashState) -> impl Fn(&Arc<K>) -> u64 + '_ {
+    move |o| state.hash_one(o.key_ref())
+}
+
+/// Gives back the memory of a table that has shrunk to a quarter of its capacity (after a
+/// burst of deletes), keeping room for twice its content, so that shrinking is amortised.
+fn trim<K: Object>(table: &mut Objects<K>, state: &HashState) {
+    if table.capacity() > IDLE_CAPACITY && table.len() < table.capacity() / 4 {
+        table.shrink_to(table.len() * 2, rehash(state));
+    }
+}
+
+impl<K: Object> CopyIndex<K> {
+    /// Adds `obj`, which is not in the bucket of `value`, to it.
+    fn insert(&mut self, value: &str, hash: u64, obj: &Arc<K>, state: &HashState) {
+        match self.buckets.get_mut(value) {
+            Some(set) => {
+                set.insert_unique(hash, obj.clone(), rehash(state));
+            }
+            None => {
+                let mut set = HashTable::with_capacity(1);
+                set.insert_unique(hash, obj.clone(), rehash(state));
+                self.buckets.insert(Box::from(value), set);
+            }
+        }
+    }
+
+    /// Replaces `old` (the very `Arc`: buckets hold the objects the key → object map holds)
+    /// in the bucket of `value` with `new`, or removes it if `new` is `None`.
+    fn replace(
+        &mut self,
+        value: &str,
+        hash: u64,
+        old: &Arc<K>,
+        new: Option<&Arc<K>>,
+        state: &HashState,
+    ) {
+        let Some(set) = self.buckets.get_mut(value) else {
+            return;
+        };
+        let is_old = |o: &Arc<K>| Arc::ptr_eq(o, old);
+        match new {
+            Some(new) => {
+                if let Some(slot) = set.find_mut(hash, is_old) {
+                    *slot = new.clone();
+                }
+            }
+            None => {
+                if let Ok(entry) = set.find_entry(hash, is_old) {
+                    entry.remove();
+                }
+                if set.is_empty() {
+                    self.buckets.remove(value);
+                } else {
+                    trim(set, state);
+                }
+            }
+        }
+    }
+
+    /// Updates the buckets for the object whose key hashes to `hash` going from `old` (if
+    /// any) to `new` (if any). Buckets hold the objects themselves, so a bucket the object
+    /// stays in gets the new object too; objects in a bucket are found by pointer, without
+    /// reading them.
+    fn update(&mut self, hash: u64, old: Option<&Arc<K>>, new: Option<&Arc<K>>, state: &HashState) {
+        let old_vals = old.map(|o| self.func.index_values(o)).unwrap_or_default();
+        let new_vals = new.map(|o| self.func.index_values(o)).unwrap_or_default();
+        if let Some(old) = old {
+            for v in &old_vals {
+                let stays = new.filter(|_| new_vals.contains(v));
+                self.replace(v, hash, old, stays, state);
+            }
+        }
+        if let Some(new) = new {
+            for (i, v) in new_vals.iter().enumerate() {
+                // A value the object had is handled above; one listed twice is added once.
+                if !old_vals.contains(v) && !new_vals[..i].contains(v) {
+                    self.insert(v, hash, new, state);
+                }
+            }
+        }
+    }
+}
+
+/// The copy of an [`Indexer`](super::Indexer)'s content that readers query, kept up to date by
+/// replaying its journal ([`apply`](Self::apply)). The same read API as the indexer, in less
+/// memory: its tables hold only the objects (one pointer per entry), found by the key each
+/// object carries (a key is built only when a caller asks for one as a
+/// [`Key`](crate::object::Key)), and the key → object map is split by namespace, so that it is
+/// the namespace index ([`NAMESPACE_INDEX`]) too: one table entry per object and per other
+/// index.
+pub struct ReadCopy<K> {
+    state: HashState,
+    /// The cluster-scoped objects.
+    cluster: Objects<K>,
+    /// Namespace → the objects in it. Empty namespaces are removed.
+    namespaces: ObjectBuckets<K>,
+    len: usize,
+    /// The indices other than the namespace index.
+    indices: Vec<CopyIndex<K>>,
+}
+
+impl<K> fmt::Debug for ReadCopy<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadCopy")
+            .field("len", &self.len)
+            .field(
+                "indices",
+                &self.indices.iter().map(|i| &*i.name).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl<K: Object + 'static> Default for ReadCopy<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Object + 'static> ReadCopy<K> {
+    /// An empty copy with the namespace index.
+    pub fn new() -> Self {
+        ReadCopy {
+            state: HashState::default(),
+            cluster: HashTable::new(),
+            namespaces: HashMap::default(),
+            len: 0,
+            indices: Vec::new(),
+        }
+    }
+
+    /// Adds a named index; objects already stored are indexed at once. Fails with
+    /// [`IndexError::IndexExists`] if the name is taken.
+    pub fn add_index(
+        &mut self,
+        name: &str,
+        func: impl IndexFunc<K> + 'static,
+    ) -> Result<(), IndexError> {
+        if name == NAMESPACE_INDEX || self.index_pos(name).is_ok() {
+            return Err(IndexError::IndexExists { name: name.into() });
+        }
+        let mut index = CopyIndex {
+            label_key: func.label_key().map(Into::into),
+            name: name.into(),
+            func: Box::new(func),
+            buckets: HashMap::default(),
+        };
+        for obj in self.list() {
+            let key = obj.key_ref();
+            index.update(self.state.hash_one(key), None, Some(obj), &self.state);
+        }
+        self.indices.push(index);
+        Ok(())
+    }
+
+    /// The names of the indices, the namespace index first.
+    pub fn index_names(&self) -> impl Iterator<Item = &str> {
+        core::iter::once(NAMESPACE_INDEX).chain(self.indices.iter().map(|i| &*i.name))
+    }
+
+    /// Applies one recorded change ([`Indexer::take_changes`](super::Indexer::take_changes)).
+    /// A modify or delete allocates nothing (a table that shrank to a quarter of its capacity
+    /// is shrunk, rarely); a [`Change::Clear`] drops the tables, so that the relist which
+    /// follows leaves them sized to its content.
+    pub fn apply(&mut self, change: Change<K>) {
+        match change {
+            Change::Upsert { key, obj } => {
+                let key = key.as_ref_parts();
+                let hash = self.state.hash_one(key);
+                let table = match key.namespace {
+                    None => &mut self.cluster,
+                    Some(ns) => self.namespaces.entry_ref(ns).or_insert_with(HashTable::new),
+                };
+                let old = match table.find_mut(hash, same_key(key)) {
+                    Some(slot) if Arc::ptr_eq(slot, &obj) => return,
+                    Some(slot) => Some(core::mem::replace(slot, obj.clone())),
+                    None => {
+                        table.insert_unique(hash, obj.clone(), rehash(&self.state));
+                        self.len += 1;
+                        None
+                    }
+                };
+                for index in &mut self.indices {
+                    index.update(hash, old.as_ref(), Some(&obj), &self.state);
+                }
+            }
+            Change::Delete { key } => {
+                let key = key.as_ref_parts();
+                let hash = self.state.hash_one(key);
+                let table = match key.namespace {
+                    None => &mut self.cluster,
+                    Some(ns) => match self.namespaces.get_mut(ns) {
+                        Some(table) => table,
+                        None => return,
+                    },
+                };
+                let Ok(entry) = table.find_entry(hash, same_key(key)) else {
+                    return;
+                };
+                let (old, _) = entry.remove();
+                self.len -= 1;
+                match key.namespace {
+                    Some(ns) if table.is_empty() => {
+                        self.namespaces.remove(ns);
+                    }
+                    _ => trim(table, &self.state),
+                }
+                for index in &mut self.indices {
+                    index.update(hash, Some(&old), None, &self.state);
+                }
+            }
+            Change::Clear => {
+                self.cluster = HashTable::new();
+                self.namespaces = HashMap::default();
+                self.len = 0;
+                for index in &mut self.indices {
+                    index.buckets = HashMap::default();
+                }
+            }
+        }
+    }
+
+    fn get_ref(&self, key: KeyRef<'_>) -> Option<&Arc<K>> {
+        let table = match key.namespace {
+            None => &self.cluster,
+            Some(ns) => self.namespaces.get(ns)?,
+        };
+        table.find(self.state.hash_one(key), same_key(key))
+    }
+
+    /// The stored object with the same key as `obj`.
+    pub fn get(&self, obj: &K) -> Option<&Arc<K>> {
+        self.get_ref(obj.key_ref())
+    }
+
+    /// The stored object under `key` (`namespace/name` or `name`).
+    pub fn get_by_key(&self, key: &str) -> Option<&Arc<K>> {
+        self.get_ref(match key.split_once('/') {
+            Some((ns, name)) => KeyRef::new(Some(ns), name),
+            None => KeyRef::new(None, key),
+        })
+    }
+
+    /// Whether an object is stored under `key`.
+    pub fn contains_key(&self, key: KeyRef<'_>) -> bool {
+        self.get_ref(key).is_some()
+    }
+
+    /// Number of stored objects.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the copy is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Every stored object, in no particular order.
+    pub fn list(&self) -> impl Iterator<Item = &Arc<K>> {
+        self.cluster
+            .iter()
+            .chain(self.namespaces.values().flatten())
+    }
+
+    /// Every key, in no particular order (borrowed from the objects: [`KeyRef::to_key`] builds
+    /// an owned [`Key`](crate::object::Key)).
+    pub fn list_keys(&self) -> impl Iterator<Item = KeyRef<'_>> {
+        self.list().map(|o| o.key_ref())
+    }
+
+    fn index_pos(&self, name: &str) -> Result<usize, IndexError> {
+        self.indices
+            .iter()
+            .position(|i| &*i.name == name)
+            .ok_or_else(|| IndexError::UnknownIndex { name: name.into() })
+    }
+
+    /// The buckets of index `name`.
+    fn buckets(&self, name: &str) -> Result<&ObjectBuckets<K>, IndexError> {
+        if name == NAMESPACE_INDEX {
+            return Ok(&self.namespaces);
+        }
+        Ok(&self.indices[self.index_pos(name)?].buckets)
+    }
+
+    /// The objects whose `name` index values include `value` (client-go `ByIndex`).
+    pub fn by_index(
+        &self,
+        name: &str,
+        value: &str,
+    ) -> Result<impl Iterator<Item = &Arc<K>>, IndexError> {
+        Ok(self.buckets(name)?.get(value).into_iter().flatten())
+    }
+
+    /// The keys of the objects whose `name` index values include `value`.
+    pub fn index_keys(
+        &self,
+        name: &str,
+        value: &str,
+    ) -> Result<impl Iterator<Item = KeyRef<'_>>, IndexError> {
+        Ok(self.by_index(name, value)?.map(|o| o.key_ref()))
+    }
+
+    /// The objects sharing at least one `name` index value with `obj` (client-go `Index`).
+    /// Each object appears once.
+    pub fn index(&self, name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
+        let buckets = self.buckets(name)?;
+        let values: IndexValues<'_> = if name == NAMESPACE_INDEX {
+            namespace_index_values(obj)
+        } else {
+            self.indices[self.index_pos(name)?].func.index_values(obj)
+        };
+        let mut seen: HashSet<KeyRef<'_>> = HashSet::default();
+        let mut out = Vec::new();
+        for v in &values {
+            for o in buckets.get(&**v).into_iter().flatten() {
+                if seen.insert(o.key_ref()) {
+                    out.push(o.clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The values of the `name` index that have at least one object (client-go
+    /// `ListIndexFuncValues`).
+    pub fn list_index_values(&self, name: &str) -> Result<impl Iterator<Item = &str>, IndexError> {
+        Ok(self.buckets(name)?.keys().map(|v| &**v))
+    }
+
+    /// Number of objects with value `value` in index `name`.
+    pub fn index_len(&self, name: &str, value: &str) -> Result<usize, IndexError> {
+        Ok(self.buckets(name)?.get(value).map_or(0, HashTable::len))
+    }
+
+    /// The capacity of the tables of the cluster-scoped objects and of each namespace, in
+    /// entries, summed (for tests of the shrink policy).
+    pub fn capacity(&self) -> usize {
+        self.cluster.capacity()
+            + self
+                .namespaces
+                .values()
+                .map(HashTable::capacity)
+                .sum::<usize>()
+    }
+}
+
+/// The cheapest label index found for a selection: its cost (objects to check), buckets and
+/// values.
+type Plan<'a, K> = Option<(usize, &'a ObjectBuckets<K>, &'a [Box<str>])>;
+
+impl<K: Object + Labels + 'static> ReadCopy<K> {
+    /// The stored objects whose labels match `selector`, in `namespace` if given; planned as
+    /// [`Indexer::select`](super::Indexer::select) does (a label index's buckets, the
+    /// namespace's objects or every object, whichever holds fewest). Allocates nothing.
+    pub fn select<'a>(
+        &'a self,
+        selector: &'a Selector,
+        namespace: Option<&'a str>,
+    ) -> Select<'a, K> {
+        let namespace = namespace.filter(|ns| !ns.is_empty());
+        let ns_bucket = namespace.map(|ns| self.namespaces.get(ns));
+        let mut best: Plan<'a, K> = None;
+        for req in selector.requirements() {
+            let Some(values) = req.required_values() else {
+                continue;
+            };
+            let Some(index) = self
+                .indices
+                .iter()
+                .find(|i| i.label_key.as_deref() == Some(req.key()))
+            else {
+                continue;
+            };
+            let cost = values
+                .iter()
+                .map(|v| index.buckets.get(&**v).map_or(0, HashTable::len))
+                .sum();
+            if best.is_none_or(|(c, ..)| cost < c) {
+                best = Some((cost, &index.buckets, values));
+            }
+        }
+        let source = match (best, ns_bucket) {
+            (_, Some(None)) => Source::Empty,
+            (Some((cost, buckets, values)), ns) if ns.flatten().is_none_or(|b| cost <= b.len()) => {
+                Source::ObjectBuckets {
+                    buckets,
+                    values: values.iter(),
+                    objects: None,
+                }
+            }
+            (_, Some(Some(bucket))) => {
+                return Select {
+                    items: None,
+                    selector,
+                    namespace: None,
+                    source: Source::ObjectBucket(bucket.iter()),
+                };
+            }
+            (_, None) => Source::Partitions {
+                rest: self.namespaces.values(),
+                objects: self.cluster.iter(),
+            },
+        };
+        Select {
+            items: None,
+            selector,
+            namespace,
+            source,
+        }
+    }
+}
