@@ -630,26 +630,16 @@ impl<K: Object + Labels + 'static> Indexer<K> {
         let namespace = namespace.filter(|ns| !ns.is_empty());
         let ns_index = self.indices.iter().find(|i| i.is_namespace);
         let ns_bucket = namespace.and_then(|ns| Some(ns_index?.buckets.get(ns)));
-        let mut best: Option<(usize, &'a Buckets, &'a [Box<str>])> = None;
-        for req in selector.requirements() {
-            let Some(values) = req.required_values() else {
-                continue;
-            };
-            let Some(index) = self
-                .indices
-                .iter()
-                .find(|i| i.label_key.as_deref() == Some(req.key()))
-            else {
-                continue;
-            };
-            let cost = values
-                .iter()
-                .map(|v| index.buckets.get(&**v).map_or(0, HashSet::len))
-                .sum();
-            if best.is_none_or(|(c, ..)| cost < c) {
-                best = Some((cost, &index.buckets, values));
-            }
-        }
+        let best = cheapest_label_plan(
+            selector,
+            |key| {
+                self.indices
+                    .iter()
+                    .find(|i| i.label_key.as_deref() == Some(key))
+                    .map(|i| &i.buckets)
+            },
+            HashSet::len,
+        );
         let source = match (best, ns_bucket) {
             (_, Some(None)) => Source::Empty,
             (Some((cost, buckets, values)), ns) if ns.flatten().is_none_or(|b| cost <= b.len()) => {
@@ -676,6 +666,37 @@ impl<K: Object + Labels + 'static> Indexer<K> {
             source,
         }
     }
+}
+
+/// A label index chosen for a selection: objects to check, the index's buckets, the values.
+pub(crate) type LabelPlan<'a, B> = (usize, &'a HashMap<Box<str>, B>, &'a [Box<str>]);
+
+/// The cheapest label index for a selection, shared by [`Indexer::select`] and
+/// [`ReadCopy::select`]: among the selector's `key=v`, `key==v` and `key in (…)` terms whose
+/// label has an index (`index_of(key)`), the one whose buckets for the term's values hold the
+/// fewest objects (`len` of a bucket), with that count, the buckets and the values.
+pub(crate) fn cheapest_label_plan<'a, B>(
+    selector: &'a Selector,
+    index_of: impl Fn(&str) -> Option<&'a HashMap<Box<str>, B>>,
+    len: impl Fn(&B) -> usize,
+) -> Option<LabelPlan<'a, B>> {
+    let mut best: Option<LabelPlan<'a, B>> = None;
+    for req in selector.requirements() {
+        let Some(values) = req.required_values() else {
+            continue;
+        };
+        let Some(buckets) = index_of(req.key()) else {
+            continue;
+        };
+        let cost = values
+            .iter()
+            .map(|v| buckets.get(&**v).map_or(0, &len))
+            .sum();
+        if best.is_none_or(|(c, ..)| cost < c) {
+            best = Some((cost, buckets, values));
+        }
+    }
+    best
 }
 
 /// The iterator [`Indexer::select`] returns.

@@ -384,10 +384,6 @@ impl<K: Object + 'static> ReadCopy<K> {
     }
 }
 
-/// The cheapest label index found for a selection: its cost (objects to check), buckets and
-/// values.
-type Plan<'a, K> = Option<(usize, &'a ObjectBuckets<K>, &'a [Box<str>])>;
-
 impl<K: Object + Labels + 'static> ReadCopy<K> {
     /// The stored objects whose labels match `selector`, in `namespace` if given; planned as
     /// [`Indexer::select`](super::Indexer::select) does (a label index's buckets, the
@@ -399,26 +395,16 @@ impl<K: Object + Labels + 'static> ReadCopy<K> {
     ) -> Select<'a, K> {
         let namespace = namespace.filter(|ns| !ns.is_empty());
         let ns_bucket = namespace.map(|ns| self.namespaces.get(ns));
-        let mut best: Plan<'a, K> = None;
-        for req in selector.requirements() {
-            let Some(values) = req.required_values() else {
-                continue;
-            };
-            let Some(index) = self
-                .indices
-                .iter()
-                .find(|i| i.label_key.as_deref() == Some(req.key()))
-            else {
-                continue;
-            };
-            let cost = values
-                .iter()
-                .map(|v| index.buckets.get(&**v).map_or(0, HashTable::len))
-                .sum();
-            if best.is_none_or(|(c, ..)| cost < c) {
-                best = Some((cost, &index.buckets, values));
-            }
-        }
+        let best = super::cheapest_label_plan(
+            selector,
+            |key| {
+                self.indices
+                    .iter()
+                    .find(|i| i.label_key.as_deref() == Some(key))
+                    .map(|i| &i.buckets)
+            },
+            HashTable::len,
+        );
         let source = match (best, ns_bucket) {
             (_, Some(None)) => Source::Empty,
             (Some((cost, buckets, values)), ns) if ns.flatten().is_none_or(|b| cost <= b.len()) => {
