@@ -1,7 +1,9 @@
 //! The driver against scripted transports (no cluster): timeouts, failures and the watch-error
 //! hook, event streams, handler removal, runtime errors — on tokio and on smol.
 
-use std::future::Future;
+mod support;
+use support::Env;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -91,39 +93,7 @@ impl Transport<DynamicObject> for Fake {
     }
 }
 
-trait Env {
-    type R: Runtime + Default;
-    fn block_on<F: Future>(f: F) -> F::Output;
-}
-
-struct TokioEnv;
-impl Env for TokioEnv {
-    type R = informer_tokio::Tokio;
-    fn block_on<F: Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f)
-    }
-}
-
-struct SmolEnv;
-impl Env for SmolEnv {
-    type R = informer_smol::Smol;
-    fn block_on<F: Future>(f: F) -> F::Output {
-        smol::block_on(f)
-    }
-}
-
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod on_tokio { $(#[test] fn $name() { <super::TokioEnv as super::Env>::block_on(super::$name::<super::TokioEnv>()) })* }
-        mod on_smol { $(#[test] fn $name() { <super::SmolEnv as super::Env>::block_on(super::$name::<super::SmolEnv>()) })* }
-    };
-}
-
-on_both!(
+on_both_runtimes!(
     wait_for_sync_times_out_and_shutdown_abandons_the_request,
     failures_reach_the_hook_and_back_off,
     event_stream_pulls_and_dropping_it_removes_the_handler,

@@ -2,8 +2,10 @@
 //! the driver is held inside a step, readers never see a mix of two lists, and a handler finds
 //! in the store the change it was told about even while reader threads keep the store busy.
 
+mod support;
+use support::Env;
+
 use std::collections::VecDeque;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier, Mutex};
@@ -99,39 +101,7 @@ impl Transport<DynamicObject> for Script {
     }
 }
 
-trait Env {
-    type R: Runtime + Default;
-    fn block_on<F: Future>(f: F) -> F::Output;
-}
-
-struct TokioEnv;
-impl Env for TokioEnv {
-    type R = informer_tokio::Tokio;
-    fn block_on<F: Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f)
-    }
-}
-
-struct SmolEnv;
-impl Env for SmolEnv {
-    type R = informer_smol::Smol;
-    fn block_on<F: Future>(f: F) -> F::Output {
-        smol::block_on(f)
-    }
-}
-
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod on_tokio { $(#[test] fn $name() { <super::TokioEnv as super::Env>::block_on(super::$name::<super::TokioEnv>()) })* }
-        mod on_smol { $(#[test] fn $name() { <super::SmolEnv as super::Env>::block_on(super::$name::<super::SmolEnv>()) })* }
-    };
-}
-
-on_both!(
+on_both_runtimes!(
     a_read_completes_while_the_driver_is_inside_a_step,
     readers_never_see_a_mix_of_two_lists,
     a_handler_finds_its_change_in_the_store_while_readers_hammer_it,

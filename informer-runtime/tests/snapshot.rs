@@ -2,7 +2,9 @@
 //! errors, periodic and on-demand writes (atomic: no temporary file left), and a restart that
 //! resumes from the file without listing.
 
-use std::future::Future;
+mod support;
+use support::Env;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -85,39 +87,7 @@ impl Transport<DynamicObject> for Fake {
     }
 }
 
-trait Env {
-    type R: Runtime + Default;
-    fn block_on<F: Future>(f: F) -> F::Output;
-}
-
-struct TokioEnv;
-impl Env for TokioEnv {
-    type R = informer_tokio::Tokio;
-    fn block_on<F: Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f)
-    }
-}
-
-struct SmolEnv;
-impl Env for SmolEnv {
-    type R = informer_smol::Smol;
-    fn block_on<F: Future>(f: F) -> F::Output {
-        smol::block_on(f)
-    }
-}
-
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod on_tokio { $(#[test] fn $name() { <super::TokioEnv as super::Env>::block_on(super::$name::<super::TokioEnv>()) })* }
-        mod on_smol { $(#[test] fn $name() { <super::SmolEnv as super::Env>::block_on(super::$name::<super::SmolEnv>()) })* }
-    };
-}
-
-on_both!(
+on_both_runtimes!(
     periodic_and_on_demand_snapshots_then_a_restart_resumes_without_listing,
     a_crash_mid_write_leaves_the_previous_file_valid,
 );
