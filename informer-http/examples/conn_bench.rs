@@ -7,7 +7,6 @@
 //! list+watch pairs on one client, held open, then the child reports its established
 //! connections to the apiserver and its resident memory (VmRSS, VmHWM).
 
-use std::collections::HashSet;
 use std::process::Command;
 
 use informer_core::object::DynamicObject;
@@ -112,7 +111,7 @@ fn run_child(backend: &str, mode: &str, kubeconfig: &str) {
             }
             out
         });
-        let conns = connections_to(port);
+        let conns = testcluster::connections_to(port);
         let (rss, hwm) = memory();
         println!("{backend:<8} {name:<10} {conns:>12} {rss:>14} {hwm:>14}");
         drop(watches);
@@ -149,7 +148,7 @@ fn run_child(backend: &str, mode: &str, kubeconfig: &str) {
         }
         out
     });
-    let conns = connections_to(port);
+    let conns = testcluster::connections_to(port);
     let (rss, hwm) = memory();
     println!("{backend:<8} {name:<10} {conns:>12} {rss:>14} {hwm:>14}");
     drop(watches);
@@ -166,37 +165,4 @@ fn memory() -> (u64, u64) {
             .unwrap_or(0)
     };
     (get("VmRSS:"), get("VmHWM:"))
-}
-
-/// Established TCP connections of this process to `port`.
-fn connections_to(port: u16) -> usize {
-    let mut inodes = HashSet::new();
-    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        if let Ok(target) = std::fs::read_link(fd.path()) {
-            let t = target.to_string_lossy();
-            if let Some(n) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
-                inodes.insert(n.to_string());
-            }
-        }
-    }
-    let mut n = 0;
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() < 10 || f[3] != "01" {
-                continue;
-            }
-            let remote = f[2]
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok());
-            if remote == Some(port) && inodes.contains(f[9]) {
-                n += 1;
-            }
-        }
-    }
-    n
 }

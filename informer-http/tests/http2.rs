@@ -4,7 +4,6 @@
 //! apiserver ends (its timeout, or the apiserver restarting) is re-opened on the same client.
 #![cfg(all(feature = "tokio", target_os = "linux"))]
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -15,43 +14,6 @@ use informer_http::{Config, ReqwestBackend, Resource};
 use testcluster::TestCluster;
 
 const INFORMERS: usize = 20;
-
-/// Established TCP connections of this process to `port`.
-fn connections_to(port: u16) -> usize {
-    let mut inodes = HashSet::new();
-    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        if let Ok(target) = std::fs::read_link(fd.path()) {
-            let t = target.to_string_lossy();
-            if let Some(n) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
-                inodes.insert(n.to_string());
-            }
-        }
-    }
-    let mut n = 0;
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() < 10 || f[3] != "01" {
-                continue;
-            }
-            let remote_port = f[2]
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok());
-            if remote_port == Some(port) && inodes.contains(f[9]) {
-                n += 1;
-            }
-        }
-    }
-    n
-}
-
-fn port_of(tc: &TestCluster) -> u16 {
-    tc.server.rsplit(':').next().unwrap().parse().unwrap()
-}
 
 fn create(tc: &TestCluster, path: &str, name: &str) {
     let (status, body) = tc
@@ -97,7 +59,7 @@ async fn start_informers(
 #[test]
 fn twenty_informers_share_one_http2_connection_and_watches_survive_the_server_ending_them() {
     let mut tc = TestCluster::start().expect("start test cluster");
-    let port = port_of(&tc);
+    let port = tc.port();
     for i in 0..INFORMERS {
         create(&tc, "/api/v1/namespaces", &format!("h2-{i}"));
         create(
@@ -118,7 +80,7 @@ fn twenty_informers_share_one_http2_connection_and_watches_survive_the_server_en
     h1.http2 = false;
     let h1 = Client::reqwest(h1).unwrap();
     let watches = rt.block_on(start_informers(&h1));
-    let h1_conns = connections_to(port);
+    let h1_conns = testcluster::connections_to(port);
     assert!(h1_conns >= INFORMERS, "HTTP/1.1: {h1_conns} connections");
     drop(watches);
     drop(h1);
@@ -128,14 +90,18 @@ fn twenty_informers_share_one_http2_connection_and_watches_survive_the_server_en
     let h2 = Client::reqwest(admin).unwrap();
     // Let the HTTP/1.1 sockets close (they belong to the dropped client).
     for _ in 0..100 {
-        if connections_to(port) == 0 {
+        if testcluster::connections_to(port) == 0 {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(connections_to(port), 0);
+    assert_eq!(testcluster::connections_to(port), 0);
     let mut watches = rt.block_on(start_informers(&h2));
-    assert_eq!(connections_to(port), 1, "HTTP/2: one connection");
+    assert_eq!(
+        testcluster::connections_to(port),
+        1,
+        "HTTP/2: one connection"
+    );
     // Every watch still delivers.
     create(&tc, "/api/v1/namespaces/h2-7/configmaps", "late");
     rt.block_on(async {
@@ -174,7 +140,7 @@ fn twenty_informers_share_one_http2_connection_and_watches_survive_the_server_en
             other => panic!("{other:?}"),
         }
     });
-    assert_eq!(connections_to(port), 1);
+    assert_eq!(testcluster::connections_to(port), 1);
 
     // The apiserver restarts: the connection and every stream on it end; a re-watch on the
     // same client opens a new HTTP/2 connection and goes on.
@@ -209,5 +175,5 @@ fn twenty_informers_share_one_http2_connection_and_watches_survive_the_server_en
             other => panic!("{other:?}"),
         }
     });
-    assert_eq!(connections_to(port), 1);
+    assert_eq!(testcluster::connections_to(port), 1);
 }

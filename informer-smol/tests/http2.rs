@@ -11,7 +11,6 @@
 //!   HTTP/1.1: a connection per open watch.
 #![cfg(target_os = "linux")]
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,43 +19,6 @@ use informer_smol::{Config, DynamicObject, Informer, Resource, block_on, client,
 use testcluster::TestCluster;
 
 const INFORMERS: usize = 20;
-
-/// Established TCP connections of this process to `port`.
-fn connections_to(port: u16) -> usize {
-    let mut inodes = HashSet::new();
-    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        if let Ok(target) = std::fs::read_link(fd.path()) {
-            let t = target.to_string_lossy();
-            if let Some(n) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
-                inodes.insert(n.to_string());
-            }
-        }
-    }
-    let mut n = 0;
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() < 10 || f[3] != "01" {
-                continue;
-            }
-            let remote_port = f[2]
-                .rsplit(':')
-                .next()
-                .and_then(|p| u16::from_str_radix(p, 16).ok());
-            if remote_port == Some(port) && inodes.contains(f[9]) {
-                n += 1;
-            }
-        }
-    }
-    n
-}
-
-fn port_of(server: &str) -> u16 {
-    server.rsplit(':').next().unwrap().parse().unwrap()
-}
 
 fn create(tc: &TestCluster, path: &str, name: &str) {
     let (status, body) = tc
@@ -132,13 +94,17 @@ fn seed(tc: &TestCluster, prefix: &str, n: usize) {
 #[test]
 fn twenty_smol_informers_share_one_http2_connection_with_no_tokio_runtime() {
     let mut tc = TestCluster::start().expect("start test cluster");
-    let port = port_of(&tc.server);
+    let port = tc.port();
     seed(&tc, "h2", INFORMERS);
     let cfg = Config::from_kubeconfig_file(&tc.kubeconfig, None).unwrap();
     assert!(cfg.http2, "HTTP/2 is offered by default");
     let client = client(cfg).unwrap();
     let informers = block_on(start_informers(&client, "h2", INFORMERS)).unwrap();
-    assert_eq!(connections_to(port), 1, "one connection for {INFORMERS}");
+    assert_eq!(
+        testcluster::connections_to(port),
+        1,
+        "one connection for {INFORMERS}"
+    );
     assert_eq!(client.backend().http2_connections().len(), 1);
 
     // The apiserver ends every watch after 1-2 s: each is re-opened (same connection, no
@@ -164,7 +130,7 @@ fn twenty_smol_informers_share_one_http2_connection_with_no_tokio_runtime() {
         assert_eq!(m.lists, 1, "informer {i} listed once: {m:?}");
         assert_eq!(m.relists, 0, "informer {i}: {m:?}");
     }
-    assert_eq!(connections_to(port), 1);
+    assert_eq!(testcluster::connections_to(port), 1);
     assert_eq!(client.backend().http2_connections().len(), 1);
 
     // The apiserver restarts: the connection ends with it; the informers go on over a new one.
@@ -188,7 +154,7 @@ fn twenty_smol_informers_share_one_http2_connection_with_no_tokio_runtime() {
         }
     })
     .unwrap();
-    assert_eq!(connections_to(port), 1, "one new connection");
+    assert_eq!(testcluster::connections_to(port), 1, "one new connection");
     block_on(async {
         for informer in &informers {
             informer.shutdown().await;
@@ -228,7 +194,7 @@ fn start_http1_relay(tc: &TestCluster) -> u16 {
     upstream.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = futures_rustls::TlsAcceptor::from(Arc::new(server));
     let connector = futures_rustls::TlsConnector::from(Arc::new(upstream));
-    let apiserver = port_of(&tc.server);
+    let apiserver = tc.port();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -297,7 +263,7 @@ fn without_h2_in_alpn_the_smol_backend_falls_back_to_http1() {
     .unwrap();
     assert!(client.backend().http2_connections().is_empty());
     // HTTP/1.1: each open watch holds a connection of its own.
-    let conns = connections_to(relay);
+    let conns = testcluster::connections_to(relay);
     assert!(conns >= N, "HTTP/1.1: {conns} connections for {N} watches");
     block_on(async {
         for informer in &informers {

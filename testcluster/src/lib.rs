@@ -510,7 +510,55 @@ done
 rm -rf "$dir"
 "#;
 
+/// Established TCP connections this process holds to `port` (on any address): the sockets in
+/// `/proc/self/fd` that `/proc/net/tcp` and `tcp6` list as ESTABLISHED to that remote port.
+/// For tests and benches that count connections (HTTP/2 sharing one, say).
+pub fn connections_to(port: u16) -> usize {
+    let mut inodes = std::collections::HashSet::new();
+    for fd in fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if let Ok(target) = fs::read_link(fd.path()) {
+            let t = target.to_string_lossy();
+            if let Some(n) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+                inodes.insert(n.to_string());
+            }
+        }
+    }
+    let mut n = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 || f[3] != "01" {
+                continue;
+            }
+            let remote = f[2]
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok());
+            if remote == Some(port) && inodes.contains(f[9]) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
 impl TestCluster {
+    /// The port of [`server`](Self::server) (the apiserver's HTTPS port).
+    pub fn port(&self) -> u16 {
+        self.server
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("the server URL ends in a port")
+    }
+
     /// Builds if needed ([`ensure_built`]), then starts etcd and kube-apiserver on free loopback
     /// ports in a fresh temporary directory and waits (up to 60 s) until `/readyz` is `ok`.
     pub fn start() -> Result<TestCluster, Error> {
