@@ -596,14 +596,14 @@ mod metrics_export {
         smol::block_on(async {
             let (fake, tx) = Fake::new(vec![obj("a", 5)]);
             fake.fail_lists.store(1, Ordering::SeqCst);
-            let inf = builder::<SmolEnv>(fake).build().unwrap();
+            let inf = builder::<support::SmolEnv>(fake).build().unwrap();
             let reg = inf.add_handler(HandlerFns::new()).unwrap();
             inf.start().unwrap();
             reg.wait_for_sync(Some(Duration::from_secs(10)))
                 .await
                 .unwrap();
             tx.send(WatchEvent::Added(obj("b", 11))).await.unwrap();
-            eventually::<SmolEnv>("delivered", || reg.delivered() == 2).await;
+            eventually::<support::SmolEnv>("delivered", || reg.delivered() == 2).await;
             // One snapshot: the debugging recorder reports counters as deltas since the last.
             let snapshot = snapshotter.snapshot().into_vec();
             let value = |name: &str, handler: bool| {
