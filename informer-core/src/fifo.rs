@@ -131,6 +131,14 @@ impl<K: Object> DeltaFifo<K> {
         Self::default()
     }
 
+    /// Records that an add, update or delete reached the queue's consumer without being queued
+    /// (the pipeline's straight path for a key with nothing queued, taken only while the queue
+    /// is empty): the queue counts as populated, as if the delta had been queued and popped.
+    pub fn mark_populated(&mut self) {
+        debug_assert!(self.is_empty());
+        self.populated = true;
+    }
+
     /// Queues `Added` for `obj`.
     pub fn add(&mut self, obj: Arc<K>, known: &dyn KnownObjects<K>) {
         self.populated = true;

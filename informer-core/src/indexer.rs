@@ -409,6 +409,44 @@ impl<K: Object + 'static> Indexer<K> {
         }
     }
 
+    /// Stores `obj` under its own key with one lookup of the key (the driver's straight path,
+    /// for an object whose key has nothing queued); returns the stored key and the previous
+    /// object. A new key is allocated only for an object not stored yet.
+    pub fn upsert(&mut self, obj: Arc<K>) -> (Key, Option<Arc<K>>) {
+        if let Some((key, slot)) = self.items.get_key_value_mut(&obj.key_ref()) {
+            let key = key.clone();
+            let old = core::mem::replace(slot, obj);
+            let new = &*slot;
+            if !Arc::ptr_eq(&old, new) {
+                for index in self.indices.iter_mut().filter(|i| !i.is_namespace) {
+                    index.update(&key, Some(&old), Some(new));
+                }
+                if let Some(journal) = &mut self.journal {
+                    journal.push(Change::Upsert {
+                        key: key.clone(),
+                        obj: new.clone(),
+                    });
+                }
+            }
+            return (key, Some(old));
+        }
+        let key = obj.key_ref().to_key();
+        self.insert(key.clone(), obj);
+        (key, None)
+    }
+
+    /// Removes the object stored under `key`; returns the stored key and the object.
+    pub fn remove_entry(&mut self, key: KeyRef<'_>) -> Option<(Key, Arc<K>)> {
+        let (key, old) = self.items.remove_entry(&key)?;
+        for index in &mut self.indices {
+            index.update(&key, Some(&old), None);
+        }
+        if let Some(journal) = &mut self.journal {
+            journal.push(Change::Delete { key: key.clone() });
+        }
+        Some((key, old))
+    }
+
     /// Removes the object stored under the key of `obj`; returns it.
     pub fn delete(&mut self, obj: &K) -> Option<Arc<K>> {
         self.delete_key(obj.key_ref())

@@ -110,22 +110,55 @@ impl<K: Object + 'static> Pipeline<K> {
 
     /// A watch `ADDED` event.
     pub fn added(&mut self, obj: Arc<K>) {
-        self.fifo.add(obj, &self.indexer);
+        if self.fifo.is_empty() {
+            self.fifo.mark_populated();
+            self.apply_now(DeltaType::Added, obj);
+        } else {
+            self.fifo.add(obj, &self.indexer);
+        }
     }
 
     /// A watch `MODIFIED` event.
     pub fn modified(&mut self, obj: Arc<K>) {
-        self.fifo.update(obj, &self.indexer);
+        if self.fifo.is_empty() {
+            self.fifo.mark_populated();
+            self.apply_now(DeltaType::Updated, obj);
+        } else {
+            self.fifo.update(obj, &self.indexer);
+        }
     }
 
     /// A watch `DELETED` event. Deletes of keys neither queued nor stored are dropped.
     pub fn deleted(&mut self, obj: Arc<K>) {
-        self.fifo
-            .delete(ObjectOrTombstone::Object(obj), &self.indexer);
+        if self.fifo.is_empty() {
+            self.fifo.mark_populated();
+            if let Some((key, _old)) = self.indexer.remove_entry(obj.key_ref()) {
+                self.processor.distribute(
+                    &key,
+                    Notification::Delete(ObjectOrTombstone::Object(obj)),
+                    false,
+                );
+            }
+        } else {
+            self.fifo
+                .delete(ObjectOrTombstone::Object(obj), &self.indexer);
+        }
+    }
+
+    /// The straight path of a watch event whose key has nothing queued (the FIFO is empty):
+    /// exactly what queueing the delta and popping it at once would do (the same store change,
+    /// the same notifications), without building a delta list or looking the key up twice.
+    fn apply_now(&mut self, kind: DeltaType, obj: Arc<K>) {
+        // The FIFO is empty, so every item of the initial list has been popped.
+        let in_initial_list = !self.fifo.has_synced();
+        let (key, old) = self.indexer.upsert(obj.clone());
+        self.notify_upsert(&key, kind, old, obj, in_initial_list);
     }
 
     /// Pops one key's deltas and applies them (client-go `HandleDeltas`). Returns false when
-    /// the FIFO was empty.
+    /// the FIFO was empty. Watch events that arrive while the FIFO is empty are applied at
+    /// once (see [`added`](Self::added)), so only lists, resyncs and events queued behind
+    /// them wait for this.
     pub fn process_one(&mut self) -> bool {
         let Some(popped) = self.fifo.pop() else {
             return false;
@@ -146,31 +179,41 @@ impl<K: Object + 'static> Pipeline<K> {
             }
             (kind, ObjectOrTombstone::Object(obj))
             | (kind, ObjectOrTombstone::Tombstone(Tombstone { obj, .. })) => {
-                match self.indexer.insert(key.clone(), obj.clone()) {
-                    Some(old) => {
-                        // A Sync, or a Replaced that did not change the resourceVersion, is a
-                        // resync: only handlers due for one get it (CONFORMANCE 12).
-                        let is_sync = match kind {
-                            DeltaType::Sync => true,
-                            DeltaType::Replaced => old.resource_version() == obj.resource_version(),
-                            _ => false,
-                        };
-                        self.processor.distribute(
-                            key,
-                            Notification::Update { old, new: obj },
-                            is_sync,
-                        );
-                    }
-                    None => self.processor.distribute(
-                        key,
-                        Notification::Add {
-                            obj,
-                            in_initial_list,
-                        },
-                        false,
-                    ),
-                }
+                let old = self.indexer.insert(key.clone(), obj.clone());
+                self.notify_upsert(key, kind, old, obj, in_initial_list);
             }
+        }
+    }
+
+    /// Notifies the handlers of `obj` stored under `key` in place of `old` (if any).
+    fn notify_upsert(
+        &mut self,
+        key: &Key,
+        kind: DeltaType,
+        old: Option<Arc<K>>,
+        obj: Arc<K>,
+        in_initial_list: bool,
+    ) {
+        match old {
+            Some(old) => {
+                // A Sync, or a Replaced that did not change the resourceVersion, is a
+                // resync: only handlers due for one get it (CONFORMANCE 12).
+                let is_sync = match kind {
+                    DeltaType::Sync => true,
+                    DeltaType::Replaced => old.resource_version() == obj.resource_version(),
+                    _ => false,
+                };
+                self.processor
+                    .distribute(key, Notification::Update { old, new: obj }, is_sync);
+            }
+            None => self.processor.distribute(
+                key,
+                Notification::Add {
+                    obj,
+                    in_initial_list,
+                },
+                false,
+            ),
         }
     }
 

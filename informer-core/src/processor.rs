@@ -391,19 +391,61 @@ impl<K> Log<K> {
         self.start + self.entries.len() as u64
     }
 
+    /// Reads entry `seq` for one of its readers: its notification and whether it is an initial
+    /// add (the delivery path: no key).
+    #[inline(always)]
+    fn take(&mut self, seq: u64) -> Option<(Notification<K>, bool)> {
+        let idx = usize::try_from(seq.checked_sub(self.start)?).ok()?;
+        let e = self.entries.get_mut(idx)?;
+        if e.readers > 1 {
+            e.readers -= 1;
+            let n = e.notification.as_ref()?.clone();
+            return Some((n, e.initial));
+        }
+        e.readers = 0;
+        let out = (e.notification.take()?, e.initial);
+        if idx == 0 {
+            self.trim();
+        }
+        Some(out)
+    }
+
     /// Reads entry `seq` for one of its readers: its notification, whether it is an initial
     /// add, and (with `want_key`) its key.
     fn read(&mut self, seq: u64, want_key: bool) -> Option<(Notification<K>, bool, Option<Key>)> {
         let idx = usize::try_from(seq.checked_sub(self.start)?).ok()?;
         let e = self.entries.get_mut(idx)?;
-        e.readers = e.readers.saturating_sub(1);
         let key = want_key.then(|| e.key.clone());
-        if e.readers > 0 {
+        if e.readers > 1 {
+            e.readers -= 1;
             return Some((e.notification.clone()?, e.initial, key));
         }
+        e.readers = 0;
         let out = (e.notification.take()?, e.initial, key);
-        self.trim();
+        if idx == 0 {
+            self.trim();
+        }
         Some(out)
+    }
+
+    /// Appends `n` for `readers` handlers.
+    fn append(&mut self, key: &Key, n: Notification<K>, readers: usize) {
+        let initial = matches!(
+            n,
+            Notification::Add {
+                in_initial_list: true,
+                ..
+            }
+        );
+        if initial {
+            self.last_initial = Some(self.end());
+        }
+        self.entries.push_back(LogEntry {
+            key: key.clone(),
+            notification: Some(n),
+            readers,
+            initial,
+        });
     }
 
     /// Drops fully read entries from the front.
@@ -446,6 +488,7 @@ impl<K> Log<K> {
     }
 
     /// The next notification for idle listener `l`: its queue first (older), then the log.
+    #[inline(always)]
     fn pop_for(&mut self, l: &mut Listener<K>) -> Option<(Notification<K>, bool)> {
         if !l.queue.is_empty() {
             if let Some(out) = l.queue.pop() {
@@ -455,8 +498,7 @@ impl<K> Log<K> {
         if l.read < self.end() {
             let seq = l.read;
             l.read += 1;
-            let (n, initial, _) = self.read(seq, false)?;
-            return Some((n, initial));
+            return self.take(seq);
         }
         None
     }
@@ -492,6 +534,18 @@ pub struct Processor<K> {
     check_period: Duration,
     /// Round-robin start for `poll_notification`.
     cursor: usize,
+    /// How many handlers have something in their queue, so that polling with nothing to
+    /// deliver (every log entry read, every queue empty) answers without visiting each handler.
+    queued: usize,
+}
+
+/// Counts a queue that became non-empty (+1) or empty (−1) in `queued`.
+fn account(queued: &mut usize, was_empty: bool, now_empty: bool) {
+    match (was_empty, now_empty) {
+        (true, false) => *queued += 1,
+        (false, true) => *queued -= 1,
+        _ => {}
+    }
 }
 
 impl<K> fmt::Debug for Processor<K> {
@@ -522,6 +576,7 @@ impl<K> Processor<K> {
             next_id: 0,
             check_period,
             cursor: 0,
+            queued: 0,
         }
     }
 
@@ -587,6 +642,7 @@ impl<K> Processor<K> {
         match self.listeners.iter().position(|l| l.id == id) {
             Some(i) => {
                 let mut l = self.listeners.remove(i);
+                account(&mut self.queued, l.queue.is_empty(), true);
                 self.log.abandon(&mut l);
                 true
             }
@@ -634,12 +690,25 @@ impl<K> Processor<K> {
     /// the others get it in their coalescing queues.
     pub fn distribute(&mut self, key: &Key, n: Notification<K>, is_sync: bool) {
         let end = self.log.end();
+        if !is_sync
+            && self
+                .listeners
+                .iter()
+                .all(|l| l.in_flight.is_none() && l.read == end && l.queue.is_empty())
+        {
+            // Every handler keeps up (the common case): one log entry, read by all of them.
+            if !self.listeners.is_empty() {
+                self.log.append(key, n, self.listeners.len());
+            }
+            return;
+        }
         // A resync goes to some handlers only: always through their queues (it is rare).
         let keeps_up = |l: &Listener<K>| {
             !is_sync && l.in_flight.is_none() && l.read == end && l.queue.is_empty()
         };
         let readers = self.listeners.iter().filter(|l| keeps_up(l)).count();
         let log = &mut self.log;
+        let queued = &mut self.queued;
         let mut behind = self
             .listeners
             .iter_mut()
@@ -647,6 +716,7 @@ impl<K> Processor<K> {
             .peekable();
         let mut n = Some(n);
         while let Some(l) = behind.next() {
+            let was_empty = l.queue.is_empty();
             log.spill(l);
             let own = if readers == 0 && behind.peek().is_none() {
                 n.take()
@@ -656,6 +726,7 @@ impl<K> Processor<K> {
             if let Some(own) = own {
                 l.queue.push(key, own);
             }
+            account(queued, was_empty, l.queue.is_empty());
             if readers > 0 {
                 // Skips the entry appended below.
                 l.read = end + 1;
@@ -663,49 +734,57 @@ impl<K> Processor<K> {
         }
         if readers > 0 {
             if let Some(n) = n {
-                let initial = matches!(
-                    n,
-                    Notification::Add {
-                        in_initial_list: true,
-                        ..
-                    }
-                );
-                if initial {
-                    log.last_initial = Some(end);
-                }
-                log.entries.push_back(LogEntry {
-                    key: key.clone(),
-                    notification: Some(n),
-                    readers,
-                    initial,
-                });
+                log.append(key, n, readers);
             }
         }
     }
 
     /// Queues `n` for one handler only (used to replay the cache to a late-added handler).
     pub fn push_to(&mut self, id: HandlerId, key: &Key, n: Notification<K>) {
-        let log = &mut self.log;
-        if let Some(l) = self.listeners.iter_mut().find(|l| l.id == id) {
-            log.spill(l);
+        if let Some(i) = self.position(id) {
+            let l = &mut self.listeners[i];
+            let was_empty = l.queue.is_empty();
+            self.log.spill(l);
             l.queue.push(key, n);
+            account(&mut self.queued, was_empty, l.queue.is_empty());
         }
     }
 
     /// The next notification for any idle handler (one with nothing in flight), taking handlers
     /// in turn. The handler is then busy until [`handler_done`](Self::handler_done).
     pub fn poll_notification(&mut self) -> Option<(HandlerId, Notification<K>)> {
+        debug_assert_eq!(
+            self.queued,
+            self.listeners
+                .iter()
+                .filter(|l| !l.queue.is_empty())
+                .count(),
+            "the count of handlers with a queue"
+        );
+        if self.queued == 0 && self.log.entries.is_empty() {
+            return None;
+        }
         let n = self.listeners.len();
-        let start = self.cursor.min(n);
         let end = self.log.end();
-        for idx in (start..n).chain(0..start) {
-            let l = &mut self.listeners[idx];
-            if l.in_flight.is_some() || (l.queue.is_empty() && l.read == end) {
+        let mut idx = if self.cursor < n { self.cursor } else { 0 };
+        for _ in 0..n {
+            let here = idx;
+            idx += 1;
+            if idx == n {
+                idx = 0;
+            }
+            let Some(l) = self.listeners.get_mut(here) else {
+                break;
+            };
+            if l.in_flight.is_some() || (l.read == end && l.queue.is_empty()) {
                 continue;
             }
-            if let Some((notification, initial)) = self.log.pop_for(l) {
+            let was_empty = l.queue.is_empty();
+            let popped = self.log.pop_for(l);
+            account(&mut self.queued, was_empty, l.queue.is_empty());
+            if let Some((notification, initial)) = popped {
                 l.in_flight = Some(initial);
-                self.cursor = (idx + 1) % n;
+                self.cursor = idx;
                 return Some((l.id, notification));
             }
         }
@@ -714,12 +793,15 @@ impl<K> Processor<K> {
 
     /// The next notification for handler `id`, if it is idle.
     pub fn poll_notification_for(&mut self, id: HandlerId) -> Option<Notification<K>> {
-        let log = &mut self.log;
-        let l = self.listeners.iter_mut().find(|l| l.id == id)?;
+        let i = self.position(id)?;
+        let l = &mut self.listeners[i];
         if l.in_flight.is_some() {
             return None;
         }
-        let (notification, initial) = log.pop_for(l)?;
+        let was_empty = l.queue.is_empty();
+        let popped = self.log.pop_for(l);
+        account(&mut self.queued, was_empty, l.queue.is_empty());
+        let (notification, initial) = popped?;
         l.in_flight = Some(initial);
         Some(notification)
     }
@@ -756,12 +838,26 @@ impl<K> Processor<K> {
         self.listener(id).is_some_and(|l| l.in_flight.is_some())
     }
 
+    /// Where handler `id` is in `listeners`: they are kept in the order of their ids (ids only
+    /// grow, removal keeps the order), so a binary search; the handler polled last (the usual
+    /// caller of `handler_done`) is tried first.
+    fn position(&self, id: HandlerId) -> Option<usize> {
+        let last = self
+            .cursor
+            .wrapping_sub(1)
+            .min(self.listeners.len().wrapping_sub(1));
+        if self.listeners.get(last).is_some_and(|l| l.id == id) {
+            return Some(last);
+        }
+        self.listeners.binary_search_by_key(&id, |l| l.id).ok()
+    }
+
     fn listener(&self, id: HandlerId) -> Option<&Listener<K>> {
-        self.listeners.iter().find(|l| l.id == id)
+        self.position(id).map(|i| &self.listeners[i])
     }
 
     fn listener_mut(&mut self, id: HandlerId) -> Option<&mut Listener<K>> {
-        self.listeners.iter_mut().find(|l| l.id == id)
+        self.position(id).map(|i| &mut self.listeners[i])
     }
 }
 

@@ -374,3 +374,82 @@ fn stalled_handler_coalesces_per_key_and_keeps_delete_then_recreate() {
     while p.process_one() {}
     assert_eq!(p.processor().pending(h), 0);
 }
+
+/// The straight path: a watch event whose key has nothing queued (the FIFO is empty) is applied
+/// at once, with exactly the store change and notifications that queueing and popping it would
+/// give; with anything queued, events wait their turn behind it.
+#[test]
+fn watch_events_with_nothing_queued_apply_at_once_and_queue_behind_anything_queued() {
+    let mut p = Pipeline::new(Duration::ZERO);
+    let (h, _) = p.add_handler(Duration::ZERO, at(0));
+    p.start(at(0));
+
+    // The initial list is queued, not applied: events arriving now queue behind it.
+    p.replace(vec![obj("ns", "x", 1), obj("ns", "y", 2)]);
+    p.modified(obj("ns", "x", 3));
+    p.added(obj("ns", "z", 4));
+    p.deleted(obj("ns", "y", 5));
+    assert!(
+        p.poll_notification().is_none(),
+        "nothing is applied before its turn"
+    );
+    assert_eq!(p.indexer().len(), 0);
+    assert_eq!(p.fifo().len(), 3);
+    assert!(!p.has_synced());
+    let got = drain(&mut p).remove(&h).unwrap();
+    // Popped in order: x's Replaced + Updated, y's Replaced + Deleted (both coalesced in the
+    // handler's queue: one key's deltas are applied in one step), then z.
+    assert_eq!(
+        got,
+        vec![
+            Seen::Add("ns/x".into(), 3, true),
+            Seen::Add("ns/z".into(), 4, false),
+        ]
+    );
+    assert_eq!(rv(p.indexer().get_by_key("ns/x").unwrap()), 3);
+    assert!(p.indexer().get_by_key("ns/y").is_none());
+    assert!(p.has_synced());
+
+    // Nothing queued now: each event is in the store and notified before any `process_one`.
+    p.added(obj("ns", "a", 6));
+    assert!(p.fifo().is_empty());
+    assert_eq!(rv(p.indexer().get_by_key("ns/a").unwrap()), 6);
+    assert_eq!(
+        deliver_to(&mut p, h),
+        vec![Seen::Add("ns/a".into(), 6, false)]
+    );
+    // A MODIFIED for a key not stored is an add, as the popped `Updated` delta would be.
+    p.modified(obj("ns", "b", 7));
+    assert_eq!(
+        deliver_to(&mut p, h),
+        vec![Seen::Add("ns/b".into(), 7, false)]
+    );
+    p.modified(obj("ns", "a", 8));
+    assert_eq!(
+        deliver_to(&mut p, h),
+        vec![Seen::Update("ns/a".into(), 6, 8)]
+    );
+    // A delete of a key neither queued nor stored is dropped; a known one is delivered with
+    // the watch's object.
+    p.deleted(obj("ns", "nobody", 9));
+    p.deleted(obj("ns", "b", 10));
+    assert_eq!(
+        deliver_to(&mut p, h),
+        vec![Seen::Delete("ns/b".into(), 10, false)]
+    );
+    assert!(p.indexer().get_by_key("ns/b").is_none());
+    assert!(!p.process_one(), "nothing was queued");
+
+    // A pipeline whose first input is a watch event (no list yet) is populated by it: synced,
+    // and its add is not part of an initial list.
+    let mut q = Pipeline::new(Duration::ZERO);
+    let (h, _) = q.add_handler(Duration::ZERO, at(0));
+    q.start(at(0));
+    assert!(!q.has_synced());
+    q.added(obj("ns", "c", 1));
+    assert!(q.has_synced());
+    assert_eq!(
+        deliver_to(&mut q, h),
+        vec![Seen::Add("ns/c".into(), 1, false)]
+    );
+}
