@@ -37,8 +37,12 @@ pub struct Delta<K> {
     pub object: ObjectOrTombstone<K>,
 }
 
-/// The changes queued for one key, oldest first. One or two deltas are stored inline.
-pub type Deltas<K> = SmallVec<[Delta<K>; 2]>;
+/// The changes queued for one key, oldest first. One delta is stored inline: a key usually has
+/// one queued (a watch event whose key has nothing queued does not go through the queue at
+/// all, see `Pipeline::added`), and a relist of 100k keys queues one each, so the queue's table
+/// costs 40 bytes of deltas per key instead of 72 (what the initial list's peak heap holds
+/// above the steady cache). A second delta for the same key moves them to the heap.
+pub type Deltas<K> = SmallVec<[Delta<K>; 1]>;
 
 /// One key's deltas, popped from the queue.
 #[derive(Debug)]

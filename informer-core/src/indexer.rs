@@ -35,6 +35,13 @@ pub trait IndexFunc<K>: Send + Sync {
     fn label_key(&self) -> Option<&str> {
         None
     }
+
+    /// Whether `old` and `new` have the same index values (an update that keeps the object in
+    /// its buckets, the common case). The default computes and compares both; a function that
+    /// can tell more cheaply overrides it, as [`LabelIndex`] does.
+    fn same_values(&self, old: &K, new: &K) -> bool {
+        self.index_values(old) == self.index_values(new)
+    }
 }
 
 impl<K, F> IndexFunc<K> for F
@@ -90,6 +97,10 @@ impl<K: Labels> IndexFunc<K> for LabelIndex {
 
     fn label_key(&self) -> Option<&str> {
         Some(&self.key)
+    }
+
+    fn same_values(&self, old: &K, new: &K) -> bool {
+        old.label(&self.key) == new.label(&self.key)
     }
 }
 
@@ -158,6 +169,10 @@ impl<K> fmt::Debug for SharedIndexFunc<K> {
 impl<K> IndexFunc<K> for SharedIndexFunc<K> {
     fn index_values<'a>(&self, obj: &'a K) -> IndexValues<'a> {
         self.0.index_values(obj)
+    }
+
+    fn same_values(&self, old: &K, new: &K) -> bool {
+        self.0.same_values(old, new)
     }
 
     // Forwarded so that the selector planner recognises a shared label index.
@@ -254,6 +269,11 @@ impl<K> Index<K> {
 
     /// Moves `key` between buckets for an object going from `old` (if any) to `new` (if any).
     fn update(&mut self, key: &Key, old: Option<&K>, new: Option<&K>) {
+        if let (Some(o), Some(n)) = (old, new) {
+            if self.func.same_values(o, n) {
+                return;
+            }
+        }
         let old_vals = old.map(|o| self.func.index_values(o)).unwrap_or_default();
         let new_vals = new.map(|o| self.func.index_values(o)).unwrap_or_default();
         if old_vals == new_vals {
