@@ -278,7 +278,9 @@ fn run<K: Object + 'static>(
     title: &str,
     make: fn(usize, u64, &mut Rng) -> Arc<K>,
     index: impl IndexFunc<K> + 'static,
-) {
+    handlers: usize,
+    verbose: bool,
+) -> f64 {
     let mut rng = Rng(0x5EED);
     let (objects, events) = (FULL_OBJECTS / scale(), FULL_EVENTS / scale());
     let base = heap();
@@ -291,8 +293,8 @@ fn run<K: Object + 'static>(
 
     let mut p: Pipeline<K> = Pipeline::new(Duration::ZERO);
     p.add_index("app", index).unwrap();
-    let mut counts: Vec<Counts> = (0..handlers()).map(|_| Counts::default()).collect();
-    for _ in 0..handlers() {
+    let mut counts: Vec<Counts> = (0..handlers).map(|_| Counts::default()).collect();
+    for _ in 0..handlers {
         p.add_handler(Duration::ZERO, informer_core::Instant::ZERO);
     }
     p.start(informer_core::Instant::ZERO);
@@ -371,6 +373,10 @@ fn run<K: Object + 'static>(
         assert_eq!(c.deletes as usize, n_del, "handler {i} deletes");
     }
 
+    let cpu_ns_per_event = total_cpu.as_nanos() as f64 / events as f64;
+    if !verbose {
+        return cpu_ns_per_event;
+    }
     let ev_per_s = events as f64 / total.as_secs_f64();
     println!("{title}");
     println!("  objects: {objects}, decoded {per_object:.0} B each on the heap");
@@ -387,8 +393,7 @@ fn run<K: Object + 'static>(
         steady as f64 / objects_bytes as f64
     );
     println!(
-        "  events: {events} ({n_mod} modify, {n_add} add, {n_del} delete) through {} handlers",
-        handlers()
+        "  events: {events} ({n_mod} modify, {n_add} add, {n_del} delete) through {handlers} handlers"
     );
     println!(
         "  throughput: {:.0} events/s, {:.0} ns/event wall (objects built outside the timing: {:.0} ns each)",
@@ -431,6 +436,7 @@ fn run<K: Object + 'static>(
         total_cpu.as_secs_f64(),
         replace_time.as_secs_f64(),
     ));
+    cpu_ns_per_event
 }
 
 fn main() {
@@ -463,6 +469,8 @@ fn main() {
             "1) ConfigMaps of about 1 KB (the issue's workload)",
             config_map,
             LabelIndex::new("app"),
+            handlers(),
+            true,
         );
     }
     run(
@@ -470,5 +478,25 @@ fn main() {
         "2) the same events with minimal objects (the informer's own cost)",
         tiny,
         LabelIndex::new("app"),
+        handlers(),
+        true,
+    );
+    if only_tiny {
+        return;
+    }
+    // The cost of a handler that keeps up: the minimal-object events again with 1 and 16
+    // handlers (and 4 once more, so that the three figures come from back-to-back runs).
+    println!("3) handlers that keep up (minimal objects, this thread's CPU time per event)");
+    let per: Vec<(usize, f64)> = [1usize, 4, 16]
+        .into_iter()
+        .map(|n| (n, run("", "", tiny, LabelIndex::new("app"), n, false)))
+        .collect();
+    for (n, ns) in &per {
+        println!("  {n:>2} handlers: {ns:.0} ns/event");
+    }
+    let (one, sixteen) = (per[0].1, per[2].1);
+    println!(
+        "  each extra handler: {:.1} ns/event ((16 handlers - 1 handler) / 15)",
+        (sixteen - one) / 15.0
     );
 }
