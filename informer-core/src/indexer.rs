@@ -288,6 +288,32 @@ impl<K> Index<K> {
     }
 }
 
+/// Puts `obj` into `slot`, the stored entry of `key`, and updates the indices (the namespace
+/// index aside: the key holds the namespace) and the journal, unless it is the very object
+/// stored. Returns what was stored.
+fn replace_stored<K>(
+    indices: &mut [Index<K>],
+    journal: &mut Option<Vec<Change<K>>>,
+    key: &Key,
+    slot: &mut Arc<K>,
+    obj: Arc<K>,
+) -> Arc<K> {
+    let old = core::mem::replace(slot, obj);
+    let new = &*slot;
+    if !Arc::ptr_eq(&old, new) {
+        for index in indices.iter_mut().filter(|i| !i.is_namespace) {
+            index.update(key, Some(&old), Some(new));
+        }
+        if let Some(journal) = journal {
+            journal.push(Change::Upsert {
+                key: key.clone(),
+                obj: new.clone(),
+            });
+        }
+    }
+    old
+}
+
 /// A thread-unsafe store of objects by [`Key`] with named indices, as client-go's
 /// `cache.Indexer` (threadSafeMap + indexers) minus the lock: the caller owns it.
 ///
@@ -397,22 +423,13 @@ impl<K: Object + 'static> Indexer<K> {
     /// Returns the previous object.
     pub fn insert(&mut self, key: Key, obj: Arc<K>) -> Option<Arc<K>> {
         match self.items.get_mut(&key) {
-            Some(slot) => {
-                let old = core::mem::replace(slot, obj);
-                let new = &*slot;
-                if !Arc::ptr_eq(&old, new) {
-                    for index in self.indices.iter_mut().filter(|i| !i.is_namespace) {
-                        index.update(&key, Some(&old), Some(new));
-                    }
-                    if let Some(journal) = &mut self.journal {
-                        journal.push(Change::Upsert {
-                            key,
-                            obj: new.clone(),
-                        });
-                    }
-                }
-                Some(old)
-            }
+            Some(slot) => Some(replace_stored(
+                &mut self.indices,
+                &mut self.journal,
+                &key,
+                slot,
+                obj,
+            )),
             None => {
                 for index in &mut self.indices {
                     index.update(&key, None, Some(&obj));
@@ -435,19 +452,7 @@ impl<K: Object + 'static> Indexer<K> {
     pub fn upsert(&mut self, obj: Arc<K>) -> (Key, Option<Arc<K>>) {
         if let Some((key, slot)) = self.items.get_key_value_mut(&obj.key_ref()) {
             let key = key.clone();
-            let old = core::mem::replace(slot, obj);
-            let new = &*slot;
-            if !Arc::ptr_eq(&old, new) {
-                for index in self.indices.iter_mut().filter(|i| !i.is_namespace) {
-                    index.update(&key, Some(&old), Some(new));
-                }
-                if let Some(journal) = &mut self.journal {
-                    journal.push(Change::Upsert {
-                        key: key.clone(),
-                        obj: new.clone(),
-                    });
-                }
-            }
+            let old = replace_stored(&mut self.indices, &mut self.journal, &key, slot, obj);
             return (key, Some(old));
         }
         let key = obj.key_ref().to_key();
@@ -475,14 +480,7 @@ impl<K: Object + 'static> Indexer<K> {
     /// Removes the object stored under `key`; returns it. Removes it from every index bucket and
     /// drops buckets that become empty.
     pub fn delete_key(&mut self, key: KeyRef<'_>) -> Option<Arc<K>> {
-        let (key, old) = self.items.remove_entry(&key)?;
-        for index in &mut self.indices {
-            index.update(&key, Some(&old), None);
-        }
-        if let Some(journal) = &mut self.journal {
-            journal.push(Change::Delete { key });
-        }
-        Some(old)
+        self.remove_entry(key).map(|(_, old)| old)
     }
 
     /// The stored object with the same key as `obj`.
