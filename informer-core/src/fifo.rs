@@ -231,6 +231,19 @@ impl<K: Object> DeltaFifo<K> {
         }
     }
 
+    /// Marks a FIFO that was never populated and holds nothing as populated with nothing left
+    /// to pop: the state `replace` followed by popping every key leaves, for an initial
+    /// population applied without the queue ([`Pipeline::populate`](crate::pipeline::Pipeline::populate)).
+    /// Returns false (and changes nothing) once populated or while anything is queued.
+    pub fn mark_populated(&mut self) -> bool {
+        if self.populated || !self.is_empty() {
+            return false;
+        }
+        self.populated = true;
+        self.initial_population_count = 0;
+        true
+    }
+
     /// Queues `Sync` for every known object whose key has nothing queued (CONFORMANCE 9).
     pub fn resync(&mut self, known: &dyn KnownObjects<K>) {
         let head = self.head.as_ref().map(|(k, _)| k);

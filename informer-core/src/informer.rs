@@ -188,7 +188,9 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
                 }
             }
             self.reflector.resume_at(snapshot.resource_version);
-            self.pipeline.replace(items);
+            // Straight into the empty store and to the handlers (no DeltaFIFO round trip):
+            // the same notifications and store as a Replace of these items.
+            self.pipeline.populate(items);
         }
         // The reflector's outputs are drained after every input (apply_reflector_outputs), so
         // the drain rule always holds here.

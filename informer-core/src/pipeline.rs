@@ -108,6 +108,29 @@ impl<K: Object + 'static> Pipeline<K> {
         self.fifo.replace(items, &self.indexer);
     }
 
+    /// The initial population of a pipeline that has never been populated (a warm restart's
+    /// snapshot): the store contents and handler notifications of [`replace`](Self::replace)
+    /// followed by [`process_one`](Self::process_one) until empty (one `Replaced` delta per
+    /// object, handled as `HandleDeltas` does: an `Add` flagged `in_initial_list`, an `Update`
+    /// for a repeated key), and the FIFO synced, but without the FIFO's per-key tables: each
+    /// object goes straight to the store and the handlers. Anything else (a FIFO that holds
+    /// deltas or was populated, a store that is not empty) takes `replace`, whose diff then
+    /// applies; the caller still runs `process_one` until empty.
+    pub fn populate(&mut self, items: Vec<Arc<K>>) {
+        if !self.indexer.is_empty() || !self.fifo.mark_populated() {
+            self.replace(items);
+            return;
+        }
+        for obj in items {
+            let key = obj.key_ref().to_key();
+            let delta = Delta {
+                kind: DeltaType::Replaced,
+                object: ObjectOrTombstone::Object(obj),
+            };
+            self.handle_delta(&key, delta, true);
+        }
+    }
+
     /// A watch `ADDED` event.
     pub fn added(&mut self, obj: Arc<K>) {
         if self.fifo.is_empty() {

@@ -56,6 +56,19 @@ impl RawFields {
         })
     }
 
+    /// Members from the text of a snapshot's raw fields, kept verbatim without the scan of
+    /// [`from_json`](Self::from_json): only its framing (`{` … `}`) is checked. For text this
+    /// crate wrote from a `RawFields` (checked when it was built) and read back behind the
+    /// snapshot's checksum; `None` when the framing is wrong.
+    pub(crate) fn from_checksummed_json(text: &str) -> Option<Self> {
+        let framed = text.len() >= 2 && text.starts_with('{') && text.ends_with('}');
+        match text {
+            _ if !framed => None,
+            "{}" => Some(RawFields(None)),
+            _ => Some(RawFields(Some(text.into()))),
+        }
+    }
+
     /// The members as a JSON object text (`{}` when empty).
     pub fn as_json(&self) -> &str {
         self.0.as_deref().unwrap_or("{}")

@@ -282,15 +282,28 @@ impl<K: Object + 'static> Publisher<K> {
     /// needs them.
     fn replay(&mut self, copy: &mut View<K>) {
         self.poisoned = true;
+        let (reserve_at, sizes) = reservation(&self.log);
+        let mut at = 0;
+        let reserve = |at: usize, copy: &mut View<K>| {
+            if at == reserve_at {
+                for (ns, total) in &sizes {
+                    copy.indexer.reserve(ns.as_deref(), *total);
+                }
+            }
+        };
         for change in self.log.drain(..self.published) {
+            reserve(at, copy);
             copy.indexer.apply(change);
+            at += 1;
         }
         // The current copy lacks all that is left. (Were this copy not switched to after all,
         // replaying the rest on it again is harmless: a replayed suffix of a journal leaves a
         // copy that already has it as it was.)
         self.published = 0;
         for change in &self.log {
+            reserve(at, copy);
             copy.indexer.apply(change.clone());
+            at += 1;
         }
         copy.has_synced = self.has_synced;
         copy.resource_version.clear();
@@ -454,6 +467,34 @@ impl<K: Object + 'static> CacheReader<K> {
     }
 }
 
+/// Below this many upserts after the log's last `Clear`, tables grow as they go.
+const RESERVE_FROM: usize = 1024;
+
+/// Where in `log` a replay sizes the copy's tables, and to how many objects per namespace:
+/// right after its last `Clear` (which drops them) or at its start, for the upserts that
+/// follow, when there are many (an initial population, a relist). `usize::MAX`: nowhere.
+#[allow(clippy::type_complexity)]
+fn reservation<K: Object>(log: &[Change<K>]) -> (usize, Vec<(Option<String>, usize)>) {
+    let from = log
+        .iter()
+        .rposition(|c| matches!(c, Change::Clear))
+        .map_or(0, |i| i + 1);
+    if log.len() - from < RESERVE_FROM {
+        return (usize::MAX, Vec::new());
+    }
+    let mut counts: crate::hash::HashMap<Option<&str>, usize> = Default::default();
+    for change in &log[from..] {
+        if let Change::Upsert { key, .. } = change {
+            *counts.entry(key.as_ref_parts().namespace).or_default() += 1;
+        }
+    }
+    let sizes = counts
+        .into_iter()
+        .map(|(ns, n)| (ns.map(String::from), n))
+        .collect();
+    (from, sizes)
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -486,6 +527,79 @@ mod tests {
             }
         }
         last
+    }
+
+    /// A large step sizes the copy's tables once: after the log's last `Clear` (which drops
+    /// them) or from its start, per namespace; a small step grows them as it goes.
+    #[test]
+    fn large_steps_size_the_copies_tables_once() {
+        let up = |ns: Option<&str>, name: &str| Change::Upsert {
+            key: crate::object::KeyRef {
+                namespace: ns,
+                name,
+            }
+            .to_key(),
+            obj: obj(name, 1),
+        };
+        let mut log: Vec<Change<SimObject>> =
+            (0..10).map(|i| up(Some("old"), &i.to_string())).collect();
+        log.push(Change::Clear);
+        for i in 0..RESERVE_FROM + 5 {
+            let ns = [Some("a"), Some("b"), None][i % 3];
+            log.push(up(ns, &alloc::format!("o{i}")));
+        }
+        log.push(Change::Delete {
+            key: crate::object::KeyRef {
+                namespace: Some("a"),
+                name: "o0",
+            }
+            .to_key(),
+        });
+        let (at, mut sizes) = reservation(&log);
+        sizes.sort();
+        assert_eq!(at, 11);
+        let third = (RESERVE_FROM + 5) / 3;
+        assert_eq!(
+            sizes,
+            [
+                (None, third),
+                (Some("a".into()), third),
+                (Some("b".into()), third)
+            ]
+        );
+        assert_eq!(reservation(&log[..RESERVE_FROM]).0, usize::MAX);
+        // Published, both copies hold every object of a large population, whatever the
+        // namespace.
+        let locked = LockedInformer::new(SharedIndexInformer::new(InformerConfig::default()));
+        let list_id = start(&locked);
+        let items: Vec<_> = (0..3 * RESERVE_FROM)
+            .map(|i| {
+                let mut o = (*obj(&alloc::format!("p{i}"), 1)).clone();
+                o.namespace = [Some("a".into()), Some("b".into()), None][i % 3].clone();
+                Arc::new(o)
+            })
+            .collect();
+        locked.with(|inf| {
+            inf.handle_input(
+                Instant::ZERO,
+                list_id,
+                Input::ListPage(ListPage {
+                    items,
+                    resource_version: "1".into(),
+                    continue_token: None,
+                    remaining_item_count: None,
+                }),
+            );
+            drain(inf);
+        });
+        let r = locked.reader();
+        assert_eq!(r.len(), 3 * RESERVE_FROM);
+        assert_eq!(
+            r.by_index(NAMESPACE_INDEX, "a").unwrap().len(),
+            RESERVE_FROM
+        );
+        assert_eq!(r.get("b/p1").unwrap().name, "p1");
+        assert_eq!(r.get("p2").unwrap().name, "p2");
     }
 
     /// Readers on other threads always see a whole step: the list of 1,000 and each event

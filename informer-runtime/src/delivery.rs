@@ -140,22 +140,29 @@ impl<K: Object + 'static> Inbox<K> {
             return None;
         }
         self.stats.delivered.add(1);
-        let next = {
+        let (next, synced_now) = {
             let mut state = self.state.write();
             if !self.stats.active.load(Ordering::Acquire) {
                 return None;
             }
+            let was_synced = state.core.handler_has_synced(self.id);
             state.core.handler_done(self.id);
-            if state.is_published() {
+            let synced_now = !was_synced && state.core.handler_has_synced(self.id);
+            let next = if state.is_published() {
                 state.core.poll_notification_for(self.id)
             } else {
                 // Its change may not be in the store yet: the driver hands it over once it is.
                 let _ = self.wake.try_send(Cmd::Wake);
                 None
-            }
+            };
+            (next, synced_now)
         };
-        // The handler's sync may have changed.
-        self.changed.notify(usize::MAX);
+        // Finishing a notification changes nothing a waiter waits for but the handler's sync:
+        // waking them after each of an initial population's adds (20,000 wake-ups of a
+        // thread waiting for the sync, each taking the lock) would only slow the handler.
+        if synced_now {
+            self.changed.notify(usize::MAX);
+        }
         next
     }
 }

@@ -196,6 +196,19 @@ impl<K: Object + 'static> ReadCopy<K> {
         core::iter::once(NAMESPACE_INDEX).chain(self.indices.iter().map(|i| &*i.name))
     }
 
+    /// Makes room for `total` objects in namespace `ns` (`None`: cluster-scoped) at once,
+    /// before a large step (an initial population, a relist after a `Clear`) inserts them:
+    /// growing step by step would rehash every object's key at each doubling.
+    #[cfg(any(test, feature = "spin"))]
+    pub(crate) fn reserve(&mut self, ns: Option<&str>, total: usize) {
+        let table = match ns {
+            None => &mut self.cluster,
+            Some(ns) => self.namespaces.entry_ref(ns).or_insert_with(HashTable::new),
+        };
+        let additional = total.saturating_sub(table.len());
+        table.reserve(additional, rehash(&self.state));
+    }
+
     /// Applies one recorded change ([`Indexer::take_changes`](super::Indexer::take_changes)).
     /// A modify or delete allocates nothing (a table that shrank to a quarter of its capacity
     /// is shrunk, rarely); a [`Change::Clear`] drops the tables, so that the relist which

@@ -4,7 +4,8 @@
 //!
 //! Every object encoding of the crate is in this file, so a change to how these types hold
 //! their fields is adapted here only. The encodings go through the types' public fields and
-//! constructors ([`RawFields::from_json`], [`StringMap`]'s `collect`).
+//! constructors ([`RawFields::from_json`] and its variant for checksummed text, [`StringMap`]'s
+//! `collect`).
 //!
 //! # The binary encoding of `DynamicObject` (codec `dynamic/1`)
 //!
@@ -21,9 +22,18 @@
 //! opt str = varint 0 (absent) | varint length + 1 + UTF-8; shared = varint 0 (absent) | index + 1
 //! ```
 //!
-//! The raw JSON is checked to be one JSON object (a scan, no tree is built) and kept as the
-//! very text the server sent: nothing is re-serialized, and the object decodes equal to the
-//! one encoded. A `PartialObjectMetadata` (codec `metadata/1`) is the same without `fields`.
+//! The raw JSON is kept as the very text the server sent: nothing is re-serialized, and the
+//! object decodes equal to the one encoded. A `PartialObjectMetadata` (codec `metadata/1`) is
+//! the same without `fields`.
+//!
+//! On load the raw JSON is not parsed again, only its framing (`{` … `}`) is checked: the
+//! text was checked when its `RawFields` was built (from the server's answer), this crate
+//! wrote it verbatim, and the snapshot's checksum covers every byte, so an accidental change
+//! (a bad disk, a truncated copy) is refused before any object is read. Re-parsing would only
+//! stop a deliberately forged file, and a forger can write valid JSON as easily: it would
+//! cost a third of the decode for no protection. Should such text get in anyway, `RawFields`
+//! reads it lazily and what it cannot parse reads as absent (no panic); strings are still
+//! checked to be UTF-8.
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
@@ -263,11 +273,13 @@ fn put_raw(w: &mut ObjectWriter<'_>, f: &RawFields) {
     w.str(if f.is_empty() { "" } else { f.as_json() });
 }
 
+/// The raw JSON is trusted behind the snapshot's checksum (see the module docs): only its
+/// framing is checked, not its grammar.
 fn get_raw(r: &mut ObjectReader<'_>) -> Result<RawFields, SnapshotError> {
     match r.str()? {
         "" => Ok(RawFields::new()),
-        text => RawFields::from_json(text)
-            .map_err(|e| SnapshotError::Corrupt(alloc::format!("raw fields: {e}"))),
+        text => RawFields::from_checksummed_json(text)
+            .ok_or_else(|| corrupt("raw fields are not framed as one JSON object")),
     }
 }
 
