@@ -135,14 +135,6 @@ impl<K: Object> DeltaFifo<K> {
         Self::default()
     }
 
-    /// Records that an add, update or delete reached the queue's consumer without being queued
-    /// (the pipeline's straight path for a key with nothing queued, taken only while the queue
-    /// is empty): the queue counts as populated, as if the delta had been queued and popped.
-    pub fn mark_populated(&mut self) {
-        debug_assert!(self.is_empty());
-        self.populated = true;
-    }
-
     /// Queues `Added` for `obj`.
     pub fn add(&mut self, obj: Arc<K>, known: &dyn KnownObjects<K>) {
         self.populated = true;
@@ -231,17 +223,22 @@ impl<K: Object> DeltaFifo<K> {
         }
     }
 
-    /// Marks a FIFO that was never populated and holds nothing as populated with nothing left
-    /// to pop: the state `replace` followed by popping every key leaves, for an initial
-    /// population applied without the queue ([`Pipeline::populate`](crate::pipeline::Pipeline::populate)).
-    /// Returns false (and changes nothing) once populated or while anything is queued.
+    /// Marks a FIFO that holds nothing as populated with nothing left to pop, for changes that
+    /// reach the consumer without being queued: the state queueing and popping them would leave.
+    /// Used for the straight path of a watch event while nothing is queued
+    /// ([`Pipeline::added`](crate::pipeline::Pipeline::added)) and for an initial population
+    /// applied without the queue ([`Pipeline::populate`](crate::pipeline::Pipeline::populate)).
+    /// Returns whether this is the first population; while anything is queued it changes
+    /// nothing and returns false.
     pub fn mark_populated(&mut self) -> bool {
-        if self.populated || !self.is_empty() {
+        if !self.is_empty() {
             return false;
         }
+        let first = !self.populated;
         self.populated = true;
+        // Nothing is queued, so every key of a first `replace` has been popped already.
         self.initial_population_count = 0;
-        true
+        first
     }
 
     /// Queues `Sync` for every known object whose key has nothing queued (CONFORMANCE 9).

@@ -134,7 +134,7 @@ impl<K: Object + 'static> Pipeline<K> {
     /// A watch `ADDED` event.
     pub fn added(&mut self, obj: Arc<K>) {
         if self.fifo.is_empty() {
-            self.fifo.mark_populated();
+            let _first = self.fifo.mark_populated();
             self.apply_now(DeltaType::Added, obj);
         } else {
             self.fifo.add(obj, &self.indexer);
@@ -144,7 +144,7 @@ impl<K: Object + 'static> Pipeline<K> {
     /// A watch `MODIFIED` event.
     pub fn modified(&mut self, obj: Arc<K>) {
         if self.fifo.is_empty() {
-            self.fifo.mark_populated();
+            let _first = self.fifo.mark_populated();
             self.apply_now(DeltaType::Updated, obj);
         } else {
             self.fifo.update(obj, &self.indexer);
@@ -154,7 +154,7 @@ impl<K: Object + 'static> Pipeline<K> {
     /// A watch `DELETED` event. Deletes of keys neither queued nor stored are dropped.
     pub fn deleted(&mut self, obj: Arc<K>) {
         if self.fifo.is_empty() {
-            self.fifo.mark_populated();
+            let _first = self.fifo.mark_populated();
             if let Some((key, _old)) = self.indexer.remove_entry(obj.key_ref()) {
                 self.processor.distribute(
                     &key,
