@@ -197,6 +197,7 @@ impl<K: Object + 'static> ReadCopy<K> {
     /// state is copied with the tables it hashed. `other` must have the same indices, built
     /// from the same functions (the two copies a [`Publisher`](crate::shared::Publisher)
     /// keeps); when the index names differ, nothing changes and `false` is returned.
+    #[cfg(any(test, feature = "spin"))]
     pub(crate) fn copy_from(&mut self, other: &ReadCopy<K>) -> bool {
         let same_indices = self.indices.len() == other.indices.len()
             && self
