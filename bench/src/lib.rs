@@ -34,12 +34,12 @@ pub fn strip_managed_fields(obj: Arc<DynamicObject>) -> Arc<DynamicObject> {
     Arc::new(obj)
 }
 
-/// CPU time and memory of this process, from `/proc/self`.
+/// CPU time and memory of this process (`getrusage`, `/proc/self`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Usage {
-    /// User CPU seconds (10 ms resolution).
+    /// User CPU seconds of every thread (`getrusage(RUSAGE_SELF)`, microseconds).
     pub user_s: f64,
-    /// System CPU seconds (10 ms resolution).
+    /// System CPU seconds of every thread (`getrusage(RUSAGE_SELF)`, microseconds).
     pub sys_s: f64,
     /// Resident set size now (`VmRSS`), KiB.
     pub rss_kb: u64,
@@ -51,18 +51,17 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// Reads `/proc/self/stat` and `/proc/self/status`.
+    /// Reads `getrusage(RUSAGE_SELF)`, `/proc/self/io` and `/proc/self/status`.
+    #[allow(unsafe_code)]
     pub fn now() -> Usage {
-        // Clock ticks per second as /proc reports them (USER_HZ, 100 on Linux).
-        const TICKS: f64 = 100.0;
         let mut u = Usage::default();
-        if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
-            // Fields after the parenthesised command name; utime and stime are fields 14, 15.
-            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-            u.user_s = tick(11) / TICKS;
-            u.sys_s = tick(12) / TICKS;
+        // SAFETY: `getrusage` only writes the `rusage` it is given, which is plain data.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `ru` is a valid, writable `rusage`.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } == 0 {
+            let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            u.user_s = secs(ru.ru_utime);
+            u.sys_s = secs(ru.ru_stime);
         }
         if let Ok(io) = std::fs::read_to_string("/proc/self/io") {
             u.rchar = io
@@ -186,8 +185,8 @@ impl Run {
     fn report(&self, event: &str, what: &str, n: u64) {
         let u = Usage::now();
         print_line(&format!(
-            "{{\"event\":\"{event}\",\"{what}\":{n},\"wall_s\":{:.3},\"cpu_user_s\":{:.2},\
-             \"cpu_sys_s\":{:.2},\"rss_kb\":{},\"hwm_kb\":{},\"rchar\":{}}}",
+            "{{\"event\":\"{event}\",\"{what}\":{n},\"wall_s\":{:.3},\"cpu_user_s\":{:.4},\
+             \"cpu_sys_s\":{:.4},\"rss_kb\":{},\"hwm_kb\":{},\"rchar\":{}}}",
             self.started.elapsed().as_secs_f64(),
             u.user_s,
             u.sys_s,

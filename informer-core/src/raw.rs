@@ -220,6 +220,10 @@ pub(crate) struct RawFieldsBuilder {
 impl RawFieldsBuilder {
     /// Appends member `key` with raw JSON `value`.
     pub(crate) fn push(&mut self, key: &str, value: &str) {
+        // Room for the member, its punctuation and the closing brace, and no more: a single
+        // member (most objects' `data`, `spec`) is written in one allocation that `finish`
+        // keeps as it is, instead of growing by doubling and shrinking at the end.
+        self.text.reserve_exact(key.len() + value.len() + 5);
         self.text.push(if self.text.is_empty() { '{' } else { ',' });
         push_json_string(&mut self.text, key);
         self.text.push(':');

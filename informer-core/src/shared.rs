@@ -227,11 +227,34 @@ impl<K: Object + 'static> Publisher<K> {
         // does any log while a reader is still on that copy.
         if self.log.len() > JOURNAL_KEEP {
             if let Some(mut left) = views.copies[1 - standby].try_write() {
-                self.replay(&mut left);
+                if !self.copy_current(&views.copies[standby], &mut left) {
+                    self.replay(&mut left);
+                }
                 drop(left);
                 self.trim_log();
             }
         }
+        true
+    }
+
+    /// Brings `left` (the copy readers just left, lacking exactly the whole log) up to date
+    /// by copying the tables of `current` (just published, holding the whole log), when the
+    /// log is long against the cache (a relist: one change per object) so that copying costs
+    /// less than replaying. Returns whether it did; `false` leaves both and the log as they
+    /// were.
+    fn copy_current(&mut self, current: &RwLock<View<K>>, left: &mut View<K>) -> bool {
+        // Readers only ever hold read locks: taking one on the current copy never waits.
+        let Some(current) = current.try_read() else {
+            return false;
+        };
+        if self.log.len() * 4 < current.indexer.len() || !left.indexer.copy_from(&current.indexer) {
+            return false;
+        }
+        left.has_synced = current.has_synced;
+        left.resource_version.clear();
+        left.resource_version.push_str(&current.resource_version);
+        self.log.clear();
+        self.published = 0;
         true
     }
 

@@ -277,7 +277,7 @@ pub fn main(args: &[&str]) -> super::Result {
     }
     println!(
         "\nsync: process start until its handler has synced (list + cache + {} initial adds);\n\
-         CPU: user + sys of the client process (10 ms resolution); RSS/HWM: VmRSS/VmHWM after sync.\n\
+         CPU: user + sys of the client process (getrusage); RSS/HWM: VmRSS/VmHWM after sync.\n\
          updates: writes s = all {} writes answered; seen s = the handler has seen them all;\n\
          lag = seen - writes; CPU = the client's CPU while the updates came in.",
         o.objects, o.updates

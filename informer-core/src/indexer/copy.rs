@@ -191,6 +191,33 @@ impl<K: Object + 'static> ReadCopy<K> {
         Ok(())
     }
 
+    /// Makes this copy hold exactly what `other` holds (the same objects, shared), by copying
+    /// its tables: no hashing, no probing, no growing, which after a relist (a journal as long
+    /// as the cache) is much cheaper than replaying the journal change by change. The hasher
+    /// state is copied with the tables it hashed. `other` must have the same indices, built
+    /// from the same functions (the two copies a [`Publisher`](crate::shared::Publisher)
+    /// keeps); when the index names differ, nothing changes and `false` is returned.
+    #[cfg(any(test, feature = "spin"))]
+    pub(crate) fn copy_from(&mut self, other: &ReadCopy<K>) -> bool {
+        let same_indices = self.indices.len() == other.indices.len()
+            && self
+                .indices
+                .iter()
+                .zip(&other.indices)
+                .all(|(a, b)| a.name == b.name);
+        if !same_indices {
+            return false;
+        }
+        self.state = other.state;
+        self.cluster.clone_from(&other.cluster);
+        self.namespaces.clone_from(&other.namespaces);
+        self.len = other.len;
+        for (mine, theirs) in self.indices.iter_mut().zip(&other.indices) {
+            mine.buckets.clone_from(&theirs.buckets);
+        }
+        true
+    }
+
     /// The names of the indices, the namespace index first.
     pub fn index_names(&self) -> impl Iterator<Item = &str> {
         core::iter::once(NAMESPACE_INDEX).chain(self.indices.iter().map(|i| &*i.name))
@@ -446,5 +473,111 @@ impl<K: Object + Labels + 'static> ReadCopy<K> {
             namespace,
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::indexer::index_fn;
+    use crate::key::Key;
+    use crate::sim::SimObject;
+    use alloc::borrow::Cow;
+    use alloc::format;
+    use alloc::string::ToString;
+
+    fn obj(namespace: Option<&str>, name: &str, data: u64) -> Arc<SimObject> {
+        Arc::new(SimObject {
+            name: name.into(),
+            namespace: namespace.map(Into::into),
+            resource_version: data.to_string(),
+            uid: name.into(),
+            data,
+            noise: 0,
+        })
+    }
+
+    fn upsert(o: &Arc<SimObject>) -> Change<SimObject> {
+        Change::Upsert {
+            key: Key::new(o.namespace.as_deref(), &o.name),
+            obj: o.clone(),
+        }
+    }
+
+    fn with_parity() -> ReadCopy<SimObject> {
+        let mut c = ReadCopy::new();
+        c.add_index(
+            "parity",
+            index_fn(|o: &SimObject| {
+                let mut v = IndexValues::new();
+                v.push(Cow::Borrowed(if o.data % 2 == 0 { "even" } else { "odd" }));
+                v
+            }),
+        )
+        .unwrap();
+        c
+    }
+
+    /// Both copies answer alike: same objects (the very `Arc`s) under every key, same index
+    /// buckets.
+    fn assert_same(a: &ReadCopy<SimObject>, b: &ReadCopy<SimObject>) {
+        assert_eq!(a.len(), b.len());
+        for o in a.list() {
+            let key = o.key_ref().to_key();
+            let found = b.get_by_key(key.as_str()).expect("a key the copy lost");
+            assert!(Arc::ptr_eq(o, found));
+        }
+        for (index, value) in [
+            ("parity", "even"),
+            ("parity", "odd"),
+            (NAMESPACE_INDEX, "ns0"),
+            (NAMESPACE_INDEX, "ns1"),
+        ] {
+            assert_eq!(a.index_len(index, value), b.index_len(index, value));
+        }
+    }
+
+    /// A copy made by copying another's tables finds every object, drops what it held before,
+    /// and takes later changes as the original does, though the two were built with different
+    /// hasher seeds (the seed goes with the tables it hashed).
+    #[test]
+    fn a_copy_of_the_tables_answers_and_changes_like_the_original() {
+        let mut a = with_parity();
+        a.state = HashState::with_seed(7);
+        let mut b = with_parity();
+        b.apply(upsert(&obj(Some("ns0"), "stale", 1)));
+        for i in 0..300u64 {
+            let ns = [Some("ns0"), Some("ns1"), None][i as usize % 3];
+            a.apply(upsert(&obj(ns, &format!("o{i}"), i)));
+        }
+        assert!(b.copy_from(&a));
+        assert_same(&a, &b);
+        assert!(b.get_by_key("ns0/stale").is_none());
+        assert_eq!(b.index_len("parity", "even"), Ok(150));
+
+        let later = [
+            upsert(&obj(Some("ns0"), "o0", 1)),
+            Change::Delete {
+                key: Key::new(Some("ns1"), "o1"),
+            },
+            Change::Delete {
+                key: Key::new(None, "o2"),
+            },
+            upsert(&obj(Some("ns1"), "new", 4)),
+        ];
+        for change in later {
+            a.apply(change.clone());
+            b.apply(change);
+        }
+        assert_same(&a, &b);
+        assert_eq!(b.len(), 299);
+        assert_eq!(b.get_by_key("ns0/o0").unwrap().data, 1);
+
+        // Other indices: refused, nothing changed.
+        let mut plain = ReadCopy::new();
+        plain.apply(upsert(&obj(None, "kept", 0)));
+        assert!(!plain.copy_from(&a));
+        assert_eq!(plain.len(), 1);
+        assert!(plain.get_by_key("kept").is_some());
     }
 }

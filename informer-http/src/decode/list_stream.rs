@@ -238,6 +238,23 @@ impl Utf8Tail {
     }
 }
 
+/// How many bytes of `s` (the inside of a JSON string) come before its first `"` or `\`;
+/// `s.len()` when there is none.
+///
+/// Most strings in objects are short (keys, names), where a search call costs more than it
+/// saves: their first bytes are looked at one by one. The rest of a longer one (a data value,
+/// a certificate, a script) is searched with `memchr2`, many bytes per step: a 1 KB value is
+/// most of a small ConfigMap's bytes.
+fn string_end(s: &[u8]) -> usize {
+    const SHORT: usize = 24;
+    let head = &s[..s.len().min(SHORT)];
+    if let Some(n) = head.iter().position(|&b| b == b'"' || b == b'\\') {
+        return n;
+    }
+    let rest = &s[head.len()..];
+    head.len() + memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len())
+}
+
 /// Fails unless `bytes` is one JSON value: the items were only delimited by the scanner.
 fn check_syntax(bytes: &[u8]) -> Result<(), DecodeError> {
     serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
@@ -549,12 +566,7 @@ impl<K: DeserializeOwned> ListDecoder<K> {
             };
             match state {
                 State::ItemStr => {
-                    // Strings in objects are short: a plain loop beats a search call.
-                    let n = data[j..]
-                        .iter()
-                        .position(|&b| b == b'"' || b == b'\\')
-                        .unwrap_or(data.len() - j);
-                    j += n;
+                    j += string_end(&data[j..]);
                     match data.get(j) {
                         Some(b'"') => state = State::Item,
                         Some(_) => state = State::ItemEscape,

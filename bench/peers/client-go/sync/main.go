@@ -37,7 +37,7 @@ func report(event, what string, n int) {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	rss, hwm := status("VmRSS:"), status("VmHWM:")
-	fmt.Printf("{\"event\":%q,%q:%d,\"wall_s\":%.3f,\"cpu_user_s\":%.2f,\"cpu_sys_s\":%.2f,\"rss_kb\":%d,\"hwm_kb\":%d}\n",
+	fmt.Printf("{\"event\":%q,%q:%d,\"wall_s\":%.3f,\"cpu_user_s\":%.4f,\"cpu_sys_s\":%.4f,\"rss_kb\":%d,\"hwm_kb\":%d}\n",
 		event, what, n, time.Since(started).Seconds(),
 		time.Duration(ru.Utime.Nano()).Seconds(), time.Duration(ru.Stime.Nano()).Seconds(), rss, hwm)
 }

@@ -17,16 +17,17 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 
-/// Usage of this process from `/proc/self` (the same reading as the project's clients).
+/// Usage of this process: user and system CPU of every thread (`getrusage`, microseconds),
+/// VmRSS and VmHWM from `/proc/self/status` (the same reading as the project's clients).
 fn usage() -> (f64, f64, u64, u64) {
-    const TICKS: f64 = 100.0;
     let (mut user, mut sys, mut rss, mut hwm) = (0.0, 0.0, 0, 0);
-    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
-        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        user = tick(11) / TICKS;
-        sys = tick(12) / TICKS;
+    // SAFETY: `getrusage` only writes the `rusage` it is given, which is plain data.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable `rusage`.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } == 0 {
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        user = secs(ru.ru_utime);
+        sys = secs(ru.ru_stime);
     }
     if let Ok(status) = std::fs::read_to_string("/proc/self/status") {
         for line in status.lines() {
@@ -49,8 +50,8 @@ fn usage() -> (f64, f64, u64, u64) {
 fn report(started: Instant, event: &str, what: &str, n: usize) {
     let (user, sys, rss, hwm) = usage();
     println!(
-        "{{\"event\":\"{event}\",\"{what}\":{n},\"wall_s\":{:.3},\"cpu_user_s\":{user:.2},\
-         \"cpu_sys_s\":{sys:.2},\"rss_kb\":{rss},\"hwm_kb\":{hwm}}}",
+        "{{\"event\":\"{event}\",\"{what}\":{n},\"wall_s\":{:.3},\"cpu_user_s\":{user:.4},\
+         \"cpu_sys_s\":{sys:.4},\"rss_kb\":{rss},\"hwm_kb\":{hwm}}}",
         started.elapsed().as_secs_f64()
     );
 }

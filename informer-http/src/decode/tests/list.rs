@@ -223,6 +223,40 @@ fn strings_with_brackets_quotes_and_escapes() {
     assert_eq!(strict.items[0].data["k]"], "}]\"{[");
 }
 
+/// Strings longer than the scanner's short-string loop (searched in bulk past their first
+/// bytes), with escaped quotes, backslashes and brackets just before, at and after that point
+/// and far into the string: every item still ends where it does, however the body is cut.
+#[test]
+fn long_strings_with_escapes_at_every_distance() {
+    let mut items = Vec::new();
+    let mut expected = Vec::new();
+    for len in [23usize, 24, 25, 26, 40, 300] {
+        let places = [0, 1, 22, 23, 24, 25, len / 2, len - 2, len - 1];
+        for at in places.into_iter().filter(|&at| at < len) {
+            for escape in [r#"\""#, r"\\", "]}", r#"\"]}"#] {
+                let mut raw = "x".repeat(at);
+                raw.push_str(escape);
+                raw.push_str(&"y".repeat(len - at));
+                let value: String = serde_json::from_str(&format!("\"{raw}\"")).unwrap();
+                items.push(format!(
+                    r#"{{"metadata":{{"name":"n{}"}},"data":{{"k":"{raw}"}}}}"#,
+                    items.len()
+                ));
+                expected.push(value);
+            }
+        }
+    }
+    let body = format!(
+        r#"{{"kind":"ConfigMapList","metadata":{{"resourceVersion":"9"}},"items":[{}]}}"#,
+        items.join(",")
+    );
+    let page = all_ways::<Strict>(body.as_bytes()).unwrap();
+    assert_eq!(page.items.len(), expected.len());
+    for (item, value) in page.items.iter().zip(&expected) {
+        assert_eq!(&item.data["k"], value);
+    }
+}
+
 #[test]
 fn null_empty_and_missing_items() {
     for body in [
