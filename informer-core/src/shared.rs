@@ -603,16 +603,7 @@ mod tests {
             })
             .collect();
         locked.with(|inf| {
-            inf.handle_input(
-                Instant::ZERO,
-                list_id,
-                Input::ListPage(ListPage {
-                    items,
-                    resource_version: "1".into(),
-                    continue_token: None,
-                    remaining_item_count: None,
-                }),
-            );
+            inf.handle_input(Instant::ZERO, list_id, page(items, "1"));
             drain(inf);
         });
         let r = locked.reader();
@@ -656,16 +647,7 @@ mod tests {
             .collect();
         let items: Vec<_> = (0..1000).map(|i| obj(&alloc::format!("o{i}"), 1)).collect();
         let watch_id = locked.with(|inf| {
-            inf.handle_input(
-                Instant::ZERO,
-                list_id,
-                Input::ListPage(ListPage {
-                    items,
-                    resource_version: "1".into(),
-                    continue_token: None,
-                    remaining_item_count: None,
-                }),
-            );
+            inf.handle_input(Instant::ZERO, list_id, page(items, "1"));
             drain(inf).unwrap()
         });
         for i in 0..200u64 {
