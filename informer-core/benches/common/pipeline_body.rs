@@ -302,8 +302,7 @@ fn run<K: Object + 'static>(
     // Initial replace.
     reset_peak();
     let t = Instant::now();
-    // The initial list, as the informer applies it (`populate`: straight to the empty store).
-    p.populate(list);
+    p.replace(list);
     drain(&mut p, &mut counts);
     let replace_time = t.elapsed();
     let replace_peak = peak() - base;
