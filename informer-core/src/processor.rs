@@ -413,19 +413,14 @@ impl<K> Log<K> {
     /// Reads entry `seq` for one of its readers: its notification, whether it is an initial
     /// add, and (with `want_key`) its key.
     fn read(&mut self, seq: u64, want_key: bool) -> Option<(Notification<K>, bool, Option<Key>)> {
-        let idx = usize::try_from(seq.checked_sub(self.start)?).ok()?;
-        let e = self.entries.get_mut(idx)?;
-        let key = want_key.then(|| e.key.clone());
-        if e.readers > 1 {
-            e.readers -= 1;
-            return Some((e.notification.clone()?, e.initial, key));
-        }
-        e.readers = 0;
-        let out = (e.notification.take()?, e.initial, key);
-        if idx == 0 {
-            self.trim();
-        }
-        Some(out)
+        let key = if want_key {
+            let idx = usize::try_from(seq.checked_sub(self.start)?).ok()?;
+            Some(self.entries.get(idx)?.key.clone())
+        } else {
+            None
+        };
+        let (n, initial) = self.take(seq)?;
+        Some((n, initial, key))
     }
 
     /// Appends `n` for `readers` handlers.
