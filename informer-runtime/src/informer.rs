@@ -371,18 +371,11 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
         if let Some(file) = &shared.snapshot {
             // Dropping the last handle later need not write it again.
             file.written_at_stop.store(true, Ordering::Release);
-            match shared.write_snapshot().await {
-                Ok(w) => tracing::info!(
-                    informer = %shared.name,
-                    resource_version = %w.resource_version,
-                    objects = w.objects,
-                    bytes = w.bytes,
-                    "snapshot written at shutdown"
-                ),
-                Err(e) => {
-                    tracing::warn!(informer = %shared.name, error = %e, "no snapshot at shutdown")
-                }
-            }
+            crate::snapshot::log_final_write(
+                &shared.name,
+                "shutdown",
+                &shared.write_snapshot().await,
+            );
         }
     }
 }

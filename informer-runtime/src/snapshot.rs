@@ -132,18 +132,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
                 let Some(file) = &shared.snapshot else {
                     return;
                 };
-                match file.write(seq, &snapshot) {
-                    Ok(w) => tracing::info!(
-                        informer = %shared.name,
-                        resource_version = %w.resource_version,
-                        objects = w.objects,
-                        bytes = w.bytes,
-                        "snapshot written at drop"
-                    ),
-                    Err(e) => {
-                        tracing::warn!(informer = %shared.name, error = %e, "no snapshot at drop")
-                    }
-                }
+                log_final_write(&shared.name, "drop", &file.write(seq, &snapshot));
             });
         if let Err(e) = spawned {
             tracing::warn!(informer = %self.name, error = %e, "no snapshot at drop");
@@ -206,5 +195,20 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone()
         })
+    }
+}
+
+/// Logs the outcome of the snapshot written when the informer stops (`when`: at `shutdown`, or
+/// at the `drop` of the last handle).
+pub(crate) fn log_final_write(name: &str, when: &str, result: &Result<SnapshotWritten, Error>) {
+    match result {
+        Ok(w) => tracing::info!(
+            informer = %name,
+            resource_version = %w.resource_version,
+            objects = w.objects,
+            bytes = w.bytes,
+            "snapshot written at {when}"
+        ),
+        Err(e) => tracing::warn!(informer = %name, error = %e, "no snapshot at {when}"),
     }
 }
