@@ -135,6 +135,33 @@ fn snapshot_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     files
 }
 
+/// A started factory on snapshot directory `dir` with two informers of `opts`'s ConfigMaps,
+/// whole objects and metadata only, once both have synced.
+async fn start_snapshot_factory<E: Env>(
+    c: &Client<E::B>,
+    dir: &std::path::Path,
+    opts: &InformerOptions,
+) -> (
+    SharedInformerFactory<E::R, E::B>,
+    Informer<DynamicObject, E::R>,
+    Informer<informer_runtime::PartialObjectMetadata, E::R>,
+) {
+    let factory = SharedInformerFactory::<E::R, E::B>::new(c.clone()).with_snapshot_dir(dir);
+    let objects = factory
+        .informer_with::<DynamicObject>(Resource::CONFIGMAPS, opts.clone(), |b| b)
+        .unwrap();
+    let metas = factory
+        .informer_with::<informer_runtime::PartialObjectMetadata>(
+            Resource::CONFIGMAPS,
+            opts.clone(),
+            |b| b,
+        )
+        .unwrap();
+    factory.start().unwrap();
+    factory.wait_for_cache_sync(Some(DEADLINE)).await.unwrap();
+    (factory, objects, metas)
+}
+
 /// A factory with a snapshot directory: each of its informers (whole objects, metadata only)
 /// writes a file of its own at the factory's shutdown; a new factory on the same directory
 /// resumes every informer from its file (no list) and sees what changed while it was down.
@@ -153,15 +180,7 @@ async fn warm_restart_through_the_factory_and_at_the_last_drop<E: Env>(c: Client
     std::fs::create_dir_all(&dir).unwrap();
     let opts = InformerOptions::new().namespace(ns.clone());
 
-    let factory = SharedInformerFactory::<E::R, E::B>::new(c.clone()).with_snapshot_dir(&dir);
-    let objects = factory
-        .informer_with::<DynamicObject>(Resource::CONFIGMAPS, opts.clone(), |b| b)
-        .unwrap();
-    let metas = factory
-        .informer_with::<PartialObjectMetadata>(Resource::CONFIGMAPS, opts.clone(), |b| b)
-        .unwrap();
-    factory.start().unwrap();
-    factory.wait_for_cache_sync(Some(DEADLINE)).await.unwrap();
+    let (factory, objects, metas) = start_snapshot_factory::<E>(&c, &dir, &opts).await;
     assert_eq!(objects.snapshot_load(), Some(SnapshotLoad::Missing));
     assert_eq!(objects.store().len(), 5);
     assert_eq!(metas.store().len(), 5);
@@ -183,15 +202,7 @@ async fn warm_restart_through_the_factory_and_at_the_last_drop<E: Env>(c: Client
     put_cm(&c, &ns, "f-1", &[("v", "2")]).await;
     delete(&c, "configmaps", &ns, "f-2").await;
 
-    let factory = SharedInformerFactory::<E::R, E::B>::new(c.clone()).with_snapshot_dir(&dir);
-    let objects = factory
-        .informer_with::<DynamicObject>(Resource::CONFIGMAPS, opts.clone(), |b| b)
-        .unwrap();
-    let metas = factory
-        .informer_with::<PartialObjectMetadata>(Resource::CONFIGMAPS, opts.clone(), |b| b)
-        .unwrap();
-    factory.start().unwrap();
-    factory.wait_for_cache_sync(Some(DEADLINE)).await.unwrap();
+    let (factory, objects, metas) = start_snapshot_factory::<E>(&c, &dir, &opts).await;
     for load in [objects.snapshot_load(), metas.snapshot_load()] {
         assert!(
             matches!(load, Some(SnapshotLoad::Resumed { objects: 5, .. })),
