@@ -8,16 +8,16 @@ use crate::object::{Object, ObjectMeta};
 /// cluster-scoped.
 impl Object for ObjectMeta {
     fn name(&self) -> &str {
-        &self.name
+        ObjectMeta::name(self)
     }
     fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref().filter(|ns| !ns.is_empty())
+        ObjectMeta::namespace(self)
     }
     fn resource_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
+        ObjectMeta::resource_version(self)
     }
     fn uid(&self) -> Option<&str> {
-        self.uid.as_deref()
+        ObjectMeta::uid(self)
     }
 }
 
@@ -92,7 +92,7 @@ macro_rules! impl_object {
 
 #[cfg(test)]
 mod tests {
-    use crate::object::{Key, Object, ObjectMeta};
+    use crate::object::{Key, Object, ObjectMeta, ObjectMetaParts};
     use alloc::string::String;
 
     struct Plain {
@@ -139,13 +139,14 @@ mod tests {
     crate::impl_object!(WithOwnMeta);
 
     fn meta(ns: Option<&str>) -> ObjectMeta {
-        ObjectMeta {
+        ObjectMetaParts {
             name: "n".into(),
             namespace: ns.map(Into::into),
             uid: Some("u".into()),
             resource_version: Some("7".into()),
             ..Default::default()
         }
+        .into()
     }
 
     #[test]

@@ -69,13 +69,14 @@ pub use indexer::{IndexError, Indexer};
 pub use informer::{InformerConfig, SharedIndexInformer};
 pub use metadata::PartialObjectMetadata;
 pub use object::{
-    CompactString, DynamicObject, Key, KeyRef, Object, ObjectMeta, ObjectOrTombstone, Tombstone,
+    CompactString, DynamicObject, Key, KeyRef, Object, ObjectMeta, ObjectMetaParts,
+    ObjectOrTombstone, Tombstone,
 };
 pub use pipeline::Pipeline;
 pub use processor::{HandlerId, Notification, Processor};
-pub use raw::RawFields;
+pub use raw::{RawFields, RawFieldsRef};
 pub use reflector::{Reflector, ReflectorConfig};
 pub use selector::{Labels, Selector, SelectorError};
 pub use snapshot::{Snapshot, SnapshotCodec, SnapshotError, SnapshotIdentity};
-pub use string_map::StringMap;
+pub use string_map::{StringMap, StringMapRef};
 pub use time::Instant;

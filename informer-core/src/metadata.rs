@@ -50,7 +50,7 @@ impl Object for PartialObjectMetadata {
 
 impl Labels for PartialObjectMetadata {
     fn label(&self, key: &str) -> Option<&str> {
-        self.metadata.labels.get(key)
+        self.metadata.labels().get(key)
     }
 }
 
@@ -65,7 +65,7 @@ mod tests {
         assert_eq!(p.key_ref(), crate::KeyRef::new(Some("ns"), "a"));
         assert_eq!(p.resource_version(), Some("7"));
         assert_eq!(p.label("app"), Some("web"));
-        assert!(p.metadata.other.get("ownerReferences").is_some());
+        assert!(p.metadata.other().get("ownerReferences").is_some());
         let whole = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns"},"data":{"big":"xxxxxxxx"}}"#;
         let w: PartialObjectMetadata = serde_json::from_str(whole).unwrap();
         assert_eq!(w.name(), "a");

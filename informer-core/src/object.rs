@@ -12,8 +12,11 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use crate::key::{Key, KeyRef};
-use crate::raw::{RawFields, RawFieldsBuilder};
-use crate::string_map::StringMap;
+use crate::raw::{RawFields, RawFieldsBuilder, RawFieldsRef};
+use crate::string_map::{self, Str, StringMap, StringMapRef, sort_dedup};
+use alloc::boxed::Box;
+use alloc::string::String;
+use smallvec::SmallVec;
 
 /// What the informer reads from a Kubernetes object.
 ///
@@ -127,16 +130,172 @@ impl<K> Clone for ObjectOrTombstone<K> {
     }
 }
 
-/// The `metadata` of any Kubernetes object: the fields the informer and indexers read, typed;
-/// every other field (`creationTimestamp`, `ownerReferences`, `managedFields`, …) kept as raw
-/// JSON in [`other`](Self::other).
+/// The `metadata` of any Kubernetes object: the fields the informer and indexers read
+/// (name, namespace, uid, resourceVersion, labels, annotations), and every other field
+/// (`creationTimestamp`, `ownerReferences`, `managedFields`, …) kept as raw JSON
+/// ([`other`](Self::other)).
 ///
-/// The strings are [`CompactString`]s: one of up to 24 bytes (a name, a namespace, a
-/// resourceVersion) lives inside the struct, so it costs no heap block to keep and no `free`
-/// to drop; a longer one is on the heap as with `String`. They read as `&str` (`Deref`) and are
-/// built from `&str` or `String` with `.into()`.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// All of it is kept in **one heap block** (none when empty): a cached object's metadata is one
+/// allocation to build and one `free` to drop, wherever its strings came from. Read it through
+/// the accessors — [`name`](Self::name), [`namespace`](Self::namespace), [`uid`](Self::uid),
+/// [`resource_version`](Self::resource_version), [`labels`](Self::labels) and
+/// [`annotations`](Self::annotations) (borrowed maps, [`StringMapRef`]), [`other`](Self::other)
+/// (borrowed raw members, [`RawFieldsRef`]). To build or change it, go through its parts
+/// ([`ObjectMetaParts`], plain public fields):
+///
+/// ```
+/// use informer_core::{ObjectMeta, ObjectMetaParts};
+///
+/// let mut meta: ObjectMeta = ObjectMetaParts {
+///     name: "web".into(),
+///     namespace: Some("prod".into()),
+///     labels: [("app", "web")].into_iter().collect(),
+///     ..Default::default()
+/// }
+/// .into();
+/// assert_eq!(meta.labels().get("app"), Some("web"));
+/// meta.edit(|m| {
+///     m.labels.insert("tier", "front");
+///     m.other.remove("managedFields");
+/// });
+/// assert_eq!(meta.labels().len(), 2);
+/// assert_eq!(meta.namespace(), Some("prod"));
+/// ```
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct ObjectMeta {
+    /// `other ‖ name ‖ namespace ‖ uid ‖ resourceVersion ‖ labels ‖ annotations`: `other` is
+    /// a JSON object text or empty; the maps are in [`StringMap`]'s encoding.
+    text: Box<str>,
+    /// Where `other`, `name`, `namespace`, `uid`, `resourceVersion` and `labels` end.
+    ends: [usize; 6],
+    /// Number of labels and of annotations.
+    counts: [usize; 2],
+    /// Which of namespace, uid and resourceVersion are present (bits 0, 1, 2).
+    present: u8,
+}
+
+const OTHER: usize = 0;
+const NAME: usize = 1;
+const NAMESPACE: usize = 2;
+const UID: usize = 3;
+const RESOURCE_VERSION: usize = 4;
+const LABELS: usize = 5;
+
+impl ObjectMeta {
+    /// Metadata with only a namespace (`None` for a cluster-scoped object) and a name.
+    pub fn new(namespace: Option<&str>, name: &str) -> Self {
+        MetaStrings {
+            name,
+            namespace,
+            ..MetaStrings::default()
+        }
+        .build()
+    }
+
+    fn section(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        let end = if i < self.ends.len() {
+            self.ends[i]
+        } else {
+            self.text.len()
+        };
+        self.text.get(start..end).unwrap_or("")
+    }
+
+    fn optional(&self, i: usize) -> Option<&str> {
+        (self.present & (1 << (i - NAMESPACE)) != 0).then(|| self.section(i))
+    }
+
+    /// `metadata.name` (empty when absent).
+    pub fn name(&self) -> &str {
+        self.section(NAME)
+    }
+
+    /// `metadata.namespace`, or `None` for a cluster-scoped object. An empty string counts as
+    /// cluster-scoped, as in [`Object::namespace`]; [`to_parts`](Self::to_parts) keeps it as
+    /// sent.
+    pub fn namespace(&self) -> Option<&str> {
+        self.optional(NAMESPACE).filter(|ns| !ns.is_empty())
+    }
+
+    /// `metadata.namespace` as sent (an empty string stays one).
+    pub(crate) fn namespace_as_sent(&self) -> Option<&str> {
+        self.optional(NAMESPACE)
+    }
+
+    /// `metadata.uid`.
+    pub fn uid(&self) -> Option<&str> {
+        self.optional(UID)
+    }
+
+    /// `metadata.resourceVersion`.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.optional(RESOURCE_VERSION)
+    }
+
+    /// `metadata.labels`.
+    pub fn labels(&self) -> StringMapRef<'_> {
+        StringMapRef::new(self.section(LABELS), self.counts[0])
+    }
+
+    /// `metadata.annotations`.
+    pub fn annotations(&self) -> StringMapRef<'_> {
+        StringMapRef::new(self.section(LABELS + 1), self.counts[1])
+    }
+
+    /// Every other metadata field, as raw JSON.
+    pub fn other(&self) -> RawFieldsRef<'_> {
+        RawFieldsRef::new(self.section(OTHER))
+    }
+
+    /// Heap bytes of the block.
+    pub fn heap_size(&self) -> usize {
+        self.text.len()
+    }
+
+    /// The metadata as plain owned parts, to change and turn back into metadata
+    /// (`.into()`).
+    pub fn to_parts(&self) -> ObjectMetaParts {
+        ObjectMetaParts {
+            name: self.name().into(),
+            namespace: self.optional(NAMESPACE).map(Into::into),
+            uid: self.uid().map(Into::into),
+            resource_version: self.resource_version().map(Into::into),
+            labels: self.labels().to_owned(),
+            annotations: self.annotations().to_owned(),
+            other: self.other().to_owned(),
+        }
+    }
+
+    /// Changes the metadata through its parts (the block is rebuilt once, after `f`).
+    pub fn edit<R>(&mut self, f: impl FnOnce(&mut ObjectMetaParts) -> R) -> R {
+        let mut parts = self.to_parts();
+        let out = f(&mut parts);
+        *self = parts.into();
+        out
+    }
+
+    fn strings(&self) -> MetaStrings<'_> {
+        MetaStrings {
+            other: OtherSource::Text(self.other().text()),
+            name: self.name(),
+            namespace: self.optional(NAMESPACE),
+            uid: self.uid(),
+            resource_version: self.resource_version(),
+            labels: MapSource::Encoded(self.labels()),
+            annotations: MapSource::Encoded(self.annotations()),
+        }
+    }
+}
+
+/// The parts of an [`ObjectMeta`], owned and editable: build one with `..Default::default()`
+/// and turn it into metadata with `.into()`, or get one from [`ObjectMeta::to_parts`] (and
+/// [`ObjectMeta::edit`]).
+///
+/// The strings are [`CompactString`]s (one of up to 24 bytes lives inside the struct); they
+/// read as `&str` and are built from `&str` or `String` with `.into()`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectMetaParts {
     /// `metadata.name`.
     pub name: CompactString,
     /// `metadata.namespace`.
@@ -151,6 +310,174 @@ pub struct ObjectMeta {
     pub annotations: StringMap,
     /// Every other metadata field, as raw JSON.
     pub other: RawFields,
+}
+
+impl From<ObjectMetaParts> for ObjectMeta {
+    fn from(p: ObjectMetaParts) -> Self {
+        MetaStrings {
+            other: OtherSource::Text(p.other.as_ref().text()),
+            name: &p.name,
+            namespace: p.namespace.as_deref(),
+            uid: p.uid.as_deref(),
+            resource_version: p.resource_version.as_deref(),
+            labels: MapSource::Encoded(p.labels.as_ref()),
+            annotations: MapSource::Encoded(p.annotations.as_ref()),
+        }
+        .build()
+    }
+}
+
+impl From<&ObjectMeta> for ObjectMetaParts {
+    fn from(m: &ObjectMeta) -> Self {
+        m.to_parts()
+    }
+}
+
+/// The typed strings of a metadata block, borrowed.
+#[derive(Default)]
+pub(crate) struct MetaStrings<'a> {
+    pub(crate) other: OtherSource<'a>,
+    pub(crate) name: &'a str,
+    pub(crate) namespace: Option<&'a str>,
+    pub(crate) uid: Option<&'a str>,
+    pub(crate) resource_version: Option<&'a str>,
+    pub(crate) labels: MapSource<'a>,
+    pub(crate) annotations: MapSource<'a>,
+}
+
+/// Labels or annotations for a metadata block: already encoded, or sorted distinct pairs.
+pub(crate) enum MapSource<'a> {
+    /// A [`StringMap`]'s encoding.
+    Encoded(StringMapRef<'a>),
+    /// Pairs sorted by key, without duplicates.
+    Sorted(&'a [(&'a str, &'a str)]),
+}
+
+impl Default for MapSource<'_> {
+    fn default() -> Self {
+        MapSource::Encoded(StringMapRef::default())
+    }
+}
+
+impl MapSource<'_> {
+    /// Number of entries.
+    fn count(&self) -> usize {
+        match self {
+            MapSource::Encoded(m) => m.len(),
+            MapSource::Sorted(p) => p.len(),
+        }
+    }
+
+    /// Bytes of the encoding.
+    fn text_len(&self) -> usize {
+        match self {
+            MapSource::Encoded(m) => m.text().len(),
+            MapSource::Sorted(p) => string_map::encoded_len(p.iter().copied()),
+        }
+    }
+
+    /// Appends the encoding.
+    fn write(&self, out: &mut String) {
+        match self {
+            MapSource::Encoded(m) => out.push_str(m.text()),
+            MapSource::Sorted(p) => string_map::encode_into(out, p.iter().copied()),
+        }
+    }
+}
+
+impl MetaStrings<'_> {
+    /// Bytes they take in a block.
+    pub(crate) fn len(&self) -> usize {
+        self.name.len()
+            + [self.namespace, self.uid, self.resource_version]
+                .iter()
+                .map(|s| s.map_or(0, str::len))
+                .sum::<usize>()
+            + self.labels.text_len()
+            + self.annotations.text_len()
+    }
+}
+
+impl MetaStrings<'_> {
+    /// The metadata block: the other members, then the typed strings, in one exact-size
+    /// allocation.
+    pub(crate) fn build(&self) -> ObjectMeta {
+        let mut text = String::with_capacity(self.other.text_len() + self.len());
+        self.other.write(&mut text);
+        let mut ends = [0; 6];
+        ends[OTHER] = text.len();
+        text.push_str(self.name);
+        ends[NAME] = text.len();
+        let mut present = 0;
+        for (bit, (i, v)) in [
+            (NAMESPACE, self.namespace),
+            (UID, self.uid),
+            (RESOURCE_VERSION, self.resource_version),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if let Some(v) = v {
+                present |= 1 << bit;
+                text.push_str(v);
+            }
+            ends[i] = text.len();
+        }
+        self.labels.write(&mut text);
+        ends[LABELS] = text.len();
+        self.annotations.write(&mut text);
+        debug_assert_eq!(text.len(), text.capacity(), "the size written is the size computed");
+        ObjectMeta {
+            text: text.into_boxed_str(),
+            ends,
+            counts: [self.labels.count(), self.annotations.count()],
+            present,
+        }
+    }
+}
+
+/// The other members of a metadata block: a JSON object text, or members being decoded.
+pub(crate) enum OtherSource<'a> {
+    /// The text of a JSON object with at least one member, or empty (none).
+    Text(&'a str),
+    /// Members collected while decoding.
+    Members(&'a [(Cow<'a, str>, Cow<'a, str>)]),
+}
+
+impl Default for OtherSource<'_> {
+    fn default() -> Self {
+        OtherSource::Text("")
+    }
+}
+
+impl OtherSource<'_> {
+    fn text_len(&self) -> usize {
+        match self {
+            OtherSource::Text(t) => t.len(),
+            OtherSource::Members(m) => crate::raw::members_len(m),
+        }
+    }
+
+    fn write(&self, out: &mut String) {
+        match self {
+            OtherSource::Text(t) => out.push_str(t),
+            OtherSource::Members(m) => crate::raw::write_members(out, m),
+        }
+    }
+}
+
+impl fmt::Debug for ObjectMeta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectMeta")
+            .field("name", &self.name())
+            .field("namespace", &self.optional(NAMESPACE))
+            .field("uid", &self.uid())
+            .field("resource_version", &self.resource_version())
+            .field("labels", &self.labels())
+            .field("annotations", &self.annotations())
+            .field("other", &self.other())
+            .finish()
+    }
 }
 
 /// A JSON object key, borrowed from the input when it has no escapes.
@@ -175,6 +502,42 @@ impl<'de> Deserialize<'de> for MapKey<'de> {
     }
 }
 
+/// A map of strings as decoded: pairs borrowed from the input where they have no escapes, on
+/// the stack for up to eight of them.
+struct Pairs<'de>(SmallVec<[(Str<'de>, Str<'de>); 8]>);
+
+impl<'de> Deserialize<'de> for Pairs<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Pairs<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map of strings")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Pairs<'de>, A::Error> {
+                let mut pairs = SmallVec::new();
+                while let Some(pair) = map.next_entry::<Str<'de>, Str<'de>>()? {
+                    pairs.push(pair);
+                }
+                let kept = sort_dedup(&mut pairs);
+                pairs.truncate(kept);
+                Ok(Pairs(pairs))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+impl Pairs<'_> {
+    /// The pairs, borrowed.
+    fn strs(&self) -> SmallVec<[(&str, &str); 8]> {
+        self.0
+            .iter()
+            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+            .collect()
+    }
+}
+
 impl<'de> Deserialize<'de> for ObjectMeta {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -184,29 +547,38 @@ impl<'de> Deserialize<'de> for ObjectMeta {
                 f.write_str("object metadata")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ObjectMeta, A::Error> {
-                let mut meta = ObjectMeta::default();
+                // Everything is kept borrowed from the input where it can be, then written
+                // into the block in one exact-size allocation.
                 let mut other = RawFieldsBuilder::default();
+                let mut name = None;
+                let (mut namespace, mut uid, mut resource_version) = (None, None, None);
+                let mut labels = None;
+                let mut annotations = None;
                 while let Some(MapKey(key)) = map.next_key()? {
                     match &*key {
-                        "name" => {
-                            meta.name = map
-                                .next_value::<Option<CompactString>>()?
-                                .unwrap_or_default()
+                        "name" => name = map.next_value::<Option<Str<'de>>>()?,
+                        "namespace" => namespace = map.next_value::<Option<Str<'de>>>()?,
+                        "uid" => uid = map.next_value::<Option<Str<'de>>>()?,
+                        "resourceVersion" => {
+                            resource_version = map.next_value::<Option<Str<'de>>>()?
                         }
-                        "namespace" => meta.namespace = map.next_value()?,
-                        "uid" => meta.uid = map.next_value()?,
-                        "resourceVersion" => meta.resource_version = map.next_value()?,
-                        "labels" => {
-                            meta.labels = map.next_value::<Option<_>>()?.unwrap_or_default()
-                        }
-                        "annotations" => {
-                            meta.annotations = map.next_value::<Option<_>>()?.unwrap_or_default()
-                        }
-                        _ => other.push_value(&key, &mut map)?,
+                        "labels" => labels = map.next_value::<Option<Pairs<'de>>>()?,
+                        "annotations" => annotations = map.next_value::<Option<Pairs<'de>>>()?,
+                        _ => other.push_value(key, &mut map)?,
                     }
                 }
-                meta.other = other.finish();
-                Ok(meta)
+                let label_pairs = labels.as_ref().map(Pairs::strs).unwrap_or_default();
+                let annotation_pairs = annotations.as_ref().map(Pairs::strs).unwrap_or_default();
+                let strings = MetaStrings {
+                    other: OtherSource::Members(other.members()),
+                    name: name.as_ref().map_or("", |s| s.as_ref()),
+                    namespace: namespace.as_ref().map(|s| s.as_ref()),
+                    uid: uid.as_ref().map(|s| s.as_ref()),
+                    resource_version: resource_version.as_ref().map(|s| s.as_ref()),
+                    labels: MapSource::Sorted(&label_pairs),
+                    annotations: MapSource::Sorted(&annotation_pairs),
+                };
+                Ok(strings.build())
             }
         }
         d.deserialize_map(V)
@@ -215,24 +587,25 @@ impl<'de> Deserialize<'de> for ObjectMeta {
 
 impl Serialize for ObjectMeta {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let m = self.strings();
         let mut map = s.serialize_map(None)?;
-        map.serialize_entry("name", &self.name)?;
-        if let Some(ns) = &self.namespace {
+        map.serialize_entry("name", m.name)?;
+        if let Some(ns) = m.namespace {
             map.serialize_entry("namespace", ns)?;
         }
-        if let Some(uid) = &self.uid {
+        if let Some(uid) = m.uid {
             map.serialize_entry("uid", uid)?;
         }
-        if let Some(rv) = &self.resource_version {
+        if let Some(rv) = m.resource_version {
             map.serialize_entry("resourceVersion", rv)?;
         }
-        if !self.labels.is_empty() {
-            map.serialize_entry("labels", &self.labels)?;
+        if !self.labels().is_empty() {
+            map.serialize_entry("labels", &self.labels())?;
         }
-        if !self.annotations.is_empty() {
-            map.serialize_entry("annotations", &self.annotations)?;
+        if !self.annotations().is_empty() {
+            map.serialize_entry("annotations", &self.annotations())?;
         }
-        self.other.serialize_into(&mut map)?;
+        self.other().serialize_into(&mut map)?;
         map.end()
     }
 }
@@ -272,7 +645,7 @@ impl<'de> Deserialize<'de> for DynamicObject {
                         "metadata" => {
                             obj.metadata = map.next_value::<Option<_>>()?.unwrap_or_default()
                         }
-                        _ => fields.push_value(&key, &mut map)?,
+                        _ => fields.push_value(key, &mut map)?,
                     }
                 }
                 obj.fields = fields.finish();
@@ -300,26 +673,23 @@ impl Serialize for DynamicObject {
 
 impl Object for DynamicObject {
     fn name(&self) -> &str {
-        &self.metadata.name
+        self.metadata.name()
     }
     fn namespace(&self) -> Option<&str> {
-        self.metadata
-            .namespace
-            .as_deref()
-            .filter(|ns| !ns.is_empty())
+        self.metadata.namespace()
     }
     fn resource_version(&self) -> Option<&str> {
-        self.metadata.resource_version.as_deref()
+        self.metadata.resource_version()
     }
     fn uid(&self) -> Option<&str> {
-        self.metadata.uid.as_deref()
+        self.metadata.uid()
     }
 }
 
 impl DynamicObject {
     /// A label value.
     pub fn label(&self, name: &str) -> Option<&str> {
-        self.metadata.labels.get(name)
+        self.metadata.labels().get(name)
     }
 
     /// Top-level field `name` (`spec`, `data`, …) decoded as `T`; `None` when absent.
@@ -340,11 +710,12 @@ mod tests {
 
     fn meta(ns: Option<&str>, name: &str) -> DynamicObject {
         DynamicObject {
-            metadata: ObjectMeta {
+            metadata: ObjectMetaParts {
                 name: name.into(),
                 namespace: ns.map(Into::into),
                 ..Default::default()
-            },
+            }
+            .into(),
             ..Default::default()
         }
     }
@@ -377,7 +748,7 @@ mod tests {
         assert_eq!(data["k"], "v");
         assert!(obj.field::<u8>("spec").is_none());
         assert_eq!(
-            obj.metadata.other.get("creationTimestamp").unwrap().get(),
+            obj.metadata.other().get("creationTimestamp").unwrap().get(),
             r#""2020-01-01T00:00:00Z""#
         );
         let back: Value = serde_json::to_value(&obj).unwrap();
@@ -395,12 +766,62 @@ mod tests {
     }
 
     #[test]
+    fn metadata_reads_from_one_block_and_changes_through_its_parts() {
+        let json = r#"{"name":"a","namespace":"","uid":"u-1","labels":{"b":"2","a":"1","b":"3"},"annotations":{"x":"y\n"},"creationTimestamp":"t","ownerReferences":[{"k":"v"}]}"#;
+        let m: ObjectMeta = serde_json::from_str(json).unwrap();
+        assert_eq!(m.name(), "a");
+        assert_eq!(m.namespace(), None, "an empty namespace is cluster-scoped");
+        assert_eq!(m.to_parts().namespace.as_deref(), Some(""), "kept as sent");
+        assert_eq!((m.uid(), m.resource_version()), (Some("u-1"), None));
+        assert_eq!(m.labels().len(), 2);
+        assert_eq!(m.labels().get("b"), Some("3"), "later duplicates win");
+        assert_eq!(m.labels().iter().collect::<alloc::vec::Vec<_>>(), [("a", "1"), ("b", "3")]);
+        assert_eq!(m.annotations().get("x"), Some("y\n"));
+        assert_eq!(m.other().get("creationTimestamp").unwrap().get(), r#""t""#);
+        assert_eq!(m.other().entries().len(), 2);
+        assert_eq!(ObjectMeta::from(m.to_parts()), m, "parts round-trip");
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            serde_json::json!({"name": "a", "namespace": "", "uid": "u-1",
+                "labels": {"a": "1", "b": "3"}, "annotations": {"x": "y\n"},
+                "creationTimestamp": "t", "ownerReferences": [{"k": "v"}]})
+        );
+
+        let mut edited = m.clone();
+        let old = edited.edit(|p| {
+            p.resource_version = Some("9".into());
+            p.namespace = Some("ns".into());
+            p.other.remove("ownerReferences");
+            p.labels.remove("a")
+        });
+        assert_eq!(old.as_deref(), Some("1"));
+        assert_eq!(edited.resource_version(), Some("9"));
+        assert_eq!(edited.namespace(), Some("ns"));
+        assert_eq!(edited.labels().iter().collect::<alloc::vec::Vec<_>>(), [("b", "3")]);
+        assert!(!edited.other().contains_key("ownerReferences"));
+        assert!(edited.other().contains_key("creationTimestamp"));
+        assert_eq!((edited.name(), edited.uid()), ("a", Some("u-1")));
+        assert_ne!(edited, m);
+
+        let empty = ObjectMeta::default();
+        assert_eq!((empty.name(), empty.namespace(), empty.uid()), ("", None, None));
+        assert!(empty.labels().is_empty() && empty.other().is_empty());
+        assert_eq!(empty.heap_size(), 0, "empty metadata holds no block");
+        assert_eq!(ObjectMeta::from(ObjectMetaParts::default()), empty);
+        let n = ObjectMeta::new(Some("ns"), "n");
+        assert_eq!((n.namespace(), n.name()), (Some("ns"), "n"));
+        assert_eq!(n.heap_size(), 3);
+        let debug = alloc::format!("{m:?}");
+        assert!(debug.contains(r#"name: "a""#) && debug.contains("creationTimestamp"));
+    }
+
+    #[test]
     fn dynamic_object_tolerates_nulls_and_missing_metadata() {
         let obj: DynamicObject =
             serde_json::from_str(r#"{"metadata":{"name":null,"labels":null},"spec":null}"#)
                 .unwrap();
         assert_eq!(obj.name(), "");
-        assert!(obj.metadata.labels.is_empty());
+        assert!(obj.metadata.labels().is_empty());
         let obj: DynamicObject = serde_json::from_str(r#"{"kind":"X"}"#).unwrap();
         assert_eq!(obj.kind.as_deref(), Some("X"));
         assert!(serde_json::from_str::<DynamicObject>(r#"{"metadata":{"name":7}}"#).is_err());

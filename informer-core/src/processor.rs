@@ -859,16 +859,17 @@ impl<K> Processor<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::object::{DynamicObject, ObjectMeta};
+    use crate::object::{DynamicObject, ObjectMetaParts};
 
     fn obj(name: &str, rv: &str) -> Arc<DynamicObject> {
         Arc::new(DynamicObject {
-            metadata: ObjectMeta {
+            metadata: ObjectMetaParts {
                 name: name.into(),
                 namespace: Some("ns".into()),
                 resource_version: Some(rv.into()),
                 ..Default::default()
-            },
+            }
+            .into(),
             ..Default::default()
         })
     }

@@ -4,7 +4,7 @@
 //! A 1 KB ConfigMap decoded into `serde_json::Value` takes about 3.7 KB in about 30 heap blocks;
 //! kept raw it takes its own text size in one block, and it drops in one `free`.
 
-use alloc::borrow::ToOwned;
+use alloc::borrow::{Cow, ToOwned};
 use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -15,6 +15,9 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use smallvec::SmallVec;
+
+use crate::string_map::Str;
 
 /// The members of a JSON object, kept as its JSON text (`{"data":{…},"spec":{…}}`).
 ///
@@ -69,9 +72,14 @@ impl RawFields {
         }
     }
 
+    /// The members, borrowed: what [`ObjectMeta`](crate::ObjectMeta)'s other fields read as.
+    pub fn as_ref(&self) -> RawFieldsRef<'_> {
+        RawFieldsRef(self.0.as_deref())
+    }
+
     /// The members as a JSON object text (`{}` when empty).
     pub fn as_json(&self) -> &str {
-        self.0.as_deref().unwrap_or("{}")
+        self.as_ref().as_json()
     }
 
     /// Whether there are no members.
@@ -86,9 +94,7 @@ impl RawFields {
 
     /// The raw JSON of member `name`, without decoding the others.
     pub fn get(&self, name: &str) -> Option<&RawValue> {
-        let text = self.0.as_deref()?;
-        let mut de = serde_json::Deserializer::from_str(text);
-        de::Deserializer::deserialize_map(&mut de, FindVisitor { name }).unwrap_or(None)
+        self.as_ref().get(name)
     }
 
     /// Member `name` decoded as `T`; `None` when absent.
@@ -96,24 +102,17 @@ impl RawFields {
         &self,
         name: &str,
     ) -> Option<Result<T, serde_json::Error>> {
-        self.get(name).map(|raw| serde_json::from_str(raw.get()))
+        self.as_ref().field(name)
     }
 
     /// The members, borrowed, in document order.
     pub fn entries(&self) -> Vec<(String, &RawValue)> {
-        let Some(text) = self.0.as_deref() else {
-            return Vec::new();
-        };
-        let mut de = serde_json::Deserializer::from_str(text);
-        de::Deserializer::deserialize_map(&mut de, EntriesVisitor).unwrap_or_default()
+        self.as_ref().entries()
     }
 
     /// All members decoded into a JSON map.
     pub fn to_map(&self) -> Map<String, Value> {
-        match self.0.as_deref() {
-            Some(text) => serde_json::from_str(text).unwrap_or_default(),
-            None => Map::new(),
-        }
+        self.as_ref().to_map()
     }
 
     /// Members from a JSON map.
@@ -125,7 +124,7 @@ impl RawFields {
         for (k, v) in map {
             // Serializing a `Value` to a string cannot fail.
             if let Ok(text) = serde_json::to_string(v) {
-                b.push(k, &text);
+                b.push(k.as_str(), text);
             }
         }
         b.finish()
@@ -144,7 +143,7 @@ impl RawFields {
             if k == name && removed.is_none() {
                 removed = Some(v.to_owned());
             } else {
-                b.push(&k, v.get());
+                b.push(k, v.get());
             }
         }
         if removed.is_some() {
@@ -161,19 +160,16 @@ impl RawFields {
         let mut b = RawFieldsBuilder::default();
         for (k, v) in self.entries() {
             if k != name {
-                b.push(&k, v.get());
+                b.push(k, v.get());
             }
         }
-        b.push(&name, &text);
+        b.push(name, text);
         *self = b.finish();
     }
 
     /// Writes each member into a map being serialized.
     pub(crate) fn serialize_into<M: SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
-        for (k, v) in self.entries() {
-            map.serialize_entry(&k, v)?;
-        }
-        Ok(())
+        self.as_ref().serialize_into(map)
     }
 }
 
@@ -185,9 +181,117 @@ impl fmt::Debug for RawFields {
 
 impl Serialize for RawFields {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.as_ref().serialize(s)
+    }
+}
+
+/// A [`RawFields`] borrowed, or the other metadata fields of an
+/// [`ObjectMeta`](crate::ObjectMeta) (kept inside its one block): the same reads as
+/// `RawFields`'s.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct RawFieldsRef<'a>(Option<&'a str>);
+
+impl<'a> RawFieldsRef<'a> {
+    /// Members kept as `text` (a JSON object text with at least one member, or empty).
+    pub(crate) fn new(text: &'a str) -> Self {
+        RawFieldsRef((!text.is_empty()).then_some(text))
+    }
+
+    /// The members as a JSON object text (`{}` when empty).
+    pub fn as_json(&self) -> &'a str {
+        self.0.unwrap_or("{}")
+    }
+
+    /// Whether there are no members.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The raw JSON of member `name`, without decoding the others.
+    pub fn get(&self, name: &str) -> Option<&'a RawValue> {
+        let text = self.0?;
+        let mut de = serde_json::Deserializer::from_str(text);
+        de::Deserializer::deserialize_map(&mut de, FindVisitor { name }).unwrap_or(None)
+    }
+
+    /// Member `name` decoded as `T`; `None` when absent.
+    pub fn field<T: de::DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Option<Result<T, serde_json::Error>> {
+        self.get(name).map(|raw| serde_json::from_str(raw.get()))
+    }
+
+    /// Whether member `name` is present.
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// The members, borrowed, in document order.
+    pub fn entries(&self) -> Vec<(String, &'a RawValue)> {
+        let Some(text) = self.0 else {
+            return Vec::new();
+        };
+        let mut de = serde_json::Deserializer::from_str(text);
+        de::Deserializer::deserialize_map(&mut de, EntriesVisitor).unwrap_or_default()
+    }
+
+    /// All members decoded into a JSON map.
+    pub fn to_map(&self) -> Map<String, Value> {
+        match self.0 {
+            Some(text) => serde_json::from_str(text).unwrap_or_default(),
+            None => Map::new(),
+        }
+    }
+
+    /// An owned copy (one exact-size block, or none when empty).
+    pub fn to_owned(&self) -> RawFields {
+        RawFields(self.0.map(Into::into))
+    }
+
+    /// The kept text: empty, or a JSON object with at least one member.
+    pub(crate) fn text(&self) -> &'a str {
+        self.0.unwrap_or("")
+    }
+
+    /// Writes each member into a map being serialized.
+    pub(crate) fn serialize_into<M: SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
+        for (k, v) in self.entries() {
+            map.serialize_entry(&k, v)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for RawFieldsRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_json())
+    }
+}
+
+impl Serialize for RawFieldsRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut map = s.serialize_map(None)?;
         self.serialize_into(&mut map)?;
         map.end()
+    }
+}
+
+impl PartialEq<RawFields> for RawFieldsRef<'_> {
+    fn eq(&self, other: &RawFields) -> bool {
+        *self == other.as_ref()
+    }
+}
+
+impl<'a> PartialEq<RawFieldsRef<'a>> for RawFields {
+    fn eq(&self, other: &RawFieldsRef<'a>) -> bool {
+        self.as_ref() == *other
+    }
+}
+
+impl From<RawFieldsRef<'_>> for RawFields {
+    fn from(r: RawFieldsRef<'_>) -> Self {
+        r.to_owned()
     }
 }
 
@@ -201,8 +305,8 @@ impl<'de> Deserialize<'de> for RawFields {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawFields, A::Error> {
                 let mut b = RawFieldsBuilder::default();
-                while let Some(key) = map.next_key::<String>()? {
-                    b.push_value(&key, &mut map)?;
+                while let Some(Str(key)) = map.next_key()? {
+                    b.push_value(key, &mut map)?;
                 }
                 Ok(b.finish())
             }
@@ -211,43 +315,122 @@ impl<'de> Deserialize<'de> for RawFields {
     }
 }
 
-/// Builds a [`RawFields`] member by member.
+/// Builds a [`RawFields`] member by member: the members are kept borrowed (from the input
+/// being decoded, where it allows) until [`finish`](Self::finish) writes them into one
+/// exact-size block.
 #[derive(Default)]
-pub(crate) struct RawFieldsBuilder {
-    text: String,
+pub(crate) struct RawFieldsBuilder<'a> {
+    members: SmallVec<[(Cow<'a, str>, Cow<'a, str>); 4]>,
 }
 
-impl RawFieldsBuilder {
+impl<'a> RawFieldsBuilder<'a> {
     /// Appends member `key` with raw JSON `value`.
-    pub(crate) fn push(&mut self, key: &str, value: &str) {
-        // Room for the member, its punctuation and the closing brace, and no more: a single
-        // member (most objects' `data`, `spec`) is written in one allocation that `finish`
-        // keeps as it is, instead of growing by doubling and shrinking at the end.
-        self.text.reserve_exact(key.len() + value.len() + 5);
-        self.text.push(if self.text.is_empty() { '{' } else { ',' });
-        push_json_string(&mut self.text, key);
-        self.text.push(':');
-        self.text.push_str(value);
+    pub(crate) fn push(&mut self, key: impl Into<Cow<'a, str>>, value: impl Into<Cow<'a, str>>) {
+        self.members.push((key.into(), value.into()));
     }
 
-    /// Reads the next value of `map` as raw JSON and appends it under `key`.
-    pub(crate) fn push_value<'de, A: MapAccess<'de>>(
+    /// Reads the next value of `map` as raw JSON (borrowed where the deserializer lends its
+    /// input) and appends it under `key`.
+    pub(crate) fn push_value<A: MapAccess<'a>>(
         &mut self,
-        key: &str,
+        key: Cow<'a, str>,
         map: &mut A,
     ) -> Result<(), A::Error> {
-        let raw: Box<RawValue> = map.next_value()?;
-        self.push(key, raw.get());
+        let RawText(raw) = map.next_value()?;
+        self.members.push((key, raw));
         Ok(())
     }
 
-    pub(crate) fn finish(mut self) -> RawFields {
-        if self.text.is_empty() {
+    /// The members so far.
+    pub(crate) fn members(&self) -> &[(Cow<'a, str>, Cow<'a, str>)] {
+        &self.members
+    }
+
+    pub(crate) fn finish(self) -> RawFields {
+        if self.members.is_empty() {
             return RawFields(None);
         }
-        self.text.push('}');
-        RawFields(Some(self.text.into_boxed_str()))
+        let mut text = String::with_capacity(members_len(&self.members));
+        write_members(&mut text, &self.members);
+        debug_assert_eq!(text.len(), text.capacity(), "the size written is the size computed");
+        RawFields(Some(text.into_boxed_str()))
     }
+}
+
+/// Bytes of the JSON object text of `members` (0 when there are none).
+pub(crate) fn members_len(members: &[(Cow<'_, str>, Cow<'_, str>)]) -> usize {
+    if members.is_empty() {
+        return 0;
+    }
+    // Braces, one `:` per member and a `,` between members.
+    1 + members
+        .iter()
+        .map(|(k, v)| json_string_len(k) + 1 + v.len() + 1)
+        .sum::<usize>()
+}
+
+/// Appends the JSON object text of `members` (nothing when there are none).
+pub(crate) fn write_members(out: &mut String, members: &[(Cow<'_, str>, Cow<'_, str>)]) {
+    for (i, (k, v)) in members.iter().enumerate() {
+        out.push(if i == 0 { '{' } else { ',' });
+        push_json_string(out, k);
+        out.push(':');
+        out.push_str(v);
+    }
+    if !members.is_empty() {
+        out.push('}');
+    }
+}
+
+/// serde_json's name for its raw-value protocol (what `RawValue`'s own `Deserialize` asks
+/// for): a serde_json deserializer asked for a newtype struct of this name hands the value's
+/// JSON text over as the one entry of a map, borrowed when it reads from a slice or a string.
+const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// A JSON value's text, borrowed from the input where the deserializer lends it: a raw member
+/// costs no allocation of its own before it is copied into its block.
+pub(crate) struct RawText<'de>(pub(crate) Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for RawText<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawText<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawText<'de>, A::Error> {
+                // The protocol's one entry: the token, then the text.
+                match map.next_key::<Str<'de>>()? {
+                    Some(Str(key)) if key == RAW_VALUE_TOKEN => {}
+                    _ => return Err(de::Error::custom("expected a raw JSON value")),
+                }
+                let Str(text) = map.next_value()?;
+                Ok(RawText(text))
+            }
+            fn visit_newtype_struct<D: Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<RawText<'de>, D::Error> {
+                // A deserializer that does not speak the protocol: as `RawValue` would.
+                let raw = Box::<RawValue>::deserialize(d)?;
+                Ok(RawText(Cow::Owned(String::from(raw.get()))))
+            }
+        }
+        d.deserialize_newtype_struct(RAW_VALUE_TOKEN, V)
+    }
+}
+
+/// Bytes `s` takes as a JSON string literal written by [`push_json_string`].
+fn json_string_len(s: &str) -> usize {
+    2 + s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' => 2,
+            b if b < 0x20 => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
 }
 
 /// Appends `s` as a JSON string literal.

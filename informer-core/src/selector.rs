@@ -49,7 +49,7 @@ use core::fmt;
 use core::str::FromStr;
 
 use crate::object::{DynamicObject, ObjectMeta};
-use crate::string_map::StringMap;
+use crate::string_map::{StringMap, StringMapRef};
 
 /// Anything whose labels can be looked up by key: what a [`Selector`] matches against.
 ///
@@ -87,13 +87,19 @@ impl Labels for BTreeMap<String, String> {
 
 impl Labels for ObjectMeta {
     fn label(&self, key: &str) -> Option<&str> {
-        self.labels.get(key)
+        self.labels().get(key)
+    }
+}
+
+impl Labels for StringMapRef<'_> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key)
     }
 }
 
 impl Labels for DynamicObject {
     fn label(&self, key: &str) -> Option<&str> {
-        self.metadata.labels.get(key)
+        self.metadata.labels().get(key)
     }
 }
 

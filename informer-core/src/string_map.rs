@@ -46,16 +46,18 @@ impl StringMap {
         self.len == 0
     }
 
+    /// The map, borrowed: what [`ObjectMeta`](crate::ObjectMeta)'s labels and annotations read
+    /// as.
+    pub fn as_ref(&self) -> StringMapRef<'_> {
+        StringMapRef {
+            text: self.text.as_deref().unwrap_or(""),
+            len: self.len,
+        }
+    }
+
     /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
-        for (k, v) in self.iter() {
-            match k.cmp(key) {
-                Ordering::Less => {}
-                Ordering::Equal => return Some(v),
-                Ordering::Greater => return None,
-            }
-        }
-        None
+        self.as_ref().get(key)
     }
 
     /// Whether `key` is present.
@@ -90,10 +92,7 @@ impl StringMap {
 
     /// The entries, sorted by key.
     pub fn iter(&self) -> Iter<'_> {
-        Iter {
-            rest: self.text.as_deref().unwrap_or(""),
-            left: self.len,
-        }
+        self.as_ref().iter()
     }
 
     /// The keys, sorted.
@@ -108,15 +107,11 @@ impl StringMap {
 
     /// Builds from unsorted pairs: later duplicates win.
     pub(crate) fn from_pairs<S: AsRef<str>>(mut pairs: Vec<(S, S)>) -> Self {
-        // Stable sort keeps input order among equal keys; keep the last of each run.
-        pairs.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
-        let mut out: Vec<(&str, &str)> = Vec::with_capacity(pairs.len());
-        for (k, v) in &pairs {
-            match out.last_mut() {
-                Some(last) if last.0 == k.as_ref() => last.1 = v.as_ref(),
-                _ => out.push((k.as_ref(), v.as_ref())),
-            }
-        }
+        let kept = sort_dedup(&mut pairs);
+        let out: Vec<(&str, &str)> = pairs[..kept]
+            .iter()
+            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+            .collect();
         StringMap::encode(&out)
     }
 
@@ -125,19 +120,168 @@ impl StringMap {
         if entries.is_empty() {
             return StringMap::new();
         }
-        let size: usize = entries
-            .iter()
-            .map(|(k, v)| digits(k.len()) + 1 + k.len() + digits(v.len()) + 1 + v.len())
-            .sum();
-        let mut text = String::with_capacity(size);
-        for (k, v) in entries {
-            push_field(&mut text, k);
-            push_field(&mut text, v);
-        }
+        let mut text = String::with_capacity(encoded_len(entries.iter().copied()));
+        encode_into(&mut text, entries.iter().copied());
         StringMap {
             text: Some(text.into_boxed_str()),
             len: entries.len(),
         }
+    }
+}
+
+/// Bytes the encoding of `entries` takes.
+pub(crate) fn encoded_len<'a>(entries: impl Iterator<Item = (&'a str, &'a str)>) -> usize {
+    entries
+        .map(|(k, v)| digits(k.len()) + 1 + k.len() + digits(v.len()) + 1 + v.len())
+        .sum()
+}
+
+/// Appends the encoding of `entries` (sorted by key, distinct) to `out`.
+pub(crate) fn encode_into<'a>(out: &mut String, entries: impl Iterator<Item = (&'a str, &'a str)>) {
+    for (k, v) in entries {
+        push_field(out, k);
+        push_field(out, v);
+    }
+}
+
+/// Sorts `pairs` by key and moves the last of each run of equal keys to the front (later
+/// duplicates win, as when a JSON object is decoded into a map); returns how many there are.
+pub(crate) fn sort_dedup<S: AsRef<str>>(pairs: &mut [(S, S)]) -> usize {
+    pairs.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+    let mut kept = 0;
+    for i in 0..pairs.len() {
+        let last_of_run = pairs
+            .get(i + 1)
+            .is_none_or(|next| next.0.as_ref() != pairs[i].0.as_ref());
+        if last_of_run {
+            pairs.swap(kept, i);
+            kept += 1;
+        }
+    }
+    kept
+}
+
+/// A [`StringMap`] borrowed, or the labels or annotations of an
+/// [`ObjectMeta`](crate::ObjectMeta) (which keeps them inside its one block): the same reads
+/// as `StringMap`'s.
+#[derive(Clone, Copy, Default)]
+pub struct StringMapRef<'a> {
+    text: &'a str,
+    len: usize,
+}
+
+impl<'a> StringMapRef<'a> {
+    /// The map encoded as `text` with `len` entries (built by [`encode_into`]).
+    pub(crate) fn new(text: &'a str, len: usize) -> Self {
+        StringMapRef { text, len }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&'a str> {
+        for (k, v) in self.iter() {
+            match k.cmp(key) {
+                Ordering::Less => {}
+                Ordering::Equal => return Some(v),
+                Ordering::Greater => return None,
+            }
+        }
+        None
+    }
+
+    /// Whether `key` is present.
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The entries, sorted by key.
+    pub fn iter(&self) -> Iter<'a> {
+        Iter {
+            rest: self.text,
+            left: self.len,
+        }
+    }
+
+    /// The keys, sorted.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &'a str> + use<'a> {
+        self.iter().map(|(k, _)| k)
+    }
+
+    /// The values, in key order.
+    pub fn values(&self) -> impl ExactSizeIterator<Item = &'a str> + use<'a> {
+        self.iter().map(|(_, v)| v)
+    }
+
+    /// An owned copy (one exact-size block, or none when empty).
+    pub fn to_owned(&self) -> StringMap {
+        StringMap {
+            text: (!self.text.is_empty()).then(|| self.text.into()),
+            len: self.len,
+        }
+    }
+
+    /// The encoded text (for a block that holds it).
+    pub(crate) fn text(&self) -> &'a str {
+        self.text
+    }
+}
+
+impl PartialEq for StringMapRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.text == other.text
+    }
+}
+
+impl Eq for StringMapRef<'_> {}
+
+impl PartialEq<StringMap> for StringMapRef<'_> {
+    fn eq(&self, other: &StringMap) -> bool {
+        *self == other.as_ref()
+    }
+}
+
+impl<'a> PartialEq<StringMapRef<'a>> for StringMap {
+    fn eq(&self, other: &StringMapRef<'a>) -> bool {
+        self.as_ref() == *other
+    }
+}
+
+impl<'a> IntoIterator for StringMapRef<'a> {
+    type Item = (&'a str, &'a str);
+    type IntoIter = Iter<'a>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl fmt::Debug for StringMapRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl Serialize for StringMapRef<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.len()))?;
+        for (k, v) in self.iter() {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+impl From<StringMapRef<'_>> for StringMap {
+    fn from(m: StringMapRef<'_>) -> Self {
+        m.to_owned()
     }
 }
 
@@ -272,22 +416,18 @@ impl<'a> IntoIterator for &'a StringMap {
 
 impl fmt::Debug for StringMap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_map().entries(self.iter()).finish()
+        self.as_ref().fmt(f)
     }
 }
 
 impl Serialize for StringMap {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(self.len()))?;
-        for (k, v) in self.iter() {
-            map.serialize_entry(k, v)?;
-        }
-        map.end()
+        self.as_ref().serialize(s)
     }
 }
 
 /// A JSON string, borrowed from the input when it has no escapes.
-struct Str<'de>(Cow<'de, str>);
+pub(crate) struct Str<'de>(pub(crate) Cow<'de, str>);
 
 impl AsRef<str> for Str<'_> {
     fn as_ref(&self) -> &str {
@@ -401,7 +541,7 @@ mod tests {
         assert!(StringMap::new().iter().next().is_none());
         assert_eq!(
             StringMap::new(),
-            [("a", "b")].into_iter().filter(|_| false).collect()
+            [("a", "b")].into_iter().filter(|_| false).collect::<StringMap>()
         );
         let (a, b): (StringMap, StringMap) = (
             [("a", "1")].into_iter().collect(),

@@ -19,7 +19,7 @@ fn colour_index(store: &mut Indexer<DynamicObject>) {
             "colour",
             index_fn(|o: &DynamicObject| -> IndexValues<'_> {
                 o.metadata
-                    .labels
+                    .labels()
                     .get("colour")
                     .map(Into::into)
                     .into_iter()
@@ -42,7 +42,7 @@ fn contents(store: &Indexer<DynamicObject>) -> Contents {
         .map(|(k, o)| {
             (
                 k.to_string(),
-                o.metadata.resource_version.clone().unwrap().into(),
+                o.metadata.resource_version().unwrap().into(),
             )
         })
         .collect();
@@ -138,7 +138,7 @@ type Answers = (
 );
 
 fn rv(o: &DynamicObject) -> String {
-    o.metadata.resource_version.clone().unwrap().into()
+    o.metadata.resource_version().unwrap().into()
 }
 
 const INDICES: [&str; 2] = ["label:colour", NAMESPACE_INDEX];

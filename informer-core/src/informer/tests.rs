@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::indexer::{IndexValues, index_fn};
-use crate::object::{DynamicObject, Key, ObjectMeta, ObjectOrTombstone};
+use crate::object::{DynamicObject, Key, ObjectMeta, ObjectMetaParts, ObjectOrTombstone};
 use crate::protocol::{Failure, Input, ListPage, Status, WatchEvent};
 use crate::sim::SimObject;
 use alloc::borrow::Cow;
@@ -316,25 +316,28 @@ fn conformance_15_removed_handler_gets_nothing_new() {
 fn transform_applies_before_store_and_handlers() {
     let mut inf: SharedIndexInformer<DynamicObject> = SharedIndexInformer::new(Default::default());
     assert!(inf.set_transform(Box::new(|o: Arc<DynamicObject>| {
-        if !o.metadata.other.contains_key("managedFields") {
+        if !o.metadata.other().contains_key("managedFields") {
             return o;
         }
         let mut c = (*o).clone();
-        c.metadata.other.remove("managedFields");
+        c.metadata.edit(|m| m.other.remove("managedFields"));
         Arc::new(c)
     })));
     let (h, _) = inf.add_handler(Duration::ZERO, at(0));
     let mk = |name: &str, rv: &str| {
-        let mut meta = ObjectMeta {
+        let mut meta: ObjectMeta = ObjectMetaParts {
             name: name.into(),
             namespace: Some("ns".into()),
             resource_version: Some(rv.into()),
             ..Default::default()
-        };
-        meta.other.insert(
-            "managedFields".into(),
-            serde_json::json!([{"manager": "kubectl"}]),
-        );
+        }
+        .into();
+        meta.edit(|m| {
+            m.other.insert(
+                "managedFields".into(),
+                serde_json::json!([{"manager": "kubectl"}]),
+            )
+        });
         Arc::new(DynamicObject {
             metadata: meta,
             ..Default::default()
@@ -390,11 +393,11 @@ fn transform_applies_before_store_and_handlers() {
     }
     assert_eq!(seen.len(), 2);
     for o in inf.indexer().list() {
-        assert!(!o.metadata.other.contains_key("managedFields"));
+        assert!(!o.metadata.other().contains_key("managedFields"));
     }
     if let Notification::Update { old, new } = &seen[1] {
-        assert!(!old.metadata.other.contains_key("managedFields"));
-        assert!(!new.metadata.other.contains_key("managedFields"));
+        assert!(!old.metadata.other().contains_key("managedFields"));
+        assert!(!new.metadata.other().contains_key("managedFields"));
     } else {
         panic!("expected an update");
     }

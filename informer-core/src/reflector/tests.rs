@@ -2,7 +2,7 @@
 //! tests against a model API server live in `crate::sim`.
 
 use super::*;
-use crate::object::{DynamicObject, ObjectMeta};
+use crate::object::{DynamicObject, ObjectMetaParts};
 use alloc::string::ToString;
 use alloc::vec;
 
@@ -10,12 +10,13 @@ type R = Reflector<DynamicObject>;
 
 fn obj(name: &str, rv: u64) -> Arc<DynamicObject> {
     Arc::new(DynamicObject {
-        metadata: ObjectMeta {
+        metadata: ObjectMetaParts {
             name: name.into(),
             namespace: Some("ns".into()),
             resource_version: Some(rv.to_string().into()),
             ..Default::default()
-        },
+        }
+        .into(),
         ..Default::default()
     })
 }

@@ -4,8 +4,8 @@
 //!
 //! Every object encoding of the crate is in this file, so a change to how these types hold
 //! their fields is adapted here only. The encodings go through the types' public fields and
-//! constructors ([`RawFields::from_json`] and its variant for checksummed text, [`StringMap`]'s
-//! `collect`).
+//! constructors ([`RawFields::from_json`] and its variant for checksummed text; an
+//! [`ObjectMeta`]'s one block written straight from the snapshot's strings).
 //!
 //! # The binary encoding of `DynamicObject` (codec `dynamic/1`)
 //!
@@ -44,9 +44,10 @@ use serde::de::DeserializeOwned;
 use super::SnapshotError;
 use crate::hash::HashMap;
 use crate::metadata::PartialObjectMetadata;
-use crate::object::{DynamicObject, Object, ObjectMeta};
-use crate::raw::RawFields;
-use crate::string_map::StringMap;
+use crate::object::{DynamicObject, MapSource, MetaStrings, Object, ObjectMeta, OtherSource};
+use crate::raw::{RawFields, RawFieldsRef};
+use crate::string_map::{StringMapRef, sort_dedup};
+use smallvec::SmallVec;
 
 /// How objects of a type are stored in a snapshot.
 ///
@@ -245,7 +246,7 @@ impl<'a> ObjectReader<'a> {
     }
 }
 
-fn put_map(w: &mut ObjectWriter<'_>, m: &StringMap) {
+fn put_map(w: &mut ObjectWriter<'_>, m: StringMapRef<'_>) {
     w.varint(m.len() as u64);
     for (k, v) in m.iter() {
         w.str(k);
@@ -253,56 +254,70 @@ fn put_map(w: &mut ObjectWriter<'_>, m: &StringMap) {
     }
 }
 
-fn get_map(r: &mut ObjectReader<'_>) -> Result<StringMap, SnapshotError> {
+/// A map's entries, borrowed from the snapshot, sorted and without duplicates.
+fn get_map<'a>(
+    r: &mut ObjectReader<'a>,
+) -> Result<SmallVec<[(&'a str, &'a str); 8]>, SnapshotError> {
     let n = r.len()?;
-    if n == 0 {
-        return Ok(StringMap::new());
-    }
     // Every entry takes at least two bytes: a larger count is a lie, not a reason to reserve.
     if n > r.bytes.len() / 2 {
         return Err(corrupt("a map count runs past its frame"));
     }
-    let mut pairs = Vec::with_capacity(n);
+    let mut pairs: SmallVec<[(&'a str, &'a str); 8]> = SmallVec::with_capacity(n);
     for _ in 0..n {
         pairs.push((r.str()?, r.str()?));
     }
-    Ok(StringMap::from_pairs(pairs))
+    // Written from a map, so sorted already (the check is a pass over it).
+    if !pairs.windows(2).all(|w| w[0].0 < w[1].0) {
+        let kept = sort_dedup(&mut pairs);
+        pairs.truncate(kept);
+    }
+    Ok(pairs)
 }
 
-fn put_raw(w: &mut ObjectWriter<'_>, f: &RawFields) {
+fn put_raw(w: &mut ObjectWriter<'_>, f: RawFieldsRef<'_>) {
     w.str(if f.is_empty() { "" } else { f.as_json() });
 }
 
 /// The raw JSON is trusted behind the snapshot's checksum (see the module docs): only its
 /// framing is checked, not its grammar.
-fn get_raw(r: &mut ObjectReader<'_>) -> Result<RawFields, SnapshotError> {
+fn get_raw<'a>(r: &mut ObjectReader<'a>) -> Result<&'a str, SnapshotError> {
     match r.str()? {
-        "" => Ok(RawFields::new()),
-        text => RawFields::from_checksummed_json(text)
-            .ok_or_else(|| corrupt("raw fields are not framed as one JSON object")),
+        "" | "{}" => Ok(""),
+        text if text.len() >= 2 && text.starts_with('{') && text.ends_with('}') => Ok(text),
+        _ => Err(corrupt("raw fields are not framed as one JSON object")),
     }
 }
 
 fn put_meta(w: &mut ObjectWriter<'_>, m: &ObjectMeta) {
-    w.str(&m.name);
-    w.shared(m.namespace.as_deref());
-    w.opt_str(m.uid.as_deref());
-    w.opt_str(m.resource_version.as_deref());
-    put_map(w, &m.labels);
-    put_map(w, &m.annotations);
-    put_raw(w, &m.other);
+    w.str(m.name());
+    w.shared(m.namespace_as_sent());
+    w.opt_str(m.uid());
+    w.opt_str(m.resource_version());
+    put_map(w, m.labels());
+    put_map(w, m.annotations());
+    put_raw(w, m.other());
 }
 
+/// The metadata in one exact-size block, its strings copied once from the snapshot.
 fn get_meta(r: &mut ObjectReader<'_>) -> Result<ObjectMeta, SnapshotError> {
-    Ok(ObjectMeta {
-        name: r.str()?.into(),
-        namespace: r.shared()?.map(Into::into),
-        uid: r.opt_str()?.map(Into::into),
-        resource_version: r.opt_str()?.map(Into::into),
-        labels: get_map(r)?,
-        annotations: get_map(r)?,
-        other: get_raw(r)?,
-    })
+    let name = r.str()?;
+    let namespace = r.shared()?;
+    let uid = r.opt_str()?;
+    let resource_version = r.opt_str()?;
+    let labels = get_map(r)?;
+    let annotations = get_map(r)?;
+    let other = get_raw(r)?;
+    Ok(MetaStrings {
+        other: OtherSource::Text(other),
+        name,
+        namespace,
+        uid,
+        resource_version,
+        labels: MapSource::Sorted(&labels),
+        annotations: MapSource::Sorted(&annotations),
+    }
+    .build())
 }
 
 impl SnapshotCodec for DynamicObject {
@@ -312,7 +327,7 @@ impl SnapshotCodec for DynamicObject {
         w.shared(self.api_version.as_deref());
         w.shared(self.kind.as_deref());
         put_meta(w, &self.metadata);
-        put_raw(w, &self.fields);
+        put_raw(w, self.fields.as_ref());
         Ok(())
     }
 
@@ -321,7 +336,11 @@ impl SnapshotCodec for DynamicObject {
             api_version: r.shared()?.map(Into::into),
             kind: r.shared()?.map(Into::into),
             metadata: get_meta(r)?,
-            fields: get_raw(r)?,
+            fields: match get_raw(r)? {
+                "" => RawFields::new(),
+                text => RawFields::from_checksummed_json(text)
+                    .ok_or_else(|| corrupt("raw fields are not framed as one JSON object"))?,
+            },
         })
     }
 }

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use informer_core::indexer::{IndexValues, index_fn};
-use informer_core::{DynamicObject, HandlerId, Key, Notification, Object, ObjectMeta, Pipeline};
+use informer_core::{
+    DynamicObject, HandlerId, Key, Notification, Object, ObjectMetaParts, Pipeline,
+};
 
 /// A namespaced test object with a resourceVersion and labels.
 pub fn obj(ns: &str, name: &str, rv: u64) -> Arc<DynamicObject> {
@@ -14,7 +16,7 @@ pub fn obj(ns: &str, name: &str, rv: u64) -> Arc<DynamicObject> {
 
 pub fn obj_labels(ns: &str, name: &str, rv: u64, labels: &[(&str, &str)]) -> Arc<DynamicObject> {
     Arc::new(DynamicObject {
-        metadata: ObjectMeta {
+        metadata: ObjectMetaParts {
             name: name.into(),
             namespace: (!ns.is_empty()).then(|| ns.into()),
             resource_version: Some(rv.to_string().into()),
@@ -24,7 +26,8 @@ pub fn obj_labels(ns: &str, name: &str, rv: u64, labels: &[(&str, &str)]) -> Arc
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             ..Default::default()
-        },
+        }
+        .into(),
         ..Default::default()
     })
 }
