@@ -26,11 +26,11 @@ use informer_core::DynamicObject;
 
 /// A transform dropping `metadata.managedFields` (about a quarter of a small ConfigMap).
 pub fn strip_managed_fields(obj: Arc<DynamicObject>) -> Arc<DynamicObject> {
-    if !obj.metadata.other.contains_key("managedFields") {
+    if !obj.metadata.other().contains_key("managedFields") {
         return obj;
     }
     let mut obj = Arc::unwrap_or_clone(obj);
-    obj.metadata.other.remove("managedFields");
+    obj.metadata.remove_other("managedFields");
     Arc::new(obj)
 }
 

@@ -16,6 +16,7 @@ use crate::raw::{RawFields, RawFieldsBuilder, RawFieldsRef};
 use crate::string_map::{self, Str, StringMap, StringMapRef, sort_dedup};
 use alloc::boxed::Box;
 use alloc::string::String;
+use serde_json::value::RawValue;
 use smallvec::SmallVec;
 
 /// What the informer reads from a Kubernetes object.
@@ -267,6 +268,21 @@ impl ObjectMeta {
         }
     }
 
+    /// Removes other field `name` (`managedFields`, say), rebuilding the block once; returns
+    /// its raw JSON if it was present.
+    pub fn remove_other(&mut self, name: &str) -> Option<Box<RawValue>> {
+        let mut members = self.other().members();
+        let i = members.iter().position(|(k, _)| k == name)?;
+        let (_, removed) = members.remove(i);
+        let removed = RawValue::from_string(String::from(removed)).ok();
+        let mut strings = self.strings();
+        strings.other = OtherSource::Members(&members);
+        let rebuilt = strings.build();
+        drop(members);
+        *self = rebuilt;
+        removed
+    }
+
     /// Changes the metadata through its parts (the block is rebuilt once, after `f`).
     pub fn edit<R>(&mut self, f: impl FnOnce(&mut ObjectMetaParts) -> R) -> R {
         let mut parts = self.to_parts();
@@ -426,7 +442,11 @@ impl MetaStrings<'_> {
         self.labels.write(&mut text);
         ends[LABELS] = text.len();
         self.annotations.write(&mut text);
-        debug_assert_eq!(text.len(), text.capacity(), "the size written is the size computed");
+        debug_assert_eq!(
+            text.len(),
+            text.capacity(),
+            "the size written is the size computed"
+        );
         ObjectMeta {
             text: text.into_boxed_str(),
             ends,
@@ -775,7 +795,10 @@ mod tests {
         assert_eq!((m.uid(), m.resource_version()), (Some("u-1"), None));
         assert_eq!(m.labels().len(), 2);
         assert_eq!(m.labels().get("b"), Some("3"), "later duplicates win");
-        assert_eq!(m.labels().iter().collect::<alloc::vec::Vec<_>>(), [("a", "1"), ("b", "3")]);
+        assert_eq!(
+            m.labels().iter().collect::<alloc::vec::Vec<_>>(),
+            [("a", "1"), ("b", "3")]
+        );
         assert_eq!(m.annotations().get("x"), Some("y\n"));
         assert_eq!(m.other().get("creationTimestamp").unwrap().get(), r#""t""#);
         assert_eq!(m.other().entries().len(), 2);
@@ -797,14 +820,38 @@ mod tests {
         assert_eq!(old.as_deref(), Some("1"));
         assert_eq!(edited.resource_version(), Some("9"));
         assert_eq!(edited.namespace(), Some("ns"));
-        assert_eq!(edited.labels().iter().collect::<alloc::vec::Vec<_>>(), [("b", "3")]);
+        assert_eq!(
+            edited.labels().iter().collect::<alloc::vec::Vec<_>>(),
+            [("b", "3")]
+        );
         assert!(!edited.other().contains_key("ownerReferences"));
         assert!(edited.other().contains_key("creationTimestamp"));
         assert_eq!((edited.name(), edited.uid()), ("a", Some("u-1")));
         assert_ne!(edited, m);
+        let mut stripped = m.clone();
+        assert_eq!(
+            stripped.remove_other("ownerReferences").unwrap().get(),
+            r#"[{"k":"v"}]"#
+        );
+        assert!(stripped.remove_other("ownerReferences").is_none());
+        assert_eq!(stripped.other().as_json(), r#"{"creationTimestamp":"t"}"#);
+        assert_eq!(stripped.labels(), m.labels());
+        assert_eq!(stripped.uid(), Some("u-1"));
+        assert_eq!(
+            stripped.remove_other("creationTimestamp").unwrap().get(),
+            r#""t""#
+        );
+        assert!(
+            stripped.other().is_empty(),
+            "no members left: {:?}",
+            stripped.other()
+        );
 
         let empty = ObjectMeta::default();
-        assert_eq!((empty.name(), empty.namespace(), empty.uid()), ("", None, None));
+        assert_eq!(
+            (empty.name(), empty.namespace(), empty.uid()),
+            ("", None, None)
+        );
         assert!(empty.labels().is_empty() && empty.other().is_empty());
         assert_eq!(empty.heap_size(), 0, "empty metadata holds no block");
         assert_eq!(ObjectMeta::from(ObjectMetaParts::default()), empty);

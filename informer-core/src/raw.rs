@@ -236,6 +236,31 @@ impl<'a> RawFieldsRef<'a> {
         de::Deserializer::deserialize_map(&mut de, EntriesVisitor).unwrap_or_default()
     }
 
+    /// The members, keys and raw values borrowed (keys with escapes unescaped), in document
+    /// order.
+    pub(crate) fn members(&self) -> SmallVec<[(Cow<'a, str>, Cow<'a, str>); 4]> {
+        struct Members;
+        impl<'de> Visitor<'de> for Members {
+            type Value = SmallVec<[(Cow<'de, str>, Cow<'de, str>); 4]>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = SmallVec::new();
+                while let Some(Str(k)) = map.next_key()? {
+                    let v: &'de RawValue = map.next_value()?;
+                    out.push((k, Cow::Borrowed(v.get())));
+                }
+                Ok(out)
+            }
+        }
+        let Some(text) = self.0 else {
+            return SmallVec::new();
+        };
+        let mut de = serde_json::Deserializer::from_str(text);
+        de::Deserializer::deserialize_map(&mut de, Members).unwrap_or_default()
+    }
+
     /// All members decoded into a JSON map.
     pub fn to_map(&self) -> Map<String, Value> {
         match self.0 {
@@ -352,7 +377,11 @@ impl<'a> RawFieldsBuilder<'a> {
         }
         let mut text = String::with_capacity(members_len(&self.members));
         write_members(&mut text, &self.members);
-        debug_assert_eq!(text.len(), text.capacity(), "the size written is the size computed");
+        debug_assert_eq!(
+            text.len(),
+            text.capacity(),
+            "the size written is the size computed"
+        );
         RawFields(Some(text.into_boxed_str()))
     }
 }

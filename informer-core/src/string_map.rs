@@ -541,7 +541,10 @@ mod tests {
         assert!(StringMap::new().iter().next().is_none());
         assert_eq!(
             StringMap::new(),
-            [("a", "b")].into_iter().filter(|_| false).collect::<StringMap>()
+            [("a", "b")]
+                .into_iter()
+                .filter(|_| false)
+                .collect::<StringMap>()
         );
         let (a, b): (StringMap, StringMap) = (
             [("a", "1")].into_iter().collect(),

@@ -97,4 +97,3 @@ fn a_cached_object_is_three_blocks_and_its_metadata_one() {
     assert_eq!(obj.label("new"), Some("label"));
     assert!(!obj.metadata.other().contains_key("managedFields"));
 }
-

@@ -39,12 +39,7 @@ type Contents = (
 fn contents(store: &Indexer<DynamicObject>) -> Contents {
     let objects = store
         .iter()
-        .map(|(k, o)| {
-            (
-                k.to_string(),
-                o.metadata.resource_version().unwrap().into(),
-            )
-        })
+        .map(|(k, o)| (k.to_string(), o.metadata.resource_version().unwrap().into()))
         .collect();
     let mut buckets = BTreeSet::new();
     for index in ["colour", NAMESPACE_INDEX] {

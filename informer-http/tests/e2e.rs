@@ -389,7 +389,7 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
     let mut names = Vec::new();
     let failure = loop {
         match stream.next().await.expect("event") {
-            WatchEvent::Added(o) => names.push(o.metadata.name.clone()),
+            WatchEvent::Added(o) => names.push(o.metadata.name().to_string()),
             WatchEvent::Error(f) => break f,
             other => panic!("[{name}] {other:?}"),
         }

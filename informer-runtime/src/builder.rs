@@ -199,7 +199,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     }
 
     /// A transform that edits each object in place before it is cached, e.g.
-    /// `.transform_mut(|cm: &mut DynamicObject| { cm.metadata.other.remove("managedFields"); })`.
+    /// `.transform_mut(|cm: &mut DynamicObject| { cm.metadata.remove_other("managedFields"); })`.
     ///
     /// Objects reach it straight from the decoder, so the informer holds the only reference:
     /// the edit happens in place and costs no copy. (Were an object shared, it would be cloned

@@ -291,7 +291,7 @@ pub struct OwnerReference {
 /// has none or they do not parse).
 pub fn owner_references(obj: &informer_core::DynamicObject) -> Vec<OwnerReference> {
     obj.metadata
-        .other
+        .other()
         .field::<Vec<OwnerReference>>("ownerReferences")
         .and_then(Result::ok)
         .unwrap_or_default()

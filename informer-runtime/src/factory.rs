@@ -94,7 +94,7 @@ impl<K: SnapshotCodec + Send + Sync + 'static, R: Runtime> Control for Informer<
 ///
 /// let factory = SharedInformerFactory::<R, B>::new(client).with_resync(Duration::from_secs(60));
 /// let pods = factory.informer::<DynamicObject>(informer_http::Resource::PODS)?;
-/// pods.add_handler(HandlerFns::new().on_add(|p: std::sync::Arc<DynamicObject>, _| println!("{}", p.metadata.name)))?;
+/// pods.add_handler(HandlerFns::new().on_add(|p: std::sync::Arc<DynamicObject>, _| println!("{}", p.metadata.name())))?;
 /// factory.start()?;
 /// factory.wait_for_cache_sync(Some(Duration::from_secs(30))).await?;
 /// # Ok(()) }

@@ -53,8 +53,8 @@ type DeleteFn<K> = Box<dyn FnMut(ObjectOrTombstone<K>) + Send>;
 /// # use informer_runtime::HandlerFns;
 /// # use informer_core::DynamicObject;
 /// let h = HandlerFns::<DynamicObject>::new()
-///     .on_add(|obj, initial| println!("add {} (initial: {initial})", obj.metadata.name))
-///     .on_delete(|gone| println!("delete {}", gone.object().metadata.name));
+///     .on_add(|obj, initial| println!("add {} (initial: {initial})", obj.metadata.name()))
+///     .on_delete(|gone| println!("delete {}", gone.object().metadata.name()));
 /// # let _ = h;
 /// ```
 pub struct HandlerFns<K> {

@@ -299,12 +299,7 @@ async fn perform<B: Backend>(
         LeaseRequest::Get => Outcome::Get(match api.get(&name).await {
             Ok(obj) => GetOutcome::Found {
                 record: record_of(&obj),
-                resource_version: obj
-                    .metadata
-                    .resource_version
-                    .as_deref()
-                    .unwrap_or_default()
-                    .into(),
+                resource_version: obj.metadata.resource_version().unwrap_or_default().into(),
             },
             Err(WriteError::NotFound(_)) => GetOutcome::NotFound,
             Err(e) => {
@@ -336,12 +331,7 @@ fn written(name: &str, r: Result<DynamicObject, WriteError>) -> WriteOutcome {
     match r {
         Ok(obj) => WriteOutcome::Written {
             record: record_of(&obj),
-            resource_version: obj
-                .metadata
-                .resource_version
-                .as_deref()
-                .unwrap_or_default()
-                .into(),
+            resource_version: obj.metadata.resource_version().unwrap_or_default().into(),
         },
         Err(WriteError::Conflict { .. }) => WriteOutcome::Conflict,
         Err(e) => {
@@ -446,7 +436,7 @@ mod tests {
             acquire_time: Some("2020-01-01T00:00:00.000000Z".into()),
         };
         let obj = lease_object("l", "ns", &spec, Some("9"));
-        assert_eq!(obj.metadata.resource_version.as_deref(), Some("9"));
+        assert_eq!(obj.metadata.resource_version(), Some("9"));
         let r = record_of(&obj);
         assert_eq!(r.holder_identity.as_deref(), Some("me"));
         assert_eq!(r.lease_duration_seconds, Some(4));

@@ -257,7 +257,7 @@ async fn writes<B: Backend>(c: Client<B>, rt: &str) {
             .unwrap()["e"],
         "6"
     );
-    assert!(forced.metadata.other.as_json().contains("manager-b"));
+    assert!(forced.metadata.other().as_json().contains("manager-b"));
 
     // Delete: a failed precondition, then with a propagation policy, then of nothing.
     let current = api.get("w").await.unwrap();
@@ -397,7 +397,7 @@ macro_rules! scenarios {
                     .get_opt(name)
                     .await
                     .unwrap()?;
-                o.metadata.annotations.get(COPIED_TO).map(str::to_string)
+                o.metadata.annotations().get(COPIED_TO).map(str::to_string)
             }
 
             #[test]

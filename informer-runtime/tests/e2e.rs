@@ -1356,7 +1356,7 @@ async fn metadata_only_informers_cache_metadata_without_data<E: Env>(c: Client<E
         Some("PartialObjectMetadata"),
         "the server sent metadata only"
     );
-    assert_eq!(one.metadata.labels.get("seed"), Some("yes"));
+    assert_eq!(one.metadata.labels().get("seed"), Some("yes"));
     let full_one = full.store().get("seed-2/cm-00002").unwrap();
     assert!(
         full_one.fields.get("data").is_some(),
@@ -1370,7 +1370,7 @@ async fn metadata_only_informers_cache_metadata_without_data<E: Env>(c: Client<E
     eventually::<E>("the change arrives as metadata", DEADLINE, || {
         store2
             .get("seed-2/meta-late")
-            .is_some_and(|o| o.metadata.labels.get("late") == Some("yes"))
+            .is_some_and(|o| o.metadata.labels().get("late") == Some("yes"))
     })
     .await;
     // Leave seed-2 as seeded (other scenarios count it), and see the delete arrive too.

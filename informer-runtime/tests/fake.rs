@@ -390,7 +390,7 @@ async fn a_panicking_transform_stops_the_informer_instead_of_hanging_it<E: Env>(
     let (fake, _tx) = Fake::new(vec![obj("fine", 1), obj("poison", 2)]);
     let inf = builder::<E>(fake)
         .transform(|o: Arc<DynamicObject>| {
-            assert!(o.metadata.name != "poison", "transform refuses poison");
+            assert!(o.metadata.name() != "poison", "transform refuses poison");
             o
         })
         .build()
@@ -690,7 +690,7 @@ async fn transform_mut_edits_in_place_without_cloning<E: Env>() {
     informer_runtime::impl_object!(Counted, 0);
     let make = |name: &str| {
         let mut o = (*obj(name, 5)).clone();
-        o.metadata.labels.insert("strip", "me");
+        o.metadata.edit(|m| m.labels.insert("strip", "me"));
         Arc::new(Counted(o))
     };
     struct One(Vec<Arc<Counted>>);
@@ -728,7 +728,7 @@ async fn transform_mut_edits_in_place_without_cloning<E: Env>() {
         "counted",
     )
     .transform_mut(|o: &mut Counted| {
-        o.0.metadata.labels.remove("strip");
+        o.0.metadata.edit(|m| m.labels.remove("strip"));
     })
     .build()
     .unwrap();

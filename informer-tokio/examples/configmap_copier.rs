@@ -407,7 +407,7 @@ impl Ctx {
 
         // Status, written back on the source.
         let copied_to = targets.join(",");
-        if source.metadata.annotations.get(COPIED_TO) != Some(copied_to.as_str()) {
+        if source.metadata.annotations().get(COPIED_TO) != Some(copied_to.as_str()) {
             self.act()?;
             let patch = serde_json::json!({"metadata": {"annotations": {COPIED_TO: copied_to}}});
             let api = self

@@ -14,7 +14,7 @@
 //!     .namespace("default")
 //!     .build()?;
 //! informer.add_handler(HandlerFns::new().on_add(|cm: std::sync::Arc<DynamicObject>, _| {
-//!     println!("configmap {}", cm.metadata.name)
+//!     println!("configmap {}", cm.metadata.name())
 //! }))?;
 //! informer.start()?;
 //! informer.wait_for_sync(Some(Duration::from_secs(30))).await?;

@@ -66,7 +66,7 @@ fn main() {
     let sum_s = best(|| checksum(&bytes));
     let texts: Vec<&str> = objects
         .iter()
-        .flat_map(|o| [o.metadata.other.as_json(), o.fields.as_json()])
+        .flat_map(|o| [o.metadata.other().as_json(), o.fields.as_json()])
         .collect();
     let scan_s = best(|| texts.iter().all(|t| RawFields::from_json(t).is_ok()));
     let clone_s = best(|| {

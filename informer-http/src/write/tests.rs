@@ -102,7 +102,7 @@ fn patches_carry_their_content_type_and_params() {
     ))
     .unwrap();
     let got = run(a.patch("a", &Patch::Apply(&v), &PatchParams::apply("ctl").force())).unwrap();
-    assert_eq!(got.metadata.name, "a");
+    assert_eq!(got.metadata.name(), "a");
     run(a.patch_status("a", &Patch::Merge(&v), &PatchParams::default())).unwrap();
     let s = seen(&a);
     assert_eq!(s[0].0, "PATCH");
