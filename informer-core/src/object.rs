@@ -164,10 +164,11 @@ impl<K> Clone for ObjectOrTombstone<K> {
 /// ```
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct ObjectMeta {
-    /// `other ‖ name ‖ namespace ‖ uid ‖ resourceVersion ‖ labels ‖ annotations`: `other` is
-    /// a JSON object text or empty; the maps are in [`StringMap`]'s encoding.
+    /// `name ‖ namespace ‖ uid ‖ resourceVersion ‖ labels ‖ annotations ‖ other`: the maps
+    /// are in [`StringMap`]'s encoding, `other` is a JSON object text or empty. What keys and
+    /// indexes read comes first, in the block's first cache line for most objects.
     text: Box<str>,
-    /// Where `other`, `name`, `namespace`, `uid`, `resourceVersion` and `labels` end.
+    /// Where `name`, `namespace`, `uid`, `resourceVersion`, `labels` and `annotations` end.
     ends: [usize; 6],
     /// Number of labels and of annotations.
     counts: [usize; 2],
@@ -175,12 +176,13 @@ pub struct ObjectMeta {
     present: u8,
 }
 
-const OTHER: usize = 0;
-const NAME: usize = 1;
-const NAMESPACE: usize = 2;
-const UID: usize = 3;
-const RESOURCE_VERSION: usize = 4;
-const LABELS: usize = 5;
+const NAME: usize = 0;
+const NAMESPACE: usize = 1;
+const UID: usize = 2;
+const RESOURCE_VERSION: usize = 3;
+const LABELS: usize = 4;
+const ANNOTATIONS: usize = 5;
+const OTHER: usize = 6;
 
 impl ObjectMeta {
     /// Metadata with only a namespace (`None` for a cluster-scoped object) and a name.
@@ -241,7 +243,7 @@ impl ObjectMeta {
 
     /// `metadata.annotations`.
     pub fn annotations(&self) -> StringMapRef<'_> {
-        StringMapRef::new(self.section(LABELS + 1), self.counts[1])
+        StringMapRef::new(self.section(ANNOTATIONS), self.counts[1])
     }
 
     /// Every other metadata field, as raw JSON.
@@ -415,13 +417,11 @@ impl MetaStrings<'_> {
 }
 
 impl MetaStrings<'_> {
-    /// The metadata block: the other members, then the typed strings, in one exact-size
+    /// The metadata block: the typed strings, then the other members, in one exact-size
     /// allocation.
     pub(crate) fn build(&self) -> ObjectMeta {
-        let mut text = String::with_capacity(self.other.text_len() + self.len());
-        self.other.write(&mut text);
+        let mut text = String::with_capacity(self.len() + self.other.text_len());
         let mut ends = [0; 6];
-        ends[OTHER] = text.len();
         text.push_str(self.name);
         ends[NAME] = text.len();
         let mut present = 0;
@@ -442,6 +442,8 @@ impl MetaStrings<'_> {
         self.labels.write(&mut text);
         ends[LABELS] = text.len();
         self.annotations.write(&mut text);
+        ends[ANNOTATIONS] = text.len();
+        self.other.write(&mut text);
         debug_assert_eq!(
             text.len(),
             text.capacity(),
