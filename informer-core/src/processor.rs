@@ -404,7 +404,8 @@ struct Log<K> {
     /// Key → sequence number of its newest entry, for the entries appended while some handler
     /// had unread entries (those at or after `start`; older values are stale).
     newest: HashMap<Key, u64>,
-    /// The entry appended when every handler had read everything, not in `newest`.
+    /// The entry appended when every handler had read everything, not in `newest` (ignored
+    /// once it is before `start`).
     untracked: Option<u64>,
 }
 
@@ -504,7 +505,6 @@ impl<K> Log<K> {
 
     /// Appends `n` for `readers` handlers, some of which have unread entries.
     fn append_tracked(&mut self, key: &Key, n: Notification<K>, readers: usize) {
-        debug_assert!(self.untracked.is_none(), "newest() promoted it");
         let seq = self.end();
         self.append(key, n, readers);
         match self.newest.get_mut(key) {
@@ -546,18 +546,23 @@ impl<K> Log<K> {
             self.entries.pop_front();
             self.start += 1;
         }
-        if self.entries.is_empty() {
-            // Every handler has read everything: nothing needs `newest` any more.
-            self.untracked = None;
-            if !self.newest.is_empty() {
-                self.newest.clear();
-                if self.newest.capacity() > IDLE_CAPACITY {
-                    self.newest.shrink_to(IDLE_CAPACITY);
-                }
-            }
-            if self.entries.capacity() > IDLE_CAPACITY {
-                self.entries.shrink_to(IDLE_CAPACITY);
-            }
+        if self.entries.is_empty()
+            && (!self.newest.is_empty() || self.entries.capacity() > IDLE_CAPACITY)
+        {
+            self.idle();
+        }
+    }
+
+    /// Every handler has read everything: nothing needs `newest` any more (`untracked`, now
+    /// before `start`, is ignored), and capacity grown by a burst is given back.
+    #[cold]
+    fn idle(&mut self) {
+        self.newest.clear();
+        if self.newest.capacity() > IDLE_CAPACITY {
+            self.newest.shrink_to(IDLE_CAPACITY);
+        }
+        if self.entries.capacity() > IDLE_CAPACITY {
+            self.entries.shrink_to(IDLE_CAPACITY);
         }
     }
 
@@ -812,7 +817,15 @@ impl<K> Processor<K> {
             }
             return;
         }
-        // Some handler has unread entries or a queue: where does `key` stand for each?
+        self.distribute_lagging(key, n);
+    }
+
+    /// [`distribute`](Self::distribute) when some handler has unread entries or a queue (out
+    /// of line, so that the common case stays small).
+    #[inline(never)]
+    fn distribute_lagging(&mut self, key: &Key, n: Notification<K>) {
+        let end = self.log.end();
+        // Where does `key` stand for each handler?
         let newest = self.log.newest(key);
         let mut readers = 0;
         let mut spilling = 0;
