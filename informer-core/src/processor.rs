@@ -389,12 +389,13 @@ struct LogEntry<K> {
 ///
 /// Whether a key is in a handler's run is one comparison: `newest` maps each key to the
 /// sequence number of its newest entry, and the key is in the run iff that entry is at or
-/// after the handler's cursor. The map is kept only while some handler has unread entries:
-/// when every handler has read everything (the steady state), an entry is appended without
-/// touching the map and only remembered as `untracked`; it is added to the map if someone
-/// still has it unread when the next notification comes. An entry leaves the log once its last
-/// reader has read or spilled it; the map is emptied with the log and pruned of keys whose
-/// newest entry left it, so both stay within the longest run (distinct keys).
+/// after the handler's cursor. The map is kept only while it is needed: an entry appended when
+/// every handler had read everything (the steady state), or for a key the caller knows no
+/// handler has pending ([`Processor::distribute_new`]: a first population), is appended
+/// without touching the map and only counted in the `untracked` range; the range goes into
+/// the map when a notification comes whose key must be looked up. An entry leaves the log once
+/// its last reader has read or spilled it; the map is emptied with the log and pruned of keys
+/// whose newest entry left it, so both stay within the longest run (distinct keys).
 struct Log<K> {
     entries: VecDeque<LogEntry<K>>,
     /// Sequence number of `entries[0]`.
@@ -404,9 +405,11 @@ struct Log<K> {
     /// Key → sequence number of its newest entry, for the entries appended while some handler
     /// had unread entries (those at or after `start`; older values are stale).
     newest: HashMap<Key, u64>,
-    /// The entry appended when every handler had read everything, not in `newest` (ignored
-    /// once it is before `start`).
-    untracked: Option<u64>,
+    /// The entries `untracked_from..untracked_to` are not in `newest` (appended when every
+    /// handler had read everything, or by `distribute_new`); entries before `start` are
+    /// ignored. Every other entry of the log is.
+    untracked_from: u64,
+    untracked_to: u64,
 }
 
 impl<K> Log<K> {
@@ -416,7 +419,8 @@ impl<K> Log<K> {
             start: 0,
             last_initial: None,
             newest: HashMap::default(),
-            untracked: None,
+            untracked_from: 0,
+            untracked_to: 0,
         }
     }
 
@@ -483,19 +487,53 @@ impl<K> Log<K> {
     /// for it unless someone still has it unread when the next notification comes.
     fn append_untracked(&mut self, key: &Key, n: Notification<K>, readers: usize) {
         debug_assert!(self.entries.is_empty(), "every handler had read everything");
-        self.untracked = Some(self.end());
+        let seq = self.end();
+        self.untracked_from = seq;
+        self.untracked_to = seq + 1;
         self.append(key, n, readers);
+    }
+
+    /// Appends `n` for `readers` handlers, none of which has anything pending for `key`, so
+    /// that nobody needs to look `key` up before the next lookup: untracked.
+    fn append_new(&mut self, key: &Key, n: Notification<K>, readers: usize) {
+        let seq = self.end();
+        if self.untracked_to != seq {
+            // Something else was appended since the untracked range: a tracked entry (the
+            // lookup before it tracked the range) or one when every handler had read
+            // everything (the range had left the log).
+            debug_assert!(self.untracked_from.max(self.start) >= self.untracked_to);
+            self.untracked_from = seq;
+        }
+        self.untracked_to = seq + 1;
+        self.append(key, n, readers);
+    }
+
+    /// Puts the untracked entries still in the log into `newest`.
+    fn track(&mut self) {
+        let from = self.untracked_from.max(self.start);
+        for seq in from..self.untracked_to {
+            let Some(e) = usize::try_from(seq - self.start)
+                .ok()
+                .and_then(|i| self.entries.get(i))
+            else {
+                break;
+            };
+            match self.newest.get_mut(&e.key) {
+                // A newer tracked entry for the key.
+                Some(s) if *s > seq => {}
+                Some(s) => *s = seq,
+                None => {
+                    self.newest.insert(e.key.clone(), seq);
+                }
+            }
+        }
+        self.untracked_from = self.untracked_to;
     }
 
     /// The sequence number of the newest entry for `key` still in the log, if any.
     fn newest(&mut self, key: &Key) -> Option<u64> {
-        if let Some(seq) = self.untracked.take() {
-            let idx = seq
-                .checked_sub(self.start)
-                .and_then(|i| usize::try_from(i).ok());
-            if let Some(e) = idx.and_then(|i| self.entries.get(i)) {
-                self.newest.insert(e.key.clone(), seq);
-            }
+        if self.untracked_to > self.start.max(self.untracked_from) {
+            self.track();
         }
         self.newest
             .get(key)
@@ -553,8 +591,8 @@ impl<K> Log<K> {
         }
     }
 
-    /// Every handler has read everything: nothing needs `newest` any more (`untracked`, now
-    /// before `start`, is ignored), and capacity grown by a burst is given back.
+    /// Every handler has read everything: nothing needs `newest` any more (the untracked
+    /// range, now before `start`, is ignored), and capacity grown by a burst is given back.
     #[cold]
     fn idle(&mut self) {
         self.newest.clear();
@@ -818,6 +856,35 @@ impl<K> Processor<K> {
             return;
         }
         self.distribute_lagging(key, n);
+    }
+
+    /// [`distribute`](Self::distribute) of a notification (not a resync) for a key that no
+    /// handler has anything pending for, which the caller knows (no notification for `key` was
+    /// ever distributed or pushed to a handler: a first population into an empty cache). Every
+    /// handler reads it in the log, as `distribute` would decide, without looking the key up.
+    pub(crate) fn distribute_new(&mut self, key: &Key, n: Notification<K>) {
+        let end = self.log.end();
+        if self.listeners.is_empty() {
+            return;
+        }
+        if self
+            .listeners
+            .iter()
+            .all(|l| l.read == end && l.queue.is_empty())
+        {
+            self.log.append_untracked(key, n, self.listeners.len());
+            return;
+        }
+        debug_assert!(self.listeners.iter().all(|l| !l.queue.contains(key)));
+        self.log.append_new(key, n, self.listeners.len());
+    }
+
+    /// Makes room in the log for `n` more notifications, for a burst (a first population)
+    /// that handlers will not read before it ends.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        if !self.listeners.is_empty() {
+            self.log.entries.reserve(n);
+        }
     }
 
     /// [`distribute`](Self::distribute) when some handler has unread entries or a queue (out
@@ -1187,6 +1254,17 @@ mod tests {
             }
         }
         assert!(log.newest.len() <= 2 * log.entries.len() + IDLE_CAPACITY + 1);
+        // Every entry outside the untracked range has its key in `newest`, at it or later.
+        for (i, e) in log.entries.iter().enumerate() {
+            let seq = log.start + i as u64;
+            if (log.untracked_from..log.untracked_to).contains(&seq) {
+                continue;
+            }
+            assert!(
+                log.newest.get(&e.key).is_some_and(|&s| s >= seq),
+                "entry {seq} untracked"
+            );
+        }
         assert_eq!(
             p.queued,
             p.listeners.iter().filter(|l| !l.queue.is_empty()).count()
@@ -1401,6 +1479,7 @@ mod tests {
             let mut store: BTreeMap<usize, Arc<DynamicObject>> = BTreeMap::new();
             let mut rv = 0u64;
             let mut initial = true;
+            let mut fresh = 0;
             for step in 0..400 {
                 let what = alloc::format!("seed {seed} step {step}");
                 let ids: Vec<HandlerId> = refs.keys().copied().collect();
@@ -1409,9 +1488,16 @@ mod tests {
                 };
                 match rng.below(100) {
                     // A burst of events (distinct keys while they are new).
-                    0..=44 => {
+                    0..=39 => {
                         for _ in 0..1 + rng.below(burst as u64) {
-                            let i = rng.below(keys as u64) as usize;
+                            let i = match store
+                                .keys()
+                                .nth(rng.below(store.len().max(1) as u64) as usize)
+                            {
+                                // Now and then a key first added by distribute_new.
+                                Some(&i) if rng.chance(0.2) => i,
+                                _ => rng.below(keys as u64) as usize,
+                            };
                             let key = ns_key(i);
                             rv += 1;
                             let n = match store.get(&i).cloned() {
@@ -1443,6 +1529,20 @@ mod tests {
                                 r.queue.push(&key, n.clone());
                             }
                             p.distribute(&key, n, false);
+                        }
+                    }
+                    // Keys never seen before (a first population): distribute_new.
+                    40..=44 => {
+                        for _ in 0..1 + rng.below(burst as u64) {
+                            let i = 1000 + fresh;
+                            fresh += 1;
+                            let new = obj(&alloc::format!("k{i}"), "1");
+                            store.insert(i, new.clone());
+                            let n = add(&new, true);
+                            for r in refs.values_mut() {
+                                r.queue.push(&ns_key(i), n.clone());
+                            }
+                            p.distribute_new(&ns_key(i), n);
                         }
                     }
                     // The initial list ends.
