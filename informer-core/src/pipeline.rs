@@ -108,8 +108,8 @@ impl<K: Object + 'static> Pipeline<K> {
         self.fifo.replace(items, &self.indexer);
     }
 
-    /// The initial population of a pipeline that has never been populated (a warm restart's
-    /// snapshot): the store contents and handler notifications of
+    /// The initial population of a pipeline that has never been populated (the informer's
+    /// first list, a warm restart's snapshot): the store contents and handler notifications of
     /// [`replace`](Self::replace) followed by [`process_one`](Self::process_one) until empty
     /// (one `Replaced` delta per object, handled as `HandleDeltas` does: an `Add` flagged
     /// `in_initial_list`, an `Update` for a repeated key), and the FIFO synced, but without the

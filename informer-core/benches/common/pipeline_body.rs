@@ -243,22 +243,24 @@ fn feed<K: Object + 'static>(
 /// How the initial list is applied (`INFORMER_BENCH_FIRST_LIST`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum FirstList {
-    /// `fifo`: `replace` into the DeltaFIFO, delivering to the handlers after every pop.
+    /// `fifo`: `replace` into the DeltaFIFO, delivering to the handlers after every pop (the
+    /// informer's path before it populated its first list).
     Fifo,
     /// `fifo-drained`: `replace`, every key popped before anything is delivered (as the
     /// runtime's driver does: handlers run on their own tasks and fall behind the list).
     FifoDrained,
     /// `populate`: straight to the empty store and the handlers (`Pipeline::populate`, no
-    /// DeltaFIFO), then delivery.
+    /// DeltaFIFO), then delivery: what the informer does with its first list.
     Populate,
 }
 
-/// `INFORMER_BENCH_FIRST_LIST=fifo|fifo-drained|populate`; default `fifo`.
+/// `INFORMER_BENCH_FIRST_LIST=fifo|fifo-drained|populate`; default `populate`, as the
+/// informer.
 fn first_list() -> FirstList {
     match std::env::var("INFORMER_BENCH_FIRST_LIST").as_deref() {
+        Ok("fifo") => FirstList::Fifo,
         Ok("fifo-drained") => FirstList::FifoDrained,
-        Ok("populate") => FirstList::Populate,
-        _ => FirstList::Fifo,
+        _ => FirstList::Populate,
     }
 }
 
