@@ -20,6 +20,12 @@
 //! (compare 1, 4 and 16 for the cost of a handler that keeps up). Without `INFORMER_BENCH=tiny`,
 //! a third section runs the minimal-object events with 1, 4 and 16 handlers and prints the CPU
 //! time per event of each and the cost of each extra handler.
+//!
+//! `INFORMER_BENCH_FIRST_LIST` picks how the initial list is applied: `populate` (the default,
+//! as the informer applies its first list: `Pipeline::populate`, straight to the store and the
+//! handlers' shared log), `fifo` (DeltaFIFO, delivering after every pop) or `fifo-drained`
+//! (every key popped before anything is delivered, as the informer did through the FIFO). Its
+//! instructions: `--toggle-collect='*initial_list*'` instead of `'*feed*'`.
 
 // The counting global allocator needs `unsafe impl GlobalAlloc`; the core itself forbids unsafe.
 #![allow(unsafe_code)]

@@ -423,7 +423,10 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
                     StoreOp::Replace { items, .. } => {
                         // Collected in place: a relist of 100k objects allocates no second list.
                         let admitted = items.into_iter().filter_map(|o| self.admit(o)).collect();
-                        self.pipeline.replace(admitted);
+                        // The first list into an empty cache goes straight to the store and the
+                        // handlers (the same notifications as through the DeltaFIFO, without its
+                        // per-key tables); any later list is a Replace and its diff.
+                        self.pipeline.populate(admitted);
                     }
                     StoreOp::Added(o) => {
                         if let Some(o) = self.admit(o) {

@@ -108,12 +108,13 @@ impl<K: Object + 'static> Pipeline<K> {
         self.fifo.replace(items, &self.indexer);
     }
 
-    /// The initial population of a pipeline that has never been populated (a warm restart's
-    /// snapshot): the store contents and handler notifications of [`replace`](Self::replace)
-    /// followed by [`process_one`](Self::process_one) until empty (one `Replaced` delta per
-    /// object, handled as `HandleDeltas` does: an `Add` flagged `in_initial_list`, an `Update`
-    /// for a repeated key), and the FIFO synced, but without the FIFO's per-key tables: each
-    /// object goes straight to the store and the handlers. Anything else (a FIFO that holds
+    /// The initial population of a pipeline that has never been populated (the informer's
+    /// first list, a warm restart's snapshot): the store contents and handler notifications of
+    /// [`replace`](Self::replace) followed by [`process_one`](Self::process_one) until empty
+    /// (one `Replaced` delta per object, handled as `HandleDeltas` does: an `Add` flagged
+    /// `in_initial_list`, an `Update` for a repeated key), and the FIFO synced, but without the
+    /// FIFO's per-key tables: each object goes straight to the store and the handlers, whose
+    /// shared notification log holds the list until they read it. Anything else (a FIFO that holds
     /// deltas or was populated, a store that is not empty) takes `replace`, whose diff then
     /// applies; the caller still runs `process_one` until empty.
     pub fn populate(&mut self, items: Vec<Arc<K>>) {
@@ -121,13 +122,23 @@ impl<K: Object + 'static> Pipeline<K> {
             self.replace(items);
             return;
         }
+        // Handlers get the whole list before they can read any of it.
+        self.processor.reserve(items.len());
         for obj in items {
             let key = obj.key_ref().to_key();
-            let delta = Delta {
-                kind: DeltaType::Replaced,
-                object: ObjectOrTombstone::Object(obj),
-            };
-            self.handle_delta(&key, delta, true);
+            match self.indexer.insert(key.clone(), obj.clone()) {
+                // Nothing was distributed before this first population, and the key is new to
+                // the store, so no handler has anything pending for it.
+                None => self.processor.distribute_new(
+                    &key,
+                    Notification::Add {
+                        obj,
+                        in_initial_list: true,
+                    },
+                ),
+                // A repeated key: an update, as the FIFO's second `Replaced` delta would give.
+                old @ Some(_) => self.notify_upsert(&key, DeltaType::Replaced, old, obj, true),
+            }
         }
     }
 

@@ -143,6 +143,12 @@ impl<K> Queue<K> {
         self.head.is_none() && self.entries.is_empty()
     }
 
+    /// Whether `key` has a pending entry.
+    fn contains(&self, key: &Key) -> bool {
+        self.head.as_ref().is_some_and(|(k, _)| k == key)
+            || (!self.entries.is_empty() && self.entries.contains_key(key))
+    }
+
     fn push(&mut self, key: &Key, n: Notification<K>) {
         if let Some((head_key, p)) = &mut self.head {
             if head_key == key {
@@ -339,8 +345,12 @@ struct Listener<K> {
     syncing: bool,
     queue: Queue<K>,
     /// Sequence number of the next [`Log`] entry this handler reads. Entries before it are read
-    /// or spilled into `queue`; entries from it on are newer than everything in `queue`.
+    /// or spilled into `queue`; entries from it on (its unread run) are newer than everything
+    /// in `queue`, hold distinct keys, and none of their keys is in `queue`.
     read: u64,
+    /// Scratch of [`Processor::distribute`]: whether this handler gets the notification being
+    /// distributed through its queue instead of the log.
+    via_queue: bool,
     /// `Some(initial)` while a notification is being handled.
     in_flight: Option<bool>,
 }
@@ -362,19 +372,44 @@ struct LogEntry<K> {
     initial: bool,
 }
 
-/// The shared notification log: a notification for handlers that keep up (idle, nothing
-/// pending) is stored once, and each of them reads it through its cursor
-/// ([`Listener::read`]) instead of getting its own copy queued. A handler that is busy or has
-/// anything pending when a notification arrives first has its unread entries spilled into its
-/// coalescing [`Queue`], then gets the notification there, so a handler never has more than
-/// one unread entry and the [`Queue`] bound holds for its pending notifications as a whole.
-/// An entry leaves the log once its last reader has read or spilled it.
+/// The shared notification log: a notification is stored once, and each handler that gets it
+/// through the log reads it with its own cursor ([`Listener::read`]) instead of getting its
+/// own copy queued.
+///
+/// A handler's unread entries (its *run*, from its cursor to the log's end) are delivered after
+/// its coalescing [`Queue`] and behave as the tail of that queue. A handler, busy or not, keeps
+/// reading the log as long as that stays true to the queue's rules: a new notification goes to
+/// its run unless its key is already in the run or in the queue, where the queue would have
+/// merged it. Then (and for a resync, which goes to some handlers only, and for the replay of a
+/// late handler) the handler first *spills*: its run moves into its queue, oldest first, and
+/// the notification is pushed there, merging as the [`Queue`] rules say. So a run holds
+/// distinct keys that are not in the queue, every handler sees exactly the sequence its
+/// coalescing queue alone would give it, and its pending notifications (queue and run) keep
+/// the queue's bound: at most one per key in the cache or in its view.
+///
+/// Whether a key is in a handler's run is one comparison: `newest` maps each key to the
+/// sequence number of its newest entry, and the key is in the run iff that entry is at or
+/// after the handler's cursor. The map is kept only while it is needed: an entry appended when
+/// every handler had read everything (the steady state), or for a key the caller knows no
+/// handler has pending ([`Processor::distribute_new`]: a first population), is appended
+/// without touching the map and only counted in the `untracked` range; the range goes into
+/// the map when a notification comes whose key must be looked up. An entry leaves the log once
+/// its last reader has read or spilled it; the map is emptied with the log and pruned of keys
+/// whose newest entry left it, so both stay within the longest run (distinct keys).
 struct Log<K> {
     entries: VecDeque<LogEntry<K>>,
     /// Sequence number of `entries[0]`.
     start: u64,
     /// Sequence number of the newest initial-list add ever appended.
     last_initial: Option<u64>,
+    /// Key → sequence number of its newest entry, for the entries appended while some handler
+    /// had unread entries (those at or after `start`; older values are stale).
+    newest: HashMap<Key, u64>,
+    /// The entries `untracked_from..untracked_to` are not in `newest` (appended when every
+    /// handler had read everything, or by `distribute_new`); entries before `start` are
+    /// ignored. Every other entry of the log is.
+    untracked_from: u64,
+    untracked_to: u64,
 }
 
 impl<K> Log<K> {
@@ -383,6 +418,9 @@ impl<K> Log<K> {
             entries: VecDeque::new(),
             start: 0,
             last_initial: None,
+            newest: HashMap::default(),
+            untracked_from: 0,
+            untracked_to: 0,
         }
     }
 
@@ -423,7 +461,104 @@ impl<K> Log<K> {
         Some((n, initial, key))
     }
 
-    /// Appends `n` for `readers` handlers.
+    /// Gives up one reader's share of entry `seq` without reading it.
+    fn release(&mut self, seq: u64) {
+        let Some(idx) = seq
+            .checked_sub(self.start)
+            .and_then(|i| usize::try_from(i).ok())
+        else {
+            return;
+        };
+        let Some(e) = self.entries.get_mut(idx) else {
+            return;
+        };
+        if e.readers > 1 {
+            e.readers -= 1;
+            return;
+        }
+        e.readers = 0;
+        e.notification = None;
+        if idx == 0 {
+            self.trim();
+        }
+    }
+
+    /// Appends `n` for `readers` handlers that had read everything: `newest` is not needed
+    /// for it unless someone still has it unread when the next notification comes.
+    fn append_untracked(&mut self, key: &Key, n: Notification<K>, readers: usize) {
+        debug_assert!(self.entries.is_empty(), "every handler had read everything");
+        let seq = self.end();
+        self.untracked_from = seq;
+        self.untracked_to = seq + 1;
+        self.append(key, n, readers);
+    }
+
+    /// Appends `n` for `readers` handlers, none of which has anything pending for `key`, so
+    /// that nobody needs to look `key` up before the next lookup: untracked.
+    fn append_new(&mut self, key: &Key, n: Notification<K>, readers: usize) {
+        let seq = self.end();
+        if self.untracked_to != seq {
+            // Something else was appended since the untracked range: a tracked entry (the
+            // lookup before it tracked the range) or one when every handler had read
+            // everything (the range had left the log).
+            debug_assert!(self.untracked_from.max(self.start) >= self.untracked_to);
+            self.untracked_from = seq;
+        }
+        self.untracked_to = seq + 1;
+        self.append(key, n, readers);
+    }
+
+    /// Puts the untracked entries still in the log into `newest`.
+    fn track(&mut self) {
+        let from = self.untracked_from.max(self.start);
+        for seq in from..self.untracked_to {
+            let Some(e) = usize::try_from(seq - self.start)
+                .ok()
+                .and_then(|i| self.entries.get(i))
+            else {
+                break;
+            };
+            match self.newest.get_mut(&e.key) {
+                // A newer tracked entry for the key.
+                Some(s) if *s > seq => {}
+                Some(s) => *s = seq,
+                None => {
+                    self.newest.insert(e.key.clone(), seq);
+                }
+            }
+        }
+        self.untracked_from = self.untracked_to;
+    }
+
+    /// The sequence number of the newest entry for `key` still in the log, if any.
+    fn newest(&mut self, key: &Key) -> Option<u64> {
+        if self.untracked_to > self.start.max(self.untracked_from) {
+            self.track();
+        }
+        self.newest
+            .get(key)
+            .copied()
+            .filter(|&seq| seq >= self.start)
+    }
+
+    /// Appends `n` for `readers` handlers, some of which have unread entries.
+    fn append_tracked(&mut self, key: &Key, n: Notification<K>, readers: usize) {
+        let seq = self.end();
+        self.append(key, n, readers);
+        match self.newest.get_mut(key) {
+            Some(s) => *s = seq,
+            None => {
+                // Keys whose newest entry left the log are stale: drop them before the map
+                // outgrows the log (which holds distinct keys per run).
+                if self.newest.len() > 2 * self.entries.len() + IDLE_CAPACITY {
+                    let start = self.start;
+                    self.newest.retain(|_, s| *s >= start);
+                }
+                self.newest.insert(key.clone(), seq);
+            }
+        }
+    }
+
     fn append(&mut self, key: &Key, n: Notification<K>, readers: usize) {
         let initial = matches!(
             n,
@@ -449,7 +584,22 @@ impl<K> Log<K> {
             self.entries.pop_front();
             self.start += 1;
         }
-        if self.entries.is_empty() && self.entries.capacity() > IDLE_CAPACITY {
+        if self.entries.is_empty()
+            && (!self.newest.is_empty() || self.entries.capacity() > IDLE_CAPACITY)
+        {
+            self.idle();
+        }
+    }
+
+    /// Every handler has read everything: nothing needs `newest` any more (the untracked
+    /// range, now before `start`, is ignored), and capacity grown by a burst is given back.
+    #[cold]
+    fn idle(&mut self) {
+        self.newest.clear();
+        if self.newest.capacity() > IDLE_CAPACITY {
+            self.newest.shrink_to(IDLE_CAPACITY);
+        }
+        if self.entries.capacity() > IDLE_CAPACITY {
             self.entries.shrink_to(IDLE_CAPACITY);
         }
     }
@@ -472,7 +622,7 @@ impl<K> Log<K> {
         while l.read < end {
             let seq = l.read;
             l.read += 1;
-            let _ = self.read(seq, false);
+            self.release(seq);
         }
     }
 
@@ -518,10 +668,12 @@ pub struct ResyncPeriods {
 /// its queue (and the coalescing in it) holds everything it has not started yet; a stalled
 /// handler delays nobody else.
 ///
-/// A notification for handlers that keep up (idle, nothing pending) is stored once, in a
-/// shared log each of them reads through its own cursor: adding a handler that keeps up costs
-/// no per-handler queue insert. A handler that is busy or behind gets its notifications in its
-/// coalescing queue instead, so its pending memory keeps the queue's bound.
+/// A notification is stored once, in a shared log each handler reads through its own cursor:
+/// adding a handler costs no per-handler queue insert, whether it keeps up or lags behind a
+/// burst of distinct keys (an initial list). Only a handler that would get a second pending
+/// notification for one key, or a resync, moves its unread entries into its coalescing queue,
+/// so every handler sees what that queue alone would give it and its pending memory keeps the
+/// queue's bound (see [`Log`]).
 pub struct Processor<K> {
     listeners: Vec<Listener<K>>,
     log: Log<K>,
@@ -620,6 +772,7 @@ impl<K> Processor<K> {
             syncing: false,
             queue: Queue::new(),
             read: self.log.end(),
+            via_queue: false,
             in_flight: None,
         });
         (
@@ -681,39 +834,114 @@ impl<K> Processor<K> {
     /// Queues `n` for the handlers it is for: every handler, or with `is_sync`, only those in
     /// the syncing set chosen by the last [`should_resync`](Self::should_resync).
     ///
-    /// Handlers that keep up (idle, nothing pending) share one entry of the notification log;
-    /// the others get it in their coalescing queues.
+    /// A notification for every handler is stored once, in the shared log, for each handler
+    /// that can read it there (see [`Log`]); a handler whose unread entries or queue already
+    /// hold `key`, and a resync, go through the handler's coalescing queue.
     pub fn distribute(&mut self, key: &Key, n: Notification<K>, is_sync: bool) {
         let end = self.log.end();
-        if !is_sync
-            && self
-                .listeners
-                .iter()
-                .all(|l| l.in_flight.is_none() && l.read == end && l.queue.is_empty())
+        if is_sync {
+            self.distribute_sync(key, n);
+            return;
+        }
+        if self
+            .listeners
+            .iter()
+            .all(|l| l.read == end && l.queue.is_empty())
         {
-            // Every handler keeps up (the common case): one log entry, read by all of them.
+            // Every handler has read everything (the common case): one log entry, read by all
+            // of them, and nothing to look up.
             if !self.listeners.is_empty() {
-                self.log.append(key, n, self.listeners.len());
+                self.log.append_untracked(key, n, self.listeners.len());
             }
             return;
         }
-        // A resync goes to some handlers only: always through their queues (it is rare).
-        let keeps_up = |l: &Listener<K>| {
-            !is_sync && l.in_flight.is_none() && l.read == end && l.queue.is_empty()
-        };
-        let readers = self.listeners.iter().filter(|l| keeps_up(l)).count();
-        let log = &mut self.log;
-        let queued = &mut self.queued;
-        let mut behind = self
+        self.distribute_lagging(key, n);
+    }
+
+    /// [`distribute`](Self::distribute) of a notification (not a resync) for a key that no
+    /// handler has anything pending for, which the caller knows (no notification for `key` was
+    /// ever distributed or pushed to a handler: a first population into an empty cache). Every
+    /// handler reads it in the log, as `distribute` would decide, without looking the key up.
+    pub(crate) fn distribute_new(&mut self, key: &Key, n: Notification<K>) {
+        let end = self.log.end();
+        if self.listeners.is_empty() {
+            return;
+        }
+        if self
             .listeners
-            .iter_mut()
-            .filter(|l| (!is_sync || l.syncing) && !keeps_up(l))
-            .peekable();
+            .iter()
+            .all(|l| l.read == end && l.queue.is_empty())
+        {
+            self.log.append_untracked(key, n, self.listeners.len());
+            return;
+        }
+        debug_assert!(self.listeners.iter().all(|l| !l.queue.contains(key)));
+        self.log.append_new(key, n, self.listeners.len());
+    }
+
+    /// Makes room in the log for `n` more notifications, for a burst (a first population)
+    /// that handlers will not read before it ends.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        if !self.listeners.is_empty() {
+            self.log.entries.reserve(n);
+        }
+    }
+
+    /// [`distribute`](Self::distribute) when some handler has unread entries or a queue (out
+    /// of line, so that the common case stays small).
+    #[inline(never)]
+    fn distribute_lagging(&mut self, key: &Key, n: Notification<K>) {
+        let end = self.log.end();
+        // Where does `key` stand for each handler?
+        let newest = self.log.newest(key);
+        let mut readers = 0;
+        let mut spilling = 0;
+        for l in &mut self.listeners {
+            l.via_queue = newest.is_some_and(|seq| seq >= l.read) || l.queue.contains(key);
+            if l.via_queue {
+                spilling += 1;
+            } else {
+                readers += 1;
+            }
+        }
+        let mut n = Some(n);
+        if spilling > 0 {
+            for l in self.listeners.iter_mut().filter(|l| l.via_queue) {
+                spilling -= 1;
+                let was_empty = l.queue.is_empty();
+                self.log.spill(l);
+                let own = if readers == 0 && spilling == 0 {
+                    n.take()
+                } else {
+                    n.clone()
+                };
+                if let Some(own) = own {
+                    l.queue.push(key, own);
+                }
+                account(&mut self.queued, was_empty, l.queue.is_empty());
+                if readers > 0 {
+                    // Skips the entry appended below.
+                    l.read = end + 1;
+                }
+            }
+        }
+        if readers > 0 {
+            if let Some(n) = n {
+                self.log.append_tracked(key, n, readers);
+            }
+        }
+    }
+
+    /// A resync goes to some handlers only: always through their queues (it is rare, and a
+    /// log entry cannot be skipped by the handlers it is not for while they have unread
+    /// entries before it).
+    fn distribute_sync(&mut self, key: &Key, n: Notification<K>) {
+        let mut behind = self.listeners.iter_mut().filter(|l| l.syncing).peekable();
         let mut n = Some(n);
         while let Some(l) = behind.next() {
             let was_empty = l.queue.is_empty();
-            log.spill(l);
-            let own = if readers == 0 && behind.peek().is_none() {
+            self.log.spill(l);
+            let own = if behind.peek().is_none() {
                 n.take()
             } else {
                 n.clone()
@@ -721,16 +949,7 @@ impl<K> Processor<K> {
             if let Some(own) = own {
                 l.queue.push(key, own);
             }
-            account(queued, was_empty, l.queue.is_empty());
-            if readers > 0 {
-                // Skips the entry appended below.
-                l.read = end + 1;
-            }
-        }
-        if readers > 0 {
-            if let Some(n) = n {
-                log.append(key, n, readers);
-            }
+            account(&mut self.queued, was_empty, l.queue.is_empty());
         }
     }
 
@@ -860,6 +1079,7 @@ impl<K> Processor<K> {
 mod tests {
     use super::*;
     use crate::object::{DynamicObject, ObjectMetaParts};
+    use alloc::collections::{BTreeMap, BTreeSet};
 
     fn obj(name: &str, rv: &str) -> Arc<DynamicObject> {
         Arc::new(DynamicObject {
@@ -881,9 +1101,9 @@ mod tests {
         }
     }
 
-    /// Handlers that keep up share one log entry and get the very same object; one that is
-    /// busy or has an unread entry falls back to its coalescing queue, and the log empties once
-    /// every reader has read or spilled its entry.
+    /// Handlers that keep up share one log entry and get the very same object; a busy one
+    /// keeps reading the log, one whose unread entry has the same key falls back to its
+    /// coalescing queue, and the log empties once every reader has read or spilled its entry.
     #[test]
     fn handlers_that_keep_up_share_one_log_entry() {
         let mut p: Processor<DynamicObject> = Processor::new(Duration::ZERO);
@@ -910,8 +1130,9 @@ mod tests {
             !p.handler_has_synced(ids[0], true),
             "its initial add is in flight"
         );
-        // An update: handler 0 is busy, 1 and 2 have an unread entry: all three go to queues,
-        // 1 and 2 coalesce `Add(a1)` + `Update(a1→a2)` into `Add(a2)`.
+        // An update: handler 0 is busy but has read everything: it reads the update in the
+        // log; 1 and 2 have an unread entry for the key: they spill and coalesce `Add(a1)` +
+        // `Update(a1→a2)` into `Add(a2)` in their queues.
         let a2 = obj("a", "2");
         p.distribute(
             &key,
@@ -921,7 +1142,9 @@ mod tests {
             },
             false,
         );
-        assert!(p.log.entries.is_empty(), "every reader read or spilled it");
+        assert_eq!(p.log.entries.len(), 1, "the update, for handler 0");
+        assert!(p.listeners[0].queue.is_empty());
+        assert!(!p.listeners[1].queue.is_empty() && !p.listeners[2].queue.is_empty());
         for id in &ids {
             assert_eq!(p.pending(*id), 1);
         }
@@ -964,5 +1187,458 @@ mod tests {
         p.push_to(late, &key, add(&a2, true));
         assert_eq!(p.pending(late), 1);
         assert!(!p.handler_has_synced(late, true));
+    }
+
+    fn update(old: &Arc<DynamicObject>, new: &Arc<DynamicObject>) -> Notification<DynamicObject> {
+        Notification::Update {
+            old: old.clone(),
+            new: new.clone(),
+        }
+    }
+
+    fn delete(o: &Arc<DynamicObject>) -> Notification<DynamicObject> {
+        Notification::Delete(ObjectOrTombstone::Object(o.clone()))
+    }
+
+    fn ns_key(i: usize) -> Key {
+        Key::parse(&alloc::format!("ns/k{i}"))
+    }
+
+    /// Whether two notifications carry the same objects (by identity) and flags.
+    fn same(a: &Notification<DynamicObject>, b: &Notification<DynamicObject>) -> bool {
+        match (a, b) {
+            (
+                Notification::Add {
+                    obj: x,
+                    in_initial_list: i,
+                },
+                Notification::Add {
+                    obj: y,
+                    in_initial_list: j,
+                },
+            ) => Arc::ptr_eq(x, y) && i == j,
+            (
+                Notification::Update { old: o1, new: n1 },
+                Notification::Update { old: o2, new: n2 },
+            ) => Arc::ptr_eq(o1, o2) && Arc::ptr_eq(n1, n2),
+            (Notification::Delete(d1), Notification::Delete(d2)) => {
+                d1.is_tombstone() == d2.is_tombstone() && Arc::ptr_eq(d1.object(), d2.object())
+            }
+            _ => false,
+        }
+    }
+
+    /// The log's structure: every entry's reader count is the number of handlers whose run
+    /// holds it; a run holds distinct keys, none of them in the handler's queue (so a handler's
+    /// pending notifications are at most one per key); `newest` stays within the log; and the
+    /// `queued` count is right.
+    fn check_structure(p: &Processor<DynamicObject>) {
+        let log = &p.log;
+        let end = log.end();
+        for (i, e) in log.entries.iter().enumerate() {
+            let seq = log.start + i as u64;
+            let runs = p
+                .listeners
+                .iter()
+                .filter(|l| l.read <= seq && seq < end)
+                .count();
+            assert_eq!(e.readers, runs, "readers of entry {seq}");
+            assert_eq!(e.notification.is_some(), runs > 0, "entry {seq}");
+        }
+        for l in &p.listeners {
+            assert!(l.read >= log.start && l.read <= end, "cursor of {:?}", l.id);
+            let mut keys = BTreeSet::new();
+            for seq in l.read..end {
+                let key = &log.entries[(seq - log.start) as usize].key;
+                assert!(keys.insert(key.clone()), "{key:?} twice in a run");
+                assert!(!l.queue.contains(key), "{key:?} in a run and the queue");
+            }
+        }
+        assert!(log.newest.len() <= 2 * log.entries.len() + IDLE_CAPACITY + 1);
+        // Every entry outside the untracked range has its key in `newest`, at it or later.
+        for (i, e) in log.entries.iter().enumerate() {
+            let seq = log.start + i as u64;
+            if (log.untracked_from..log.untracked_to).contains(&seq) {
+                continue;
+            }
+            assert!(
+                log.newest.get(&e.key).is_some_and(|&s| s >= seq),
+                "entry {seq} untracked"
+            );
+        }
+        assert_eq!(
+            p.queued,
+            p.listeners.iter().filter(|l| !l.queue.is_empty()).count()
+        );
+    }
+
+    /// A handler stalled on its first notification of a 10k-object initial list reads the
+    /// rest through the log, in order, without anything entering its queue; a notification for
+    /// a key it has unread moves its run into its queue, where it coalesces.
+    #[test]
+    fn a_lagging_handler_reads_distinct_keys_through_the_log() {
+        const N: usize = 10_000;
+        let mut p: Processor<DynamicObject> = Processor::new(Duration::ZERO);
+        let stalled = p.add_handler(Duration::ZERO, Instant::ZERO, true).0;
+        let other = p.add_handler(Duration::ZERO, Instant::ZERO, true).0;
+        let objs: Vec<Arc<DynamicObject>> =
+            (0..N).map(|i| obj(&alloc::format!("k{i}"), "1")).collect();
+        for (i, o) in objs.iter().enumerate() {
+            p.distribute(&ns_key(i), add(o, true), false);
+            if i == 0 {
+                assert!(p.poll_notification_for(stalled).is_some());
+            }
+        }
+        assert_eq!(p.queued, 0);
+        assert!(p.listeners.iter().all(|l| l.queue.is_empty()));
+        assert_eq!(p.log.entries.len(), N);
+        assert_eq!(p.pending(stalled), N - 1);
+        assert_eq!(p.pending(other), N);
+        assert!(!p.handler_has_synced(stalled, true));
+        check_structure(&p);
+        // The other handler reads everything, sharing the objects.
+        for o in &objs {
+            match p.poll_notification_for(other) {
+                Some(Notification::Add {
+                    obj,
+                    in_initial_list: true,
+                }) => assert!(Arc::ptr_eq(&obj, o)),
+                n => panic!("{n:?}"),
+            }
+            p.handler_done(other);
+        }
+        assert!(p.handler_has_synced(other, true));
+        assert_eq!(p.log.entries.len(), N - 1, "the stalled handler's run");
+        assert!(p.listeners[0].queue.is_empty());
+        // An update of a key in the stalled handler's run: it spills; the other reads the
+        // update in the log.
+        let updated = obj("k5000", "2");
+        p.distribute(&ns_key(5000), update(&objs[5000], &updated), false);
+        // A delete of a key in the run, now in the queue: its add is dropped.
+        p.distribute(&ns_key(7000), delete(&objs[7000]), false);
+        check_structure(&p);
+        assert_eq!(p.pending(stalled), N - 2, "k7000 cancelled");
+        assert_eq!(p.pending(other), 2);
+        assert!(p.listeners[1].queue.is_empty());
+        assert_eq!(
+            p.log.entries.len(),
+            2,
+            "the stalled handler's run was spilled"
+        );
+        // A new key is in the stalled handler's run again, after its queue.
+        let fresh = obj("fresh", "3");
+        p.distribute(&Key::parse("ns/fresh"), add(&fresh, false), false);
+        check_structure(&p);
+        assert_eq!(p.pending(stalled), N - 1);
+        assert!(!p.listeners[0].queue.contains(&Key::parse("ns/fresh")));
+        p.handler_done(stalled);
+        let mut seen = Vec::new();
+        while let Some(n) = p.poll_notification_for(stalled) {
+            p.handler_done(stalled);
+            seen.push(n);
+        }
+        assert_eq!(seen.len(), N - 1);
+        let mut want = (1..N).filter(|&i| i != 7000);
+        for n in &seen[..N - 2] {
+            let i = want.next().unwrap();
+            let expect = if i == 5000 { &updated } else { &objs[i] };
+            assert!(same(n, &add(expect, true)), "{i}: {n:?}");
+        }
+        assert!(same(&seen[N - 2], &add(&fresh, false)));
+        assert!(p.handler_has_synced(stalled, true));
+        while p.poll_notification_for(other).is_some() {
+            p.handler_done(other);
+        }
+        assert!(p.log.entries.is_empty() && p.log.newest.is_empty());
+    }
+
+    /// Removing a handler that lags gives up its share of its run: the entries only it had
+    /// unread leave the log (and with them the key map).
+    #[test]
+    fn removing_a_lagging_handler_releases_its_run() {
+        let mut p: Processor<DynamicObject> = Processor::new(Duration::ZERO);
+        let stalled = p.add_handler(Duration::ZERO, Instant::ZERO, true).0;
+        let other = p.add_handler(Duration::ZERO, Instant::ZERO, true).0;
+        let o = obj("x", "1");
+        for i in 0..1000 {
+            p.distribute(&ns_key(i), add(&o, false), false);
+            while p.poll_notification_for(other).is_some() {
+                p.handler_done(other);
+            }
+        }
+        assert_eq!(p.log.entries.len(), 1000);
+        assert_eq!(Arc::strong_count(&o), 1 + 1000);
+        assert!(!p.log.newest.is_empty());
+        assert!(p.remove_handler(stalled));
+        assert!(p.log.entries.is_empty() && p.log.newest.is_empty());
+        assert_eq!(
+            Arc::strong_count(&o),
+            1,
+            "every pinned notification released"
+        );
+        check_structure(&p);
+    }
+
+    /// A handler that lags forever (never polled) under churn over a few keys: its pending
+    /// notifications never exceed the keys in the cache or its view, the log stays within the
+    /// distinct keys, and the key map within the log.
+    #[test]
+    fn a_stalled_handler_keeps_the_queue_bound() {
+        let mut p: Processor<DynamicObject> = Processor::new(Duration::ZERO);
+        let stalled = p.add_handler(Duration::ZERO, Instant::ZERO, true).0;
+        let other = p.add_handler(Duration::ZERO, Instant::ZERO, true).0;
+        let mut rng = crate::rng::SplitMix64::new(7);
+        let mut store: BTreeMap<usize, Arc<DynamicObject>> = BTreeMap::new();
+        let mut spills = 0;
+        for step in 0..20_000u64 {
+            // A new key every step (names never reused) and churn over 50 reused keys.
+            let i = if rng.chance(0.3) {
+                1000 + step as usize
+            } else {
+                rng.below(50) as usize
+            };
+            let key = ns_key(i);
+            let rv = alloc::format!("{step}");
+            let had = p.listeners[0].queue.len();
+            match store.get(&i).cloned() {
+                Some(old) if rng.chance(0.4) => {
+                    store.remove(&i);
+                    p.distribute(&key, delete(&old), false);
+                }
+                Some(old) => {
+                    let new = obj(&alloc::format!("k{i}"), &rv);
+                    store.insert(i, new.clone());
+                    p.distribute(&key, update(&old, &new), false);
+                }
+                None => {
+                    let new = obj(&alloc::format!("k{i}"), &rv);
+                    store.insert(i, new.clone());
+                    p.distribute(&key, add(&new, false), false);
+                }
+            }
+            if p.listeners[0].queue.len() > had + 1 {
+                spills += 1;
+            }
+            // Old keys leave now and then, so the store does not only grow.
+            if step % 3 == 0 {
+                if let Some((&j, _)) = store.range(1000..).next() {
+                    let old = store.remove(&j).unwrap();
+                    p.distribute(&ns_key(j), delete(&old), false);
+                }
+            }
+            while p.poll_notification_for(other).is_some() {
+                p.handler_done(other);
+            }
+            // The stalled handler's view is empty: it never got anything.
+            assert!(p.pending(stalled) <= store.len(), "step {step}");
+            assert!(p.log.entries.len() <= store.len());
+            if step % 997 == 0 {
+                check_structure(&p);
+            }
+        }
+        assert!(spills > 100, "churn made the handler spill ({spills})");
+        check_structure(&p);
+    }
+
+    /// Random distributes, resyncs, replays, polls, handler additions and removals, checked
+    /// step by step against a reference that gives each handler its own coalescing [`Queue`]
+    /// and nothing else: every handler gets exactly the notifications that queue gives, in the
+    /// same order, with the same pending count and synced state.
+    #[test]
+    fn every_handler_sees_what_its_coalescing_queue_alone_gives() {
+        struct Reference {
+            queue: Queue<DynamicObject>,
+            in_flight: Option<bool>,
+        }
+        impl Reference {
+            fn pop(&mut self, got: &Notification<DynamicObject>, what: &str) {
+                assert!(
+                    self.in_flight.is_none(),
+                    "{what}: delivered to a busy handler"
+                );
+                let (want, initial) = self.queue.pop().expect("the reference has nothing");
+                assert!(same(got, &want), "{what}: got {got:?}, want {want:?}");
+                self.in_flight = Some(initial);
+            }
+        }
+        for seed in 0..300u64 {
+            let mut rng = crate::rng::SplitMix64::new(seed);
+            let keys = 2 + rng.below(30) as usize;
+            let burst = 1 + rng.below(40) as usize;
+            let mut p: Processor<DynamicObject> = Processor::new(Duration::ZERO);
+            let mut refs: BTreeMap<HandlerId, Reference> = BTreeMap::new();
+            for _ in 0..1 + rng.below(4) {
+                let id = p.add_handler(Duration::ZERO, Instant::ZERO, true).0;
+                refs.insert(
+                    id,
+                    Reference {
+                        queue: Queue::new(),
+                        in_flight: None,
+                    },
+                );
+            }
+            let mut store: BTreeMap<usize, Arc<DynamicObject>> = BTreeMap::new();
+            let mut rv = 0u64;
+            let mut initial = true;
+            let mut fresh = 0;
+            for step in 0..400 {
+                let what = alloc::format!("seed {seed} step {step}");
+                let ids: Vec<HandlerId> = refs.keys().copied().collect();
+                let pick = |rng: &mut crate::rng::SplitMix64| {
+                    (!ids.is_empty()).then(|| ids[rng.below(ids.len() as u64) as usize])
+                };
+                match rng.below(100) {
+                    // A burst of events (distinct keys while they are new).
+                    0..=39 => {
+                        for _ in 0..1 + rng.below(burst as u64) {
+                            let i = match store
+                                .keys()
+                                .nth(rng.below(store.len().max(1) as u64) as usize)
+                            {
+                                // Now and then a key first added by distribute_new.
+                                Some(&i) if rng.chance(0.2) => i,
+                                _ => rng.below(keys as u64) as usize,
+                            };
+                            let key = ns_key(i);
+                            rv += 1;
+                            let n = match store.get(&i).cloned() {
+                                Some(old) if rng.chance(0.3) => {
+                                    store.remove(&i);
+                                    if rng.chance(0.2) {
+                                        Notification::Delete(ObjectOrTombstone::Tombstone(
+                                            crate::object::Tombstone {
+                                                key: key.clone(),
+                                                obj: old,
+                                            },
+                                        ))
+                                    } else {
+                                        delete(&old)
+                                    }
+                                }
+                                Some(old) => {
+                                    let new = obj(&alloc::format!("k{i}"), &alloc::format!("{rv}"));
+                                    store.insert(i, new.clone());
+                                    update(&old, &new)
+                                }
+                                None => {
+                                    let new = obj(&alloc::format!("k{i}"), &alloc::format!("{rv}"));
+                                    store.insert(i, new.clone());
+                                    add(&new, initial)
+                                }
+                            };
+                            for r in refs.values_mut() {
+                                r.queue.push(&key, n.clone());
+                            }
+                            p.distribute(&key, n, false);
+                        }
+                    }
+                    // Keys never seen before (a first population): distribute_new.
+                    40..=44 => {
+                        for _ in 0..1 + rng.below(burst as u64) {
+                            let i = 1000 + fresh;
+                            fresh += 1;
+                            let new = obj(&alloc::format!("k{i}"), "1");
+                            store.insert(i, new.clone());
+                            let n = add(&new, true);
+                            for r in refs.values_mut() {
+                                r.queue.push(&ns_key(i), n.clone());
+                            }
+                            p.distribute_new(&ns_key(i), n);
+                        }
+                    }
+                    // The initial list ends.
+                    45 => initial = false,
+                    // A resync of one cached key to some handlers.
+                    46..=49 => {
+                        let Some((&i, o)) = store
+                            .iter()
+                            .nth(rng.below(store.len().max(1) as u64) as usize)
+                        else {
+                            continue;
+                        };
+                        let key = ns_key(i);
+                        let n = update(o, o);
+                        for l in &mut p.listeners {
+                            l.syncing = rng.chance(0.5);
+                            if l.syncing {
+                                refs.get_mut(&l.id).unwrap().queue.push(&key, n.clone());
+                            }
+                        }
+                        p.distribute(&key, n, true);
+                    }
+                    // A replay of one cached key to one handler.
+                    50..=52 => {
+                        let (Some(id), Some((&i, o))) = (pick(&mut rng), store.iter().next())
+                        else {
+                            continue;
+                        };
+                        let n = add(o, true);
+                        refs.get_mut(&id).unwrap().queue.push(&ns_key(i), n.clone());
+                        p.push_to(id, &ns_key(i), n);
+                    }
+                    53..=69 => {
+                        let Some(id) = pick(&mut rng) else { continue };
+                        let r = refs.get_mut(&id).unwrap();
+                        match p.poll_notification_for(id) {
+                            Some(n) => r.pop(&n, &what),
+                            None => assert!(
+                                r.in_flight.is_some() || r.queue.is_empty(),
+                                "{what}: nothing for an idle handler with pending"
+                            ),
+                        }
+                    }
+                    70..=79 => match p.poll_notification() {
+                        Some((id, n)) => refs.get_mut(&id).unwrap().pop(&n, &what),
+                        None => {
+                            for r in refs.values() {
+                                assert!(r.in_flight.is_some() || r.queue.is_empty(), "{what}");
+                            }
+                        }
+                    },
+                    80..=94 => {
+                        let Some(id) = pick(&mut rng) else { continue };
+                        p.handler_done(id);
+                        refs.get_mut(&id).unwrap().in_flight = None;
+                    }
+                    95..=97 => {
+                        let id = p.add_handler(Duration::ZERO, Instant::ZERO, true).0;
+                        refs.insert(
+                            id,
+                            Reference {
+                                queue: Queue::new(),
+                                in_flight: None,
+                            },
+                        );
+                    }
+                    _ => {
+                        let Some(id) = pick(&mut rng) else { continue };
+                        assert!(p.remove_handler(id));
+                        refs.remove(&id);
+                    }
+                }
+                for (id, r) in &refs {
+                    assert_eq!(p.pending(*id), r.queue.len(), "{what}: pending of {id:?}");
+                    assert_eq!(p.is_busy(*id), r.in_flight.is_some(), "{what}");
+                    assert_eq!(
+                        p.handler_has_synced(*id, true),
+                        r.queue.initial_pending == 0 && r.in_flight != Some(true),
+                        "{what}: synced {id:?}"
+                    );
+                }
+                check_structure(&p);
+            }
+            // Drain: everything left comes out as the references say.
+            for (id, r) in &mut refs {
+                p.handler_done(*id);
+                r.in_flight = None;
+                while let Some(n) = p.poll_notification_for(*id) {
+                    r.pop(&n, &alloc::format!("seed {seed} drain"));
+                    p.handler_done(*id);
+                    r.in_flight = None;
+                }
+                assert!(r.queue.is_empty());
+            }
+            assert!(p.log.entries.is_empty() && p.log.newest.is_empty());
+        }
     }
 }

@@ -240,6 +240,49 @@ fn feed<K: Object + 'static>(
     }
 }
 
+/// How the initial list is applied (`INFORMER_BENCH_FIRST_LIST`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum FirstList {
+    /// `fifo`: `replace` into the DeltaFIFO, delivering to the handlers after every pop (the
+    /// informer's path before it populated its first list).
+    Fifo,
+    /// `fifo-drained`: `replace`, every key popped before anything is delivered (as the
+    /// runtime's driver does: handlers run on their own tasks and fall behind the list).
+    FifoDrained,
+    /// `populate`: straight to the empty store and the handlers (`Pipeline::populate`, no
+    /// DeltaFIFO), then delivery: what the informer does with its first list.
+    Populate,
+}
+
+/// `INFORMER_BENCH_FIRST_LIST=fifo|fifo-drained|populate`; default `populate`, as the
+/// informer.
+fn first_list() -> FirstList {
+    match std::env::var("INFORMER_BENCH_FIRST_LIST").as_deref() {
+        Ok("fifo") => FirstList::Fifo,
+        Ok("fifo-drained") => FirstList::FifoDrained,
+        _ => FirstList::Populate,
+    }
+}
+
+/// The initial list and its delivery until idle; a function of its own so that callgrind can
+/// count it (`--toggle-collect='*initial_list*'`).
+#[inline(never)]
+fn initial_list<K: Object + 'static>(
+    p: &mut Pipeline<K>,
+    list: Vec<Arc<K>>,
+    counts: &mut [Counts],
+) {
+    match first_list() {
+        FirstList::Fifo => p.replace(list),
+        FirstList::FifoDrained => {
+            p.replace(list);
+            while p.process_one() {}
+        }
+        FirstList::Populate => p.populate(list),
+    }
+    drain(p, counts);
+}
+
 /// Peak resident set size of this process (`VmHWM`), KiB; 0 where unavailable.
 fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -302,8 +345,7 @@ fn run<K: Object + 'static>(
     // Initial replace.
     reset_peak();
     let t = Instant::now();
-    p.replace(list);
-    drain(&mut p, &mut counts);
+    initial_list(&mut p, list, &mut counts);
     let replace_time = t.elapsed();
     let replace_peak = peak() - base;
     let steady = heap() - base;
@@ -381,10 +423,11 @@ fn run<K: Object + 'static>(
     println!("{title}");
     println!("  objects: {objects}, decoded {per_object:.0} B each on the heap");
     println!(
-        "  initial replace: {:.1} ms ({:.0} ns/object), peak heap {:.1} MiB",
+        "  initial replace: {:.1} ms ({:.0} ns/object), peak heap {:.1} MiB (first list: {:?})",
         replace_time.as_secs_f64() * 1e3,
         replace_time.as_nanos() as f64 / objects as f64,
-        mib(replace_peak)
+        mib(replace_peak),
+        first_list()
     );
     println!(
         "  steady cache: {:.1} MiB = {:.0} B per cached object = {:.3}x the object's decoded size",
