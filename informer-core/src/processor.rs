@@ -673,7 +673,7 @@ pub struct ResyncPeriods {
 /// burst of distinct keys (an initial list). Only a handler that would get a second pending
 /// notification for one key, or a resync, moves its unread entries into its coalescing queue,
 /// so every handler sees what that queue alone would give it and its pending memory keeps the
-/// queue's bound (see [`Log`]).
+/// queue's bound.
 pub struct Processor<K> {
     listeners: Vec<Listener<K>>,
     log: Log<K>,
@@ -684,6 +684,25 @@ pub struct Processor<K> {
     /// How many handlers have something in their queue, so that polling with nothing to
     /// deliver (every log entry read, every queue empty) answers without visiting each handler.
     queued: usize,
+}
+
+/// Moves `l`'s unread log entries into its queue, then pushes `n` there: a clone, or `n`
+/// itself for the `last` handler that gets it.
+fn spill_and_push<K>(
+    log: &mut Log<K>,
+    queued: &mut usize,
+    l: &mut Listener<K>,
+    key: &Key,
+    n: &mut Option<Notification<K>>,
+    last: bool,
+) {
+    let was_empty = l.queue.is_empty();
+    log.spill(l);
+    let own = if last { n.take() } else { n.clone() };
+    if let Some(own) = own {
+        l.queue.push(key, own);
+    }
+    account(queued, was_empty, l.queue.is_empty());
 }
 
 /// Counts a queue that became non-empty (+1) or empty (−1) in `queued`.
@@ -835,7 +854,7 @@ impl<K> Processor<K> {
     /// the syncing set chosen by the last [`should_resync`](Self::should_resync).
     ///
     /// A notification for every handler is stored once, in the shared log, for each handler
-    /// that can read it there (see [`Log`]); a handler whose unread entries or queue already
+    /// that can read it there; a handler whose unread entries or queue already
     /// hold `key`, and a resync, go through the handler's coalescing queue.
     pub fn distribute(&mut self, key: &Key, n: Notification<K>, is_sync: bool) {
         let end = self.log.end();
@@ -908,17 +927,8 @@ impl<K> Processor<K> {
         if spilling > 0 {
             for l in self.listeners.iter_mut().filter(|l| l.via_queue) {
                 spilling -= 1;
-                let was_empty = l.queue.is_empty();
-                self.log.spill(l);
-                let own = if readers == 0 && spilling == 0 {
-                    n.take()
-                } else {
-                    n.clone()
-                };
-                if let Some(own) = own {
-                    l.queue.push(key, own);
-                }
-                account(&mut self.queued, was_empty, l.queue.is_empty());
+                let last = readers == 0 && spilling == 0;
+                spill_and_push(&mut self.log, &mut self.queued, l, key, &mut n, last);
                 if readers > 0 {
                     // Skips the entry appended below.
                     l.read = end + 1;
@@ -939,17 +949,8 @@ impl<K> Processor<K> {
         let mut behind = self.listeners.iter_mut().filter(|l| l.syncing).peekable();
         let mut n = Some(n);
         while let Some(l) = behind.next() {
-            let was_empty = l.queue.is_empty();
-            self.log.spill(l);
-            let own = if behind.peek().is_none() {
-                n.take()
-            } else {
-                n.clone()
-            };
-            if let Some(own) = own {
-                l.queue.push(key, own);
-            }
-            account(&mut self.queued, was_empty, l.queue.is_empty());
+            let last = behind.peek().is_none();
+            spill_and_push(&mut self.log, &mut self.queued, l, key, &mut n, last);
         }
     }
 
@@ -957,10 +958,7 @@ impl<K> Processor<K> {
     pub fn push_to(&mut self, id: HandlerId, key: &Key, n: Notification<K>) {
         if let Some(i) = self.position(id) {
             let l = &mut self.listeners[i];
-            let was_empty = l.queue.is_empty();
-            self.log.spill(l);
-            l.queue.push(key, n);
-            account(&mut self.queued, was_empty, l.queue.is_empty());
+            spill_and_push(&mut self.log, &mut self.queued, l, key, &mut Some(n), true);
         }
     }
 
