@@ -1459,6 +1459,18 @@ mod tests {
                 self.in_flight = Some(initial);
             }
         }
+        /// A new handler, and its reference: an empty queue, nothing in flight.
+        fn add_with_reference(
+            p: &mut Processor<DynamicObject>,
+            refs: &mut BTreeMap<HandlerId, Reference>,
+        ) {
+            let id = p.add_handler(Duration::ZERO, Instant::ZERO, true).0;
+            let reference = Reference {
+                queue: Queue::new(),
+                in_flight: None,
+            };
+            refs.insert(id, reference);
+        }
         for seed in 0..300u64 {
             let mut rng = crate::rng::SplitMix64::new(seed);
             let keys = 2 + rng.below(30) as usize;
@@ -1466,14 +1478,7 @@ mod tests {
             let mut p: Processor<DynamicObject> = Processor::new(Duration::ZERO);
             let mut refs: BTreeMap<HandlerId, Reference> = BTreeMap::new();
             for _ in 0..1 + rng.below(4) {
-                let id = p.add_handler(Duration::ZERO, Instant::ZERO, true).0;
-                refs.insert(
-                    id,
-                    Reference {
-                        queue: Queue::new(),
-                        in_flight: None,
-                    },
-                );
+                add_with_reference(&mut p, &mut refs);
             }
             let mut store: BTreeMap<usize, Arc<DynamicObject>> = BTreeMap::new();
             let mut rv = 0u64;
@@ -1598,16 +1603,7 @@ mod tests {
                         p.handler_done(id);
                         refs.get_mut(&id).unwrap().in_flight = None;
                     }
-                    95..=97 => {
-                        let id = p.add_handler(Duration::ZERO, Instant::ZERO, true).0;
-                        refs.insert(
-                            id,
-                            Reference {
-                                queue: Queue::new(),
-                                in_flight: None,
-                            },
-                        );
-                    }
+                    95..=97 => add_with_reference(&mut p, &mut refs),
                     _ => {
                         let Some(id) = pick(&mut rng) else { continue };
                         assert!(p.remove_handler(id));
