@@ -105,3 +105,12 @@ pub fn transport_failure(what: &str, err: &(dyn std::error::Error + 'static)) ->
         Failure::other(msg)
     }
 }
+
+/// Largest DATA frame the server may send (`SETTINGS_MAX_FRAME_SIZE`; the protocol's default
+/// is 16 KiB). kube-apiserver sends a list in frames as large as this and the window allow;
+/// each frame is read into one buffer, decrypted TLS records copied in, and handed on as one
+/// body chunk. At 16 KiB a 35 MB list is ~2,100 frames, each a buffer reallocated while the
+/// previous frame is still held, and a chunk boundary that an unfinished list item must be
+/// copied across.
+#[cfg(any(feature = "tokio", feature = "smol"))]
+pub(crate) const H2_MAX_FRAME_SIZE: u32 = 256 * 1024;

@@ -105,6 +105,7 @@ fn build(config: &Config) -> Result<(reqwest::Client, String), ClientError> {
                 .http2_keep_alive_interval(Duration::from_secs(30))
                 .http2_keep_alive_timeout(Duration::from_secs(15))
                 .http2_keep_alive_while_idle(true)
+                .http2_max_frame_size(crate::backend::H2_MAX_FRAME_SIZE)
         } else {
             builder.http1_only()
         };

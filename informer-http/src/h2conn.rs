@@ -83,6 +83,7 @@ impl H2Conn {
         let (send, mut conn) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONN_WINDOW)
+            .max_frame_size(crate::backend::H2_MAX_FRAME_SIZE)
             .enable_push(false)
             .handshake::<_, Bytes>(io.compat())
             .await

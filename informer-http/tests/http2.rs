@@ -2,6 +2,7 @@
 //! informers do) share one connection, counted from this process's sockets; with
 //! `Config::http2 = false` each open watch holds its own. A watch over HTTP/2 that the
 //! apiserver ends (its timeout, or the apiserver restarting) is re-opened on the same client.
+//! Both backends accept DATA frames larger than 16 KiB.
 #![cfg(all(feature = "tokio", target_os = "linux"))]
 
 use std::time::Duration;
@@ -176,4 +177,68 @@ fn twenty_informers_share_one_http2_connection_and_watches_survive_the_server_en
         }
     });
     assert_eq!(testcluster::connections_to(port), 1);
+}
+
+/// Body chunk sizes of a `GET` of `path`, and the body.
+async fn chunks<B: informer_http::Backend>(
+    client: &Client<B>,
+    path: &str,
+) -> (Vec<usize>, Vec<u8>) {
+    let resp = client.send(http::Method::GET, path, None).await.unwrap();
+    assert!(resp.status.is_success(), "{}", resp.status);
+    let mut body = resp.body;
+    let (mut sizes, mut all) = (Vec::new(), Vec::new());
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.unwrap();
+        sizes.push(chunk.len());
+        all.extend_from_slice(&chunk);
+    }
+    (sizes, all)
+}
+
+/// Both backends let the server send DATA frames larger than HTTP/2's default 16 KiB
+/// (`SETTINGS_MAX_FRAME_SIZE`): kube-apiserver then sends a large answer (a first list of tens
+/// of megabytes) in fewer, larger frames, each one body chunk: fewer buffers to allocate and
+/// fewer chunk boundaries for the list decoder to copy an item across. With the default
+/// setting no chunk would exceed 16 KiB.
+#[test]
+fn large_answers_come_in_frames_larger_than_16_kib() {
+    let tc = TestCluster::start().expect("start test cluster");
+    create(&tc, "/api/v1/namespaces", "frames");
+    let big = "x".repeat(600 * 1024);
+    let (status, body) = tc
+        .request(
+            "POST",
+            "/api/v1/namespaces/frames/configmaps",
+            Some(&format!(
+                r#"{{"metadata":{{"name":"big"}},"data":{{"k":"{big}"}}}}"#
+            )),
+        )
+        .unwrap();
+    assert!((200..300).contains(&status), "{status} {body}");
+    let path = "/api/v1/namespaces/frames/configmaps/big";
+    let admin = Config::from_kubeconfig_file(&tc.kubeconfig, None).unwrap();
+    assert!(admin.http2);
+    let check = |backend: &str, (sizes, body): (Vec<usize>, Vec<u8>)| {
+        let cm: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            cm["data"]["k"].as_str().map(str::len),
+            Some(big.len()),
+            "{backend}"
+        );
+        let largest = sizes.iter().copied().max().unwrap_or(0);
+        assert!(largest > 16 * 1024, "{backend}: chunks {sizes:?}");
+        assert!(largest <= 256 * 1024, "{backend}: chunks {sizes:?}");
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let reqwest = Client::reqwest(admin.clone()).unwrap();
+    check("reqwest", rt.block_on(chunks(&reqwest, path)));
+    #[cfg(feature = "smol")]
+    {
+        let smol = Client::smol(admin).unwrap();
+        check("smol", smol::block_on(chunks(&smol, path)));
+    }
 }

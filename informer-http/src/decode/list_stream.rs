@@ -119,9 +119,12 @@ enum Target {
 ///
 /// Everything outside the items is checked byte by byte as JSON, as strictly as `serde_json`
 /// parses a `serde_json::Value`, even where nothing is kept: strings must be valid UTF-8 with
-/// paired surrogate escapes, numbers within `f64` range. An item's end is found by counting
-/// brackets outside strings; the item must be UTF-8 and is then checked by `serde_json` as it
-/// decodes it.
+/// paired surrogate escapes, numbers within `f64` range. An object item that lies wholly in
+/// the chunk being fed (and in its valid UTF-8) is decoded straight from the chunk, `serde_json`
+/// finding its end as it decodes it, so its bytes are read once. Any other item's end is found
+/// by counting brackets outside strings; the item must be UTF-8 and is then checked by
+/// `serde_json` as it decodes it. Both ways give the same item: a JSON object ends at the
+/// bracket that closes it.
 ///
 /// ```
 /// use informer_http::decode::ListDecoder;
@@ -174,6 +177,10 @@ pub struct ListDecoder<K> {
     error: Option<DecodeError>,
     /// Bytes fed so far.
     fed: usize,
+    /// Length of the last item decoded straight from a chunk ([`ListDecoder::item_at_once`]):
+    /// an item is not tried that way when less than this is left of the chunk, as it would
+    /// most likely not end there.
+    last_item_len: usize,
 }
 
 impl<K: DeserializeOwned> Default for ListDecoder<K> {
@@ -287,6 +294,7 @@ impl<K: DeserializeOwned> ListDecoder<K> {
             num_check: false,
             error: None,
             fed: 0,
+            last_item_len: 0,
         }
     }
 
@@ -366,6 +374,25 @@ impl<K: DeserializeOwned> ListDecoder<K> {
                 .remaining_item_count
                 .and_then(|n| u64::try_from(n).ok()),
         })
+    }
+
+    /// Decodes the object item that starts `text` (the rest of the chunk being fed, as far as
+    /// it is valid UTF-8) when it ends within `text`; returns its length. `None` (nothing
+    /// changed) when the item goes on past `text` or does not decode: the scanner then reads it
+    /// as before (buffering it across chunks, naming it if it does not decode), which also
+    /// gives this item's result when it does decode, as a JSON object ends at the bracket
+    /// that closes it. Its bytes are then read once, by `serde_json`, instead of by the
+    /// scanner too.
+    fn item_at_once(&mut self, text: &str) -> Option<usize> {
+        if self.item_error.is_some() || text.len() < self.last_item_len {
+            return None;
+        }
+        let mut stream = serde_json::Deserializer::from_str(text).into_iter::<K>();
+        let obj = stream.next()?.ok()?;
+        let len = stream.byte_offset();
+        self.items.push(Arc::new(obj));
+        self.last_item_len = len;
+        Some(len)
     }
 
     /// Stops decoding for good, releasing what was held.
@@ -601,6 +628,8 @@ impl<K: DeserializeOwned> ListDecoder<K> {
 
     /// Runs the grammar over one chunk.
     fn scan(&mut self, chunk: &[u8]) -> Result<(), DecodeError> {
+        // The chunk's valid UTF-8 prefix, once an item starts in it (for `item_at_once`).
+        let mut text: Option<&str> = None;
         let mut i = 0;
         while i < chunk.len() {
             let b = chunk[i];
@@ -763,6 +792,20 @@ impl<K: DeserializeOwned> ListDecoder<K> {
                         self.after_value(chunk, i + 1)?;
                         i += 1;
                         continue;
+                    }
+                    if b == b'{' && self.stack.len() == 2 && self.in_items {
+                        let text = *text.get_or_insert_with(|| match std::str::from_utf8(chunk) {
+                            Ok(t) => t,
+                            Err(e) => {
+                                std::str::from_utf8(&chunk[..e.valid_up_to()]).unwrap_or_default()
+                            }
+                        });
+                        // `{` is one byte, so `i` is a character boundary.
+                        if let Some(n) = text.get(i..).and_then(|t| self.item_at_once(t)) {
+                            i += n;
+                            self.after_value(chunk, i)?;
+                            continue;
+                        }
                     }
                     self.value_start(b, i)?;
                     if matches!(b, b'{' | b'[') && self.in_item() {

@@ -886,3 +886,71 @@ proptest! {
         );
     }
 }
+
+/// Items that lie wholly in the chunk being fed are decoded straight from it (their end found
+/// by serde_json as it decodes them, not by the scanner): each must still be exactly the item
+/// the scanner would have delimited, checked as UTF-8 even in fields the type ignores (which
+/// serde_json skips unchecked), and an item that does not decode must still be named. A body
+/// fed whole takes that path for every item; the byte-by-byte feed of `all_ways` never does.
+#[test]
+fn items_decoded_straight_from_the_chunk() {
+    // Invalid UTF-8 in a field `Strict` ignores, in the first, a middle and the last item.
+    let good = r#"{"metadata":{"name":"a"},"data":{"k":"}]\"{["}}"#;
+    let bad = "{\"metadata\":{\"name\":\"b\"},\"data\":{},\"x\":\"\u{fffd}\"}".to_string();
+    for at in 0..3 {
+        let mut items = vec![good.to_string(); 3];
+        items[at] = bad.clone();
+        let body = format!(
+            r#"{{"kind":"ConfigMapList","items":[{}]}}"#,
+            items.join(",")
+        );
+        assert_eq!(all_ways::<Strict>(body.as_bytes()).unwrap().items.len(), 3);
+        // U+FFFD (EF BF BD) made invalid: EF BF FF.
+        let mut broken = body.into_bytes();
+        let p = broken
+            .windows(3)
+            .position(|w| w == [0xEF, 0xBF, 0xBD])
+            .unwrap();
+        broken[p + 2] = 0xFF;
+        let r = all_ways::<Strict>(&broken);
+        assert!(
+            matches!(r, Err(DecodeError::Malformed { .. })),
+            "{at}: {r:?}"
+        );
+    }
+    // Many items in one chunk, a long one then short ones (a short item may be tried by the
+    // scanner only), then one that does not decode: every good item is kept, the bad one named.
+    let long = format!(
+        r#"{{"metadata":{{"name":"long"}},"data":{{"k":"{}"}}}}"#,
+        "v".repeat(5000)
+    );
+    let short: Vec<String> = (0..20)
+        .map(|n| format!(r#" {{"metadata":{{"name":"s{n}"}},"data":{{"k]}}":"{{"}}}} "#))
+        .collect();
+    let body = format!(
+        r#"{{"items":[{long},{}],"kind":"ConfigMapList"}}"#,
+        short.join(",")
+    );
+    let page = all_ways::<Strict>(body.as_bytes()).unwrap();
+    let names: Vec<&str> = page.items.iter().map(|o| o.metadata.name()).collect();
+    let want: Vec<String> = std::iter::once("long".to_string())
+        .chain((0..20).map(|n| format!("s{n}")))
+        .collect();
+    assert_eq!(names, want);
+    let body = format!(
+        r#"{{"items":[{long},{},{{"metadata":{{"name":"bad"}},"data":{{"k":1}}}}],"kind":"ConfigMapList"}}"#,
+        short.join(",")
+    );
+    let err = all_ways::<Strict>(body.as_bytes()).unwrap_err();
+    assert!(
+        matches!(&err, DecodeError::Object { name: Some(n), .. } if n == "bad"),
+        "{err:?}"
+    );
+    // An item followed by junk that serde_json would read as part of a longer value is still
+    // refused as a body (the scanner reads on after the item).
+    let trailing = format!(r#"{{"items":[{good}}}],"kind":"ConfigMapList"}}"#);
+    assert!(matches!(
+        all_ways::<Strict>(trailing.as_bytes()),
+        Err(DecodeError::Malformed { .. })
+    ));
+}
