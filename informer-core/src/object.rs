@@ -13,11 +13,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use crate::key::{Key, KeyRef};
 use crate::raw::{RawFields, RawFieldsBuilder, RawFieldsRef};
-use crate::string_map::{self, Str, StringMap, StringMapRef, sort_dedup};
+use crate::string_map::{self, Pairs, Str, StringMap, StringMapRef};
 use alloc::boxed::Box;
 use alloc::string::String;
 use serde_json::value::RawValue;
-use smallvec::SmallVec;
 
 /// What the informer reads from a Kubernetes object.
 ///
@@ -261,7 +260,7 @@ impl ObjectMeta {
     pub fn to_parts(&self) -> ObjectMetaParts {
         ObjectMetaParts {
             name: self.name().into(),
-            namespace: self.optional(NAMESPACE).map(Into::into),
+            namespace: self.namespace_as_sent().map(Into::into),
             uid: self.uid().map(Into::into),
             resource_version: self.resource_version().map(Into::into),
             labels: self.labels().to_owned(),
@@ -297,7 +296,7 @@ impl ObjectMeta {
         MetaStrings {
             other: OtherSource::Text(self.other().text()),
             name: self.name(),
-            namespace: self.optional(NAMESPACE),
+            namespace: self.namespace_as_sent(),
             uid: self.uid(),
             resource_version: self.resource_version(),
             labels: MapSource::Encoded(self.labels()),
@@ -404,8 +403,8 @@ impl MapSource<'_> {
 }
 
 impl MetaStrings<'_> {
-    /// Bytes they take in a block.
-    pub(crate) fn len(&self) -> usize {
+    /// Bytes the typed strings take in a block.
+    fn len(&self) -> usize {
         self.name.len()
             + [self.namespace, self.uid, self.resource_version]
                 .iter()
@@ -414,9 +413,7 @@ impl MetaStrings<'_> {
             + self.labels.text_len()
             + self.annotations.text_len()
     }
-}
 
-impl MetaStrings<'_> {
     /// The metadata block: the typed strings, then the other members, in one exact-size
     /// allocation.
     pub(crate) fn build(&self) -> ObjectMeta {
@@ -492,71 +489,13 @@ impl fmt::Debug for ObjectMeta {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ObjectMeta")
             .field("name", &self.name())
-            .field("namespace", &self.optional(NAMESPACE))
+            .field("namespace", &self.namespace_as_sent())
             .field("uid", &self.uid())
             .field("resource_version", &self.resource_version())
             .field("labels", &self.labels())
             .field("annotations", &self.annotations())
             .field("other", &self.other())
             .finish()
-    }
-}
-
-/// A JSON object key, borrowed from the input when it has no escapes.
-struct MapKey<'de>(Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for MapKey<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = MapKey<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string key")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(MapKey(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(MapKey(Cow::Owned(v.into())))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-/// A map of strings as decoded: pairs borrowed from the input where they have no escapes, on
-/// the stack for up to eight of them.
-struct Pairs<'de>(SmallVec<[(Str<'de>, Str<'de>); 8]>);
-
-impl<'de> Deserialize<'de> for Pairs<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Pairs<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a map of strings")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Pairs<'de>, A::Error> {
-                let mut pairs = SmallVec::new();
-                while let Some(pair) = map.next_entry::<Str<'de>, Str<'de>>()? {
-                    pairs.push(pair);
-                }
-                let kept = sort_dedup(&mut pairs);
-                pairs.truncate(kept);
-                Ok(Pairs(pairs))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-impl Pairs<'_> {
-    /// The pairs, borrowed.
-    fn strs(&self) -> SmallVec<[(&str, &str); 8]> {
-        self.0
-            .iter()
-            .map(|(k, v)| (k.as_ref(), v.as_ref()))
-            .collect()
     }
 }
 
@@ -576,7 +515,7 @@ impl<'de> Deserialize<'de> for ObjectMeta {
                 let (mut namespace, mut uid, mut resource_version) = (None, None, None);
                 let mut labels = None;
                 let mut annotations = None;
-                while let Some(MapKey(key)) = map.next_key()? {
+                while let Some(Str(key)) = map.next_key()? {
                     match &*key {
                         "name" => name = map.next_value::<Option<Str<'de>>>()?,
                         "namespace" => namespace = map.next_value::<Option<Str<'de>>>()?,
@@ -660,7 +599,7 @@ impl<'de> Deserialize<'de> for DynamicObject {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<DynamicObject, A::Error> {
                 let mut obj = DynamicObject::default();
                 let mut fields = RawFieldsBuilder::default();
-                while let Some(MapKey(key)) = map.next_key()? {
+                while let Some(Str(key)) = map.next_key()? {
                     match &*key {
                         "apiVersion" => obj.api_version = map.next_value()?,
                         "kind" => obj.kind = map.next_value()?,

@@ -11,6 +11,7 @@ use core::fmt;
 use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use smallvec::SmallVec;
 
 /// A map of strings to strings, sorted by key, stored in one heap block.
 ///
@@ -457,26 +458,47 @@ impl<'de> Deserialize<'de> for Str<'de> {
     }
 }
 
-impl<'de> Deserialize<'de> for StringMap {
+/// A map of strings as decoded: pairs borrowed from the input where they have no escapes, on
+/// the stack for up to eight of them.
+pub(crate) struct Pairs<'de>(SmallVec<[(Str<'de>, Str<'de>); 8]>);
+
+impl<'de> Deserialize<'de> for Pairs<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = StringMap;
+            type Value = Pairs<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a map of strings")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StringMap, A::Error> {
-                // Borrowed from the input where possible: the map's one block is the only
-                // allocation that outlives decoding.
-                let mut pairs: Vec<(Str<'de>, Str<'de>)> =
-                    Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
-                while let Some((k, v)) = map.next_entry::<Str<'de>, Str<'de>>()? {
-                    pairs.push((k, v));
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Pairs<'de>, A::Error> {
+                let mut pairs = SmallVec::new();
+                while let Some(pair) = map.next_entry::<Str<'de>, Str<'de>>()? {
+                    pairs.push(pair);
                 }
-                Ok(StringMap::from_pairs(pairs))
+                let kept = sort_dedup(&mut pairs);
+                pairs.truncate(kept);
+                Ok(Pairs(pairs))
             }
         }
         d.deserialize_map(V)
+    }
+}
+
+impl Pairs<'_> {
+    /// The pairs, borrowed.
+    pub(crate) fn strs(&self) -> SmallVec<[(&str, &str); 8]> {
+        self.0
+            .iter()
+            .map(|(k, v)| (k.as_ref(), v.as_ref()))
+            .collect()
+    }
+}
+
+impl<'de> Deserialize<'de> for StringMap {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // Borrowed from the input where possible: the map's one block is the only allocation
+        // that outlives decoding.
+        Ok(StringMap::encode(&Pairs::deserialize(d)?.strs()))
     }
 }
 
