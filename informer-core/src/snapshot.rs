@@ -50,8 +50,10 @@ use crate::object::Key;
 use crate::protocol::Selectors;
 
 mod codec;
+mod stream;
 
 pub use codec::{ObjectReader, ObjectWriter, SnapshotCodec};
+pub use stream::{SnapshotLayout, SnapshotStream};
 
 /// The snapshot format this version writes and reads.
 pub const FORMAT_VERSION: u32 = 2;
@@ -284,44 +286,17 @@ impl<'a> Frames<'a> {
         expected: &SnapshotIdentity,
     ) -> Result<Self, SnapshotError> {
         let parsed = parse(bytes)?;
-        if parsed.resource != expected.resource {
-            return Err(SnapshotError::OtherResource {
-                expected: expected.resource.clone(),
-                found: parsed.resource.into(),
-            });
-        }
-        if parsed.label != expected.selectors.label.as_deref()
-            || parsed.field != expected.selectors.field.as_deref()
-        {
-            return Err(SnapshotError::OtherSelectors);
-        }
-        if parsed.codec != K::CODEC {
-            return Err(SnapshotError::OtherCodec {
-                expected: K::CODEC.into(),
-                found: parsed.codec.into(),
-            });
-        }
-        let count = usize::try_from(parsed.count)
+        parsed.header.check::<K>(expected)?;
+        let count = usize::try_from(parsed.header.count)
             .map_err(|_| SnapshotError::Corrupt("object count too large".into()))?;
         // Every frame takes at least 4 bytes: a count beyond that is a lie, not a reason to
         // reserve memory.
         if count > parsed.body.len() / 4 {
             return Err(corrupt("object count does not match the body"));
         }
-        let mut t = Reader(parsed.shared);
-        let n = t.u32()? as usize;
-        if n > parsed.shared.len() / 4 {
-            return Err(corrupt("shared string count does not match the table"));
-        }
-        let mut shared = Vec::with_capacity(n);
-        for _ in 0..n {
-            shared.push(t.str()?);
-        }
-        if !t.0.is_empty() {
-            return Err(corrupt("shared string table longer than its strings"));
-        }
+        let shared = shared_strings(parsed.shared)?;
         Ok(Frames {
-            resource_version: parsed.resource_version,
+            resource_version: parsed.header.resource_version,
             count,
             body: parsed.body,
             shared,
@@ -365,17 +340,25 @@ impl<'a> Frames<'a> {
         while !r.0.is_empty() {
             let n = r.u32()? as usize;
             let frame = r.take(n)?;
-            let mut o = ObjectReader::new(frame, &self.shared);
-            let obj = K::decode_object(&mut o)?;
-            if !o.is_empty() {
-                return Err(corrupt("bytes after an object in its frame"));
-            }
-            if crate::informer::invalid_key(&obj).is_some() {
-                return Err(corrupt("an object cannot be keyed"));
-            }
-            items.push(Arc::new(obj));
+            items.push(Self::decode_frame(frame, &self.shared)?);
         }
         Ok(())
+    }
+
+    /// Decodes one object from its frame's bytes (the length prefix left out).
+    fn decode_frame<K: SnapshotCodec>(
+        frame: &[u8],
+        shared: &[&str],
+    ) -> Result<Arc<K>, SnapshotError> {
+        let mut o = ObjectReader::new(frame, shared);
+        let obj = K::decode_object(&mut o)?;
+        if !o.is_empty() {
+            return Err(corrupt("bytes after an object in its frame"));
+        }
+        if crate::informer::invalid_key(&obj).is_some() {
+            return Err(corrupt("an object cannot be keyed"));
+        }
+        Ok(Arc::new(obj))
     }
 
     /// Checks the count and that no key appears twice.
@@ -403,7 +386,7 @@ impl<'a> Frames<'a> {
 
 /// Reads the identity of a snapshot without decoding its objects (the checksum is verified).
 pub fn peek_identity(bytes: &[u8]) -> Result<(SnapshotIdentity, String), SnapshotError> {
-    let p = parse(bytes)?;
+    let p = parse(bytes)?.header;
     Ok((
         SnapshotIdentity {
             resource: p.resource.into(),
@@ -416,13 +399,75 @@ pub fn peek_identity(bytes: &[u8]) -> Result<(SnapshotIdentity, String), Snapsho
     ))
 }
 
-struct Parsed<'a> {
+/// A snapshot's header fields.
+struct Header<'a> {
     resource: &'a str,
     label: Option<&'a str>,
     field: Option<&'a str>,
     resource_version: &'a str,
     count: u64,
     codec: &'a str,
+}
+
+impl<'a> Header<'a> {
+    /// Reads the fields from the whole header.
+    fn read(h: &mut Reader<'a>) -> Result<Self, SnapshotError> {
+        let header = Header {
+            resource: h.str()?,
+            label: h.opt_str()?,
+            field: h.opt_str()?,
+            resource_version: h.str()?,
+            count: h.u64()?,
+            codec: h.str()?,
+        };
+        if !h.0.is_empty() {
+            return Err(corrupt("header longer than its fields"));
+        }
+        Ok(header)
+    }
+
+    /// Refuses a snapshot of another identity or codec.
+    fn check<K: SnapshotCodec>(&self, expected: &SnapshotIdentity) -> Result<(), SnapshotError> {
+        if self.resource != expected.resource {
+            return Err(SnapshotError::OtherResource {
+                expected: expected.resource.clone(),
+                found: self.resource.into(),
+            });
+        }
+        if self.label != expected.selectors.label.as_deref()
+            || self.field != expected.selectors.field.as_deref()
+        {
+            return Err(SnapshotError::OtherSelectors);
+        }
+        if self.codec != K::CODEC {
+            return Err(SnapshotError::OtherCodec {
+                expected: K::CODEC.into(),
+                found: self.codec.into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The table of shared strings.
+fn shared_strings(table: &[u8]) -> Result<Vec<&str>, SnapshotError> {
+    let mut t = Reader(table);
+    let n = t.u32()? as usize;
+    if n > table.len() / 4 {
+        return Err(corrupt("shared string count does not match the table"));
+    }
+    let mut shared = Vec::with_capacity(n);
+    for _ in 0..n {
+        shared.push(t.str()?);
+    }
+    if !t.0.is_empty() {
+        return Err(corrupt("shared string table longer than its strings"));
+    }
+    Ok(shared)
+}
+
+struct Parsed<'a> {
+    header: Header<'a>,
     body: &'a [u8],
     shared: &'a [u8],
 }
@@ -444,16 +489,7 @@ fn parse(bytes: &[u8]) -> Result<Parsed<'_>, SnapshotError> {
         return Err(SnapshotError::UnknownFormat(version));
     }
     let header_len = r.u32()? as usize;
-    let mut h = Reader(r.take(header_len)?);
-    let resource = h.str()?;
-    let label = h.opt_str()?;
-    let field = h.opt_str()?;
-    let resource_version = h.str()?;
-    let count = h.u64()?;
-    let codec = h.str()?;
-    if !h.0.is_empty() {
-        return Err(corrupt("header longer than its fields"));
-    }
+    let header = Header::read(&mut Reader(r.take(header_len)?))?;
     let body_len = usize::try_from(r.u64()?).map_err(|_| SnapshotError::Truncated)?;
     let body = r.take(body_len)?;
     let shared_len = usize::try_from(r.u64()?).map_err(|_| SnapshotError::Truncated)?;
@@ -466,16 +502,11 @@ fn parse(bytes: &[u8]) -> Result<Parsed<'_>, SnapshotError> {
     if checksum(&bytes[..summed]) != sum {
         return Err(corrupt("checksum mismatch"));
     }
-    if resource_version.is_empty() {
+    if header.resource_version.is_empty() {
         return Err(corrupt("empty resourceVersion"));
     }
     Ok(Parsed {
-        resource,
-        label,
-        field,
-        resource_version,
-        count,
-        codec,
+        header,
         body,
         shared,
     })
@@ -542,41 +573,9 @@ fn put_opt_str(out: &mut Vec<u8>, s: Option<&str>) -> Result<(), SnapshotError> 
 /// given word and of the word for a given lane, and so is each fold: a change confined to one
 /// 8-byte word is always detected; other damage is missed with probability about 2⁻⁶⁴.
 pub fn checksum(bytes: &[u8]) -> u64 {
-    const P: u64 = 0x9E37_79B9_7F4A_7C15;
-    #[inline(always)]
-    fn step(h: u64, w: u64) -> u64 {
-        let h = (h ^ w).wrapping_mul(P);
-        h ^ (h >> 29)
-    }
-    #[inline(always)]
-    fn word(b: &[u8]) -> u64 {
-        let mut w = [0u8; 8];
-        w[..b.len()].copy_from_slice(b);
-        u64::from_le_bytes(w)
-    }
-    let mut lanes = [
-        0xCBF2_9CE4_8422_2325 ^ (bytes.len() as u64),
-        0x8422_2325_CBF2_9CE4,
-        0x27D4_EB2F_1656_67C5,
-        0x1656_67B1_9E37_79F9,
-    ];
-    let mut blocks = bytes.chunks_exact(32);
-    for b in &mut blocks {
-        lanes[0] = step(lanes[0], word(&b[0..8]));
-        lanes[1] = step(lanes[1], word(&b[8..16]));
-        lanes[2] = step(lanes[2], word(&b[16..24]));
-        lanes[3] = step(lanes[3], word(&b[24..32]));
-    }
-    let mut h = lanes[0];
-    let mut words = blocks.remainder().chunks_exact(8);
-    for w in &mut words {
-        h = step(h, word(w));
-    }
-    h = step(h, word(words.remainder()));
-    for lane in &lanes[1..] {
-        h = step(h, *lane);
-    }
-    h ^ (h >> 32)
+    let mut sum = stream::Checksum::new(bytes.len() as u64);
+    sum.update(bytes);
+    sum.finish()
 }
 
 #[cfg(test)]

@@ -9,12 +9,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use informer_core::snapshot::{Snapshot, SnapshotCodec, SnapshotError, SnapshotIdentity};
+use informer_core::snapshot::{
+    Snapshot, SnapshotCodec, SnapshotError, SnapshotIdentity, SnapshotLayout, SnapshotStream,
+};
 
 use crate::error::Error;
 
 type EncodeFn<K> = fn(&Snapshot<K>, &SnapshotIdentity, &mut Vec<u8>) -> Result<(), SnapshotError>;
-type DecodeFn<K> = fn(&[u8], &SnapshotIdentity) -> Result<Snapshot<K>, SnapshotError>;
+/// Reads and decodes a snapshot file: its size and the outcome (an I/O error, or the decode's).
+type ReadFn<K> = fn(
+    &mut fs::File,
+    &SnapshotIdentity,
+) -> std::io::Result<(u64, Result<Snapshot<K>, SnapshotError>)>;
 
 /// What became of the snapshot file at start.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,7 +65,7 @@ pub(crate) struct SnapshotFile<K> {
     pub(crate) every: Option<Duration>,
     pub(crate) identity: SnapshotIdentity,
     pub(crate) encode: EncodeFn<K>,
-    pub(crate) decode: DecodeFn<K>,
+    pub(crate) read: ReadFn<K>,
     pub(crate) loading: AtomicBool,
     /// Set when a panic in a transform or index function stopped the informer: its cache may
     /// be half-updated, so it is never written.
@@ -80,7 +86,7 @@ impl<K: SnapshotCodec + Send + Sync> SnapshotFile<K> {
             every,
             identity,
             encode: |s, id, out| s.encode(id, out),
-            decode: decode_on_threads,
+            read: read_in_pieces,
             loading: AtomicBool::new(false),
             poisoned: AtomicBool::new(false),
             loaded: Mutex::new(None),
@@ -99,23 +105,19 @@ impl<K> SnapshotFile<K> {
 
     pub(crate) fn load(&self) -> (SnapshotLoad, Option<Snapshot<K>>) {
         remove_stale_temporaries(&self.path);
-        let bytes = match fs::read(&self.path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return (SnapshotLoad::Missing, None);
-            }
-            Err(e) => return (SnapshotLoad::Unreadable(e.to_string()), None),
-        };
-        match (self.decode)(&bytes, &self.identity) {
-            Ok(s) => (
+        let read = fs::File::open(&self.path).and_then(|mut f| (self.read)(&mut f, &self.identity));
+        match read {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (SnapshotLoad::Missing, None),
+            Err(e) => (SnapshotLoad::Unreadable(e.to_string()), None),
+            Ok((bytes, Ok(s))) => (
                 SnapshotLoad::Resumed {
                     resource_version: s.resource_version.clone(),
                     objects: s.items.len(),
-                    bytes: bytes.len(),
+                    bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
                 },
                 Some(s),
             ),
-            Err(e) => (SnapshotLoad::Refused(e), None),
+            Ok((_, Err(e))) => (SnapshotLoad::Refused(e), None),
         }
     }
 
@@ -143,33 +145,86 @@ impl<K> SnapshotFile<K> {
     }
 }
 
-/// Decodes on up to four threads at once (the snapshot's frames split into parts): the objects
-/// are independent, so loading scales with the cores until memory allocation dominates.
-fn decode_on_threads<K: SnapshotCodec + Send + Sync>(
-    bytes: &[u8],
+/// How much of the file is read at a time. Below glibc's threshold for serving an allocation
+/// with a mapping of its own (128 KiB), so the buffer is a reused part of the heap.
+const PIECE: usize = 64 * 1024;
+
+/// Reads the snapshot in `file` a piece at a time, decoding as it goes
+/// ([`SnapshotStream`]): its start (to find the layout), its tail (the shared strings and the
+/// checksum), then its body. The file is never in memory whole: reading 28 MB into one buffer
+/// costs a fresh process a page fault per 4 KiB, several times the reads themselves. A file
+/// that changes size while being read is truncated or corrupt, never partly loaded.
+fn read_in_pieces<K: SnapshotCodec>(
+    file: &mut fs::File,
     identity: &SnapshotIdentity,
-) -> Result<Snapshot<K>, SnapshotError> {
-    // Below this, a thread costs more than it saves.
-    const MIN_PART: usize = 1 << 20;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
-    let parts = threads.min(bytes.len() / MIN_PART).max(1);
-    if parts == 1 {
-        return Snapshot::decode(bytes, identity);
-    }
-    Snapshot::decode_parallel(bytes, identity, parts, |jobs| {
-        let Some((first, rest)) = jobs.split_first_mut() else {
-            return;
-        };
-        std::thread::scope(|s| {
-            for job in rest {
-                // A part whose thread cannot be started is decoded by `decode_parallel` itself.
-                let _ = std::thread::Builder::new()
-                    .name("informer-snapshot".into())
-                    .spawn_scoped(s, || job.run());
+) -> std::io::Result<(u64, Result<Snapshot<K>, SnapshotError>)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = file.metadata()?.len();
+    let mut head = Vec::new();
+    let layout = loop {
+        let want = (head.len() + PIECE).min(usize::try_from(len).unwrap_or(usize::MAX));
+        let at = head.len();
+        head.resize(want, 0);
+        if let Err(e) = file.read_exact(&mut head[at..]) {
+            return truncated_if_eof(len, e);
+        }
+        match SnapshotLayout::read(&head) {
+            Err(e) => return Ok((len, Err(e))),
+            Ok(Some(layout)) => break layout,
+            Ok(None) if head.len() as u64 == len => {
+                return Ok((len, Err(SnapshotError::Truncated)));
             }
-            first.run();
-        });
-    })
+            Ok(None) => {}
+        }
+    };
+    if layout.body_end > len {
+        return Ok((len, Err(SnapshotError::Truncated)));
+    }
+    // Both offsets are within the file, whose bytes `head` holds a prefix of.
+    let body_start = layout.body_start as usize;
+    let body_end = layout.body_end;
+    let mut tail = Vec::new();
+    file.seek(SeekFrom::Start(body_end))?;
+    file.take(len - body_end).read_to_end(&mut tail)?;
+    if tail.len() as u64 != len - body_end {
+        return Ok((len, Err(SnapshotError::Truncated)));
+    }
+    let mut stream = match SnapshotStream::<K>::new(layout, &head[..body_start], &tail, identity) {
+        Ok(s) => s,
+        Err(e) => return Ok((len, Err(e))),
+    };
+    // The start of the body read with the head.
+    let read = (head.len() as u64).min(body_end);
+    if let Err(e) = stream.feed(&head[body_start..read as usize]) {
+        return Ok((len, Err(e)));
+    }
+    drop(head);
+    file.seek(SeekFrom::Start(read))?;
+    let mut left = body_end - read;
+    let mut buf = vec![0u8; PIECE];
+    while left > 0 {
+        let n = (left as usize).min(PIECE);
+        if let Err(e) = file.read_exact(&mut buf[..n]) {
+            return truncated_if_eof(len, e);
+        }
+        if let Err(e) = stream.feed(&buf[..n]) {
+            return Ok((len, Err(e)));
+        }
+        left -= n as u64;
+    }
+    Ok((len, stream.finish()))
+}
+
+/// A file that ends before its size said (it shrank while being read) is truncated.
+fn truncated_if_eof<T>(
+    len: u64,
+    e: std::io::Error,
+) -> std::io::Result<(u64, Result<T, SnapshotError>)> {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        Ok((len, Err(SnapshotError::Truncated)))
+    } else {
+        Err(e)
+    }
 }
 
 /// The temporary file name prefix of the snapshot file `path` (`.<name>.tmp-`).

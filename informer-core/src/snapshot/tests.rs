@@ -404,3 +404,153 @@ fn raw_json_is_trusted_behind_the_checksum_and_bad_text_never_panics() {
         r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"ns"}}"#
     );
 }
+
+/// Decodes `bytes` as a file reader would through a [`SnapshotStream`]: the layout from a
+/// prefix growing by `piece` bytes, the head, the tail, then the body in pieces of `piece`
+/// bytes.
+fn stream_decode<K: SnapshotCodec>(
+    bytes: &[u8],
+    id: &SnapshotIdentity,
+    piece: usize,
+) -> Result<Snapshot<K>, SnapshotError> {
+    let mut prefix = piece.min(bytes.len());
+    let layout = loop {
+        match SnapshotLayout::read(&bytes[..prefix])? {
+            Some(l) => break l,
+            None if prefix == bytes.len() => return Err(SnapshotError::Truncated),
+            None => prefix = (prefix + piece).min(bytes.len()),
+        }
+    };
+    let (start, end) = (layout.body_start as usize, layout.body_end);
+    if end > bytes.len() as u64 {
+        return Err(SnapshotError::Truncated);
+    }
+    let end = end as usize;
+    let mut stream = SnapshotStream::<K>::new(layout, &bytes[..start], &bytes[end..], id)?;
+    for p in bytes[start..end].chunks(piece) {
+        stream.feed(p)?;
+    }
+    stream.finish()
+}
+
+/// The stream's outcome is `decode`'s, as text: errors, or the resourceVersion and objects.
+fn outcome<K: SnapshotCodec + fmt::Debug>(r: Result<Snapshot<K>, SnapshotError>) -> String {
+    match r {
+        Ok(s) => format!("{} {:?}", s.resource_version, s.items),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+/// Decoding in pieces gives exactly what decoding at once gives — the same objects, or the
+/// same error — for every cut, every flipped bit (resealed or not: the error found before the
+/// checksum, and the one behind a valid checksum), another identity, codec or version, and
+/// pieces from one byte to the whole body.
+#[test]
+fn stream_decode_equals_decode_for_every_cut_and_flip() {
+    let sim = encoded(&sample(), &identity());
+    let dynamic = dynamic_bytes(&dynamic_sample());
+    let check = |bytes: &[u8], id: &SnapshotIdentity, pieces: &[usize]| {
+        let want_sim = outcome(Snapshot::<SimObject>::decode(bytes, id));
+        let want_dyn = outcome(Snapshot::<DynamicObject>::decode(bytes, id));
+        for &p in pieces {
+            assert_eq!(
+                outcome(stream_decode::<SimObject>(bytes, id, p)),
+                want_sim,
+                "piece {p}"
+            );
+            assert_eq!(
+                outcome(stream_decode::<DynamicObject>(bytes, id, p)),
+                want_dyn,
+                "piece {p}"
+            );
+        }
+    };
+    for bytes in [&sim, &dynamic] {
+        check(bytes, &identity(), &[1, 2, 5, 31, 64, 4096, bytes.len()]);
+        for n in 0..bytes.len() {
+            check(&bytes[..n], &identity(), &[7, 4096]);
+        }
+        for i in 0..bytes.len() {
+            for bit in [0x01u8, 0x80] {
+                let mut b = bytes.clone();
+                b[i] ^= bit;
+                check(&b, &identity(), &[3, 4096]);
+                reseal(&mut b);
+                check(&b, &identity(), &[3, 4096]);
+            }
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        check(&longer, &identity(), &[3]);
+        let other = SnapshotIdentity {
+            resource: "/v1/secrets@".into(),
+            ..identity()
+        };
+        check(bytes, &other, &[3]);
+        check(bytes, &SnapshotIdentity::default(), &[3]);
+        let mut v3 = bytes.clone();
+        v3[8..12].copy_from_slice(&3u32.to_le_bytes());
+        reseal(&mut v3);
+        check(&v3, &identity(), &[3]);
+    }
+    // The same key twice; an object that cannot be keyed.
+    for items in [vec![obj("a", 1), obj("a", 1)], vec![obj("a/b", 1)]] {
+        let s = Snapshot {
+            resource_version: "9".into(),
+            items,
+        };
+        check(&encoded(&s, &identity()), &identity(), &[1, 4096]);
+    }
+    // An empty cache.
+    let empty = Snapshot::<SimObject> {
+        resource_version: "7".into(),
+        items: vec![],
+    };
+    check(&encoded(&empty, &identity()), &identity(), &[1, 4096]);
+    // The objects really come back.
+    let back = stream_decode::<DynamicObject>(&dynamic, &identity(), 5).unwrap();
+    assert!(
+        dynamic_sample()
+            .iter()
+            .zip(&back.items)
+            .all(|(a, b)| a == b)
+    );
+    assert_eq!(back.items.len(), dynamic_sample().len());
+}
+
+/// The incremental checksum equals the one-shot checksum whatever the pieces, and a frame
+/// announced longer than the body is refused as truncated without holding its bytes.
+#[test]
+fn incremental_checksum_and_overlong_frames() {
+    let bytes: Vec<u8> = (0..300u32).map(|i| (i * 37 % 251) as u8).collect();
+    for n in [0, 1, 7, 8, 31, 32, 33, 64, 100, 300] {
+        let want = checksum(&bytes[..n]);
+        for piece in [1, 3, 8, 31, 32, 33, 1000] {
+            let mut sum = stream::Checksum::new(n as u64);
+            for p in bytes[..n].chunks(piece) {
+                sum.update(p);
+            }
+            assert_eq!(sum.finish(), want, "{n} bytes in pieces of {piece}");
+        }
+    }
+    let mut b = encoded(&sample(), &identity());
+    let layout = SnapshotLayout::read(&b).unwrap().unwrap();
+    let at = layout.body_start as usize;
+    b[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    reseal(&mut b);
+    let end = layout.body_end as usize;
+    let mut stream =
+        SnapshotStream::<SimObject>::new(layout, &b[..at], &b[end..], &identity()).unwrap();
+    stream.feed(&b[at..at + 8]).unwrap();
+    assert!(
+        stream.carry.is_empty(),
+        "held the start of an impossible frame"
+    );
+    stream.feed(&b[at + 8..end]).unwrap();
+    assert!(
+        stream
+            .feed(&[0])
+            .is_err_and(|e| matches!(e, SnapshotError::Corrupt(_)))
+    );
+    assert_eq!(stream.finish().err(), Some(SnapshotError::Truncated));
+}

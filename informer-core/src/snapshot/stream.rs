@@ -1,0 +1,385 @@
+//! Decoding a snapshot that arrives in pieces ([`SnapshotStream`]): read from a file a buffer at
+//! a time, so that the whole file never has to be in memory at once.
+//!
+//! Reading a large snapshot into one buffer costs a fresh process a page fault per 4 KiB of
+//! it, on top of the objects it decodes (a 28 MB snapshot: about 6,800 faults, several times
+//! the cost of the reads themselves). A stream reads the snapshot's start (its header, to find
+//! where the parts lie: [`SnapshotLayout`]), its end (the shared strings and the checksum),
+//! and then its body in pieces of any size, decoding each object as soon as its frame is
+//! whole.
+//!
+//! The outcome is [`Snapshot::decode`]'s for the same bytes, errors included: the checksum is
+//! only known once every byte has been fed, so an error found earlier (an object that does not
+//! decode, another resource or codec) is kept and reported by [`SnapshotStream::finish`] only
+//! if the checksum matches; otherwise the snapshot is corrupt. A snapshot of another identity
+//! is not decoded at all (its bytes are only summed).
+
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt;
+
+use super::{
+    FORMAT_VERSION, Frames, Header, MAGIC, Reader, Snapshot, SnapshotCodec, SnapshotError,
+    SnapshotIdentity, corrupt,
+};
+
+/// Where the parts of a snapshot lie, in bytes from its start: read from its first bytes by
+/// [`SnapshotLayout::read`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotLayout {
+    /// Where the header ends and the body (the objects' frames) begins: the head is
+    /// `0..body_start`.
+    pub body_start: u64,
+    /// Where the body ends and the tail (the shared strings and the checksum) begins: the
+    /// tail is `body_end..` to the end of the snapshot.
+    pub body_end: u64,
+}
+
+impl SnapshotLayout {
+    /// Reads the layout from the first bytes of a snapshot. `Ok(None)`: `head` is too short
+    /// to tell; it takes at most 24 bytes plus the header's length (a few hundred bytes in
+    /// practice). Fails as [`Snapshot::decode`] does on a wrong magic, an unknown format
+    /// version or a malformed header.
+    pub fn read(head: &[u8]) -> Result<Option<SnapshotLayout>, SnapshotError> {
+        let magic = &head[..head.len().min(MAGIC.len())];
+        if magic != &MAGIC[..magic.len()] {
+            return Err(corrupt("not a snapshot (wrong magic)"));
+        }
+        let mut r = Reader(head);
+        let fixed = (|| {
+            r.take(MAGIC.len())?;
+            let version = r.u32()?;
+            let header_len = r.u32()? as usize;
+            Ok::<_, SnapshotError>((version, header_len))
+        })();
+        let (version, header_len) = match fixed {
+            Ok(v) => v,
+            Err(_) => return Ok(None),
+        };
+        if version != FORMAT_VERSION {
+            return Err(SnapshotError::UnknownFormat(version));
+        }
+        let Ok(header) = r.take(header_len) else {
+            return Ok(None);
+        };
+        Header::read(&mut Reader(header))?;
+        let Ok(body_len) = r.u64() else {
+            return Ok(None);
+        };
+        let body_start = (head.len() - r.0.len()) as u64;
+        let body_end = body_start
+            .checked_add(body_len)
+            .ok_or(SnapshotError::Truncated)?;
+        Ok(Some(SnapshotLayout {
+            body_start,
+            body_end,
+        }))
+    }
+}
+
+/// An incremental [`checksum`](super::checksum): the same value for the same bytes, fed in
+/// pieces of any size. The total length must be known up front (it seeds the first lane).
+#[derive(Clone, Debug)]
+pub(super) struct Checksum {
+    lanes: [u64; 4],
+    pending: [u8; 32],
+    pending_len: usize,
+}
+
+const P: u64 = 0x9E37_79B9_7F4A_7C15;
+
+#[inline(always)]
+fn step(h: u64, w: u64) -> u64 {
+    let h = (h ^ w).wrapping_mul(P);
+    h ^ (h >> 29)
+}
+
+#[inline(always)]
+fn word(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w[..b.len()].copy_from_slice(b);
+    u64::from_le_bytes(w)
+}
+
+impl Checksum {
+    pub(super) fn new(total_len: u64) -> Self {
+        Checksum {
+            lanes: [
+                0xCBF2_9CE4_8422_2325 ^ total_len,
+                0x8422_2325_CBF2_9CE4,
+                0x27D4_EB2F_1656_67C5,
+                0x1656_67B1_9E37_79F9,
+            ],
+            pending: [0; 32],
+            pending_len: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn block(&mut self, b: &[u8]) {
+        self.lanes[0] = step(self.lanes[0], word(&b[0..8]));
+        self.lanes[1] = step(self.lanes[1], word(&b[8..16]));
+        self.lanes[2] = step(self.lanes[2], word(&b[16..24]));
+        self.lanes[3] = step(self.lanes[3], word(&b[24..32]));
+    }
+
+    pub(super) fn update(&mut self, mut bytes: &[u8]) {
+        if self.pending_len > 0 {
+            let n = (32 - self.pending_len).min(bytes.len());
+            self.pending[self.pending_len..self.pending_len + n].copy_from_slice(&bytes[..n]);
+            self.pending_len += n;
+            bytes = &bytes[n..];
+            if self.pending_len < 32 {
+                return;
+            }
+            let block = self.pending;
+            self.block(&block);
+            self.pending_len = 0;
+        }
+        let mut blocks = bytes.chunks_exact(32);
+        for b in &mut blocks {
+            self.block(b);
+        }
+        let rest = blocks.remainder();
+        self.pending[..rest.len()].copy_from_slice(rest);
+        self.pending_len = rest.len();
+    }
+
+    pub(super) fn finish(&self) -> u64 {
+        let mut h = self.lanes[0];
+        let mut words = self.pending[..self.pending_len].chunks_exact(8);
+        for w in &mut words {
+            h = step(h, word(w));
+        }
+        h = step(h, word(words.remainder()));
+        for lane in &self.lanes[1..] {
+            h = step(h, *lane);
+        }
+        h ^ (h >> 32)
+    }
+}
+
+/// A snapshot being decoded from pieces of its bytes; see the [module documentation](self).
+///
+/// ```text
+/// layout = SnapshotLayout::read(first bytes)        // Ok(None): read more of the start
+/// stream = SnapshotStream::new(layout, head, tail, identity)
+/// stream.feed(piece) ...                            // the body, in order, in any pieces
+/// snapshot = stream.finish()
+/// ```
+pub struct SnapshotStream<K> {
+    resource_version: String,
+    count: usize,
+    shared: Vec<String>,
+    /// The tail without its checksum: summed last.
+    tail: Vec<u8>,
+    expected_sum: u64,
+    sum: Checksum,
+    /// Body bytes not fed yet.
+    body_left: u64,
+    /// The start of a frame the last piece ended in.
+    pub(super) carry: Vec<u8>,
+    items: Vec<Arc<K>>,
+    /// The first error found before the checksum could be checked (then nothing more is
+    /// decoded).
+    failed: Option<SnapshotError>,
+}
+
+impl<K> fmt::Debug for SnapshotStream<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SnapshotStream")
+            .field("resource_version", &self.resource_version)
+            .field("count", &self.count)
+            .field("decoded", &self.items.len())
+            .field("body_left", &self.body_left)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: SnapshotCodec> SnapshotStream<K> {
+    /// Starts decoding the snapshot laid out as `layout`: `head` is its bytes
+    /// `0..layout.body_start`, `tail` its bytes from `layout.body_end` to its end. Fails at
+    /// once only when these cannot be parsed (truncated, malformed); every other refusal waits
+    /// for [`finish`](Self::finish), where the checksum decides between it and
+    /// [`SnapshotError::Corrupt`].
+    pub fn new(
+        layout: SnapshotLayout,
+        head: &[u8],
+        tail: &[u8],
+        expected: &SnapshotIdentity,
+    ) -> Result<Self, SnapshotError> {
+        if head.len() as u64 != layout.body_start {
+            return Err(SnapshotError::Truncated);
+        }
+        // The structure is checked before the checksum, as `decode` does, in its order (the
+        // header, then the tail); what the header says (identity, count) and the shared
+        // strings only after it.
+        let mut r = Reader(head);
+        r.take(MAGIC.len() + 4)?;
+        let header_len = r.u32()? as usize;
+        let header = Header::read(&mut Reader(r.take(header_len)?))?;
+        let (Some(at), true) = (tail.len().checked_sub(8), tail.len() >= 16) else {
+            return Err(SnapshotError::Truncated);
+        };
+        let (summed_tail, sum) = tail.split_at(at);
+        let mut s = [0u8; 8];
+        s.copy_from_slice(sum);
+        let expected_sum = u64::from_le_bytes(s);
+        let mut r = Reader(summed_tail);
+        let shared_len = usize::try_from(r.u64()?).map_err(|_| SnapshotError::Truncated)?;
+        let shared = r.take(shared_len)?;
+        if !r.0.is_empty() {
+            return Err(corrupt("bytes after the end of the snapshot"));
+        }
+        let body_len = layout.body_end - layout.body_start;
+        let total = layout.body_end + summed_tail.len() as u64;
+        let mut sum = Checksum::new(total);
+        sum.update(head);
+        let (resource_version, count, shared, failed) =
+            match check_parts::<K>(&header, body_len, shared, expected) {
+                Ok((count, shared)) => (header.resource_version.into(), count, shared, None),
+                Err(e) => (String::new(), 0, Vec::new(), Some(e)),
+            };
+        Ok(SnapshotStream {
+            resource_version,
+            count,
+            shared,
+            tail: summed_tail.into(),
+            expected_sum,
+            sum,
+            body_left: body_len,
+            carry: Vec::new(),
+            items: Vec::with_capacity(count),
+            failed,
+        })
+    }
+
+    /// Feeds the next bytes of the body (in order; pieces of any size; bytes beyond the body
+    /// are an error). Decodes every object whose frame is whole.
+    pub fn feed(&mut self, piece: &[u8]) -> Result<(), SnapshotError> {
+        if piece.len() as u64 > self.body_left {
+            return Err(corrupt("more bytes than the body holds"));
+        }
+        self.body_left -= piece.len() as u64;
+        self.sum.update(piece);
+        if self.failed.is_none() {
+            if let Err(e) = self.decode(piece) {
+                self.failed = Some(e);
+                self.carry = Vec::new();
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes the whole frames `piece` completes or holds; keeps the start of the last.
+    fn decode(&mut self, piece: &[u8]) -> Result<(), SnapshotError> {
+        let shared: Vec<&str> = self.shared.iter().map(String::as_str).collect();
+        let mut rest = piece;
+        // Complete the frame the previous piece ended in (its length first, then its bytes).
+        while !self.carry.is_empty() {
+            let need = frame_len(&self.carry).map_or(4, |n| n.saturating_add(4));
+            let take = need.saturating_sub(self.carry.len()).min(rest.len());
+            self.carry.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            match frame_len(&self.carry) {
+                Some(n) if self.carry.len() - 4 == n => {
+                    let obj = Frames::decode_frame(&self.carry[4..], &shared)?;
+                    self.items.push(obj);
+                    self.carry.clear();
+                }
+                _ if rest.is_empty() => return self.check_carry(),
+                _ => {}
+            }
+        }
+        let used = decode_frames(rest, &shared, &mut self.items)?;
+        self.carry.extend_from_slice(&rest[used..]);
+        self.check_carry()
+    }
+
+    /// A frame that ends beyond the body is truncated: no need to hold on to its bytes.
+    fn check_carry(&self) -> Result<(), SnapshotError> {
+        match frame_len(&self.carry) {
+            Some(n) if (n as u64).saturating_add(4) > self.carry.len() as u64 + self.body_left => {
+                Err(SnapshotError::Truncated)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Ends the stream: the snapshot, if every byte of the body was fed, the checksum matches
+    /// and everything checks out as in [`Snapshot::decode`].
+    pub fn finish(mut self) -> Result<Snapshot<K>, SnapshotError> {
+        if self.body_left > 0 {
+            return Err(SnapshotError::Truncated);
+        }
+        self.sum.update(&self.tail);
+        if self.sum.finish() != self.expected_sum {
+            return Err(corrupt("checksum mismatch"));
+        }
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        if !self.carry.is_empty() {
+            // A frame running past the body: `decode` finds it truncated.
+            return Err(SnapshotError::Truncated);
+        }
+        let frames = Frames {
+            resource_version: &self.resource_version,
+            count: self.count,
+            body: &[],
+            shared: Vec::new(),
+        };
+        frames.finish(self.items)
+    }
+}
+
+/// The length of the frame `bytes` starts with, when its length prefix is there.
+fn frame_len(bytes: &[u8]) -> Option<usize> {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(bytes.get(..4)?);
+    Some(u32::from_le_bytes(w) as usize)
+}
+
+/// Decodes the whole frames at the start of `bytes` into `items`; returns how many bytes they
+/// took (the rest is the start of a frame).
+fn decode_frames<K: SnapshotCodec>(
+    bytes: &[u8],
+    shared: &[&str],
+    items: &mut Vec<Arc<K>>,
+) -> Result<usize, SnapshotError> {
+    let mut at = 0;
+    while let Some(n) = frame_len(&bytes[at..]) {
+        let end = match (at + 4).checked_add(n) {
+            Some(end) if end <= bytes.len() => end,
+            _ => break,
+        };
+        items.push(Frames::decode_frame(&bytes[at + 4..end], shared)?);
+        at = end;
+    }
+    Ok(at)
+}
+
+/// The checks `Frames::parse` makes after the checksum (the header's content, the shared
+/// strings): the object count and the shared strings.
+fn check_parts<K: SnapshotCodec>(
+    header: &Header<'_>,
+    body_len: u64,
+    shared: &[u8],
+    expected: &SnapshotIdentity,
+) -> Result<(usize, Vec<String>), SnapshotError> {
+    if header.resource_version.is_empty() {
+        return Err(corrupt("empty resourceVersion"));
+    }
+    header.check::<K>(expected)?;
+    let count = usize::try_from(header.count)
+        .map_err(|_| SnapshotError::Corrupt("object count too large".into()))?;
+    if count as u64 > body_len / 4 {
+        return Err(corrupt("object count does not match the body"));
+    }
+    let shared = super::shared_strings(shared)?
+        .into_iter()
+        .map(String::from)
+        .collect();
+    Ok((count, shared))
+}
