@@ -53,7 +53,7 @@ mod codec;
 mod stream;
 
 pub use codec::{ObjectReader, ObjectWriter, SnapshotCodec};
-pub use stream::{SnapshotLayout, SnapshotStream};
+pub use stream::{FrameDecoder, SnapshotLayout, SnapshotStream};
 
 /// The snapshot format this version writes and reads.
 pub const FORMAT_VERSION: u32 = 2;

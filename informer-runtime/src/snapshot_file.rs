@@ -199,6 +199,10 @@ fn read_in_pieces<K: SnapshotCodec>(
         return Ok((len, Err(e)));
     }
     drop(head);
+    // One thread: decoding on two (runs of frames handed to a second thread,
+    // `SnapshotStream::feed_frames`) took more CPU in all (a second heap to grow and fault in,
+    // the two threads' page faults contending for the memory-map lock) and no less time until
+    // synced, on two cores.
     grow_heap(body_end - read);
     file.seek(SeekFrom::Start(read))?;
     let mut left = body_end - read;

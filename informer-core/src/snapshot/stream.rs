@@ -184,6 +184,9 @@ pub struct SnapshotStream<K> {
     /// The first error found before the checksum could be checked (then nothing more is
     /// decoded).
     failed: Option<SnapshotError>,
+    /// With [`feed_frames`](Self::feed_frames): a frame running past the body, found when
+    /// the runs before it may not be decoded yet (their errors come first).
+    framing: Option<SnapshotError>,
 }
 
 impl<K> fmt::Debug for SnapshotStream<K> {
@@ -252,58 +255,82 @@ impl<K: SnapshotCodec> SnapshotStream<K> {
             carry: Vec::new(),
             items: Vec::with_capacity(count),
             failed,
+            framing: None,
         })
     }
 
     /// Feeds the next bytes of the body (in order; pieces of any size; bytes beyond the body
     /// are an error). Decodes every object whose frame is whole.
     pub fn feed(&mut self, piece: &[u8]) -> Result<(), SnapshotError> {
-        if piece.len() as u64 > self.body_left {
-            return Err(corrupt("more bytes than the body holds"));
-        }
-        self.body_left -= piece.len() as u64;
-        self.sum.update(piece);
+        self.take_body(piece)?;
         if self.failed.is_none() {
-            if let Err(e) = self.decode(piece) {
-                self.failed = Some(e);
+            let shared: Vec<&str> = self.shared.iter().map(String::as_str).collect();
+            let items = &mut self.items;
+            let r = split_frames(&mut self.carry, self.body_left, piece, |run| {
+                decode_run(run, &shared, items)
+            });
+            self.fail(r);
+        }
+        Ok(())
+    }
+
+    /// [`feed`](Self::feed), handing every run of whole frames to `run`, in order, instead of
+    /// decoding it: for decoding on several threads at once. The caller decodes each run
+    /// ([`FrameDecoder`]) and gives back the objects of every run, in the same order, with
+    /// [`decoded`](Self::decoded).
+    pub fn feed_frames(
+        &mut self,
+        piece: &[u8],
+        mut run: impl FnMut(&[u8]),
+    ) -> Result<(), SnapshotError> {
+        self.take_body(piece)?;
+        if self.failed.is_none() && self.framing.is_none() {
+            let r = split_frames(&mut self.carry, self.body_left, piece, |frames| {
+                run(frames);
+                Ok(())
+            });
+            if let Err(e) = r {
+                self.framing = Some(e);
                 self.carry = Vec::new();
             }
         }
         Ok(())
     }
 
-    /// Decodes the whole frames `piece` completes or holds; keeps the start of the last.
-    fn decode(&mut self, piece: &[u8]) -> Result<(), SnapshotError> {
-        let shared: Vec<&str> = self.shared.iter().map(String::as_str).collect();
-        let mut rest = piece;
-        // Complete the frame the previous piece ended in (its length first, then its bytes).
-        while !self.carry.is_empty() {
-            let need = frame_len(&self.carry).map_or(4, |n| n.saturating_add(4));
-            let take = need.saturating_sub(self.carry.len()).min(rest.len());
-            self.carry.extend_from_slice(&rest[..take]);
-            rest = &rest[take..];
-            match frame_len(&self.carry) {
-                Some(n) if self.carry.len() - 4 == n => {
-                    let obj = Frames::decode_frame(&self.carry[4..], &shared)?;
-                    self.items.push(obj);
-                    self.carry.clear();
-                }
-                _ if rest.is_empty() => return self.check_carry(),
-                _ => {}
-            }
+    /// What decodes the runs [`feed_frames`](Self::feed_frames) hands out (it can be sent to
+    /// other threads).
+    pub fn frame_decoder(&self) -> FrameDecoder {
+        FrameDecoder {
+            shared: self.shared.clone(),
         }
-        let used = decode_frames(rest, &shared, &mut self.items)?;
-        self.carry.extend_from_slice(&rest[used..]);
-        self.check_carry()
     }
 
-    /// A frame that ends beyond the body is truncated: no need to hold on to its bytes.
-    fn check_carry(&self) -> Result<(), SnapshotError> {
-        match frame_len(&self.carry) {
-            Some(n) if (n as u64).saturating_add(4) > self.carry.len() as u64 + self.body_left => {
-                Err(SnapshotError::Truncated)
-            }
-            _ => Ok(()),
+    /// The outcome of decoding the next run [`feed_frames`](Self::feed_frames) handed out
+    /// (runs in the order they were handed out). The first error is the snapshot's (if its
+    /// checksum matches).
+    pub fn decoded(&mut self, objects: Result<Vec<Arc<K>>, SnapshotError>) {
+        if self.failed.is_some() {
+            return;
+        }
+        match objects {
+            Ok(objects) => self.items.extend(objects),
+            Err(e) => self.failed = Some(e),
+        }
+    }
+
+    fn take_body(&mut self, piece: &[u8]) -> Result<(), SnapshotError> {
+        if piece.len() as u64 > self.body_left {
+            return Err(corrupt("more bytes than the body holds"));
+        }
+        self.body_left -= piece.len() as u64;
+        self.sum.update(piece);
+        Ok(())
+    }
+
+    fn fail(&mut self, r: Result<(), SnapshotError>) {
+        if let Err(e) = r {
+            self.failed = Some(e);
+            self.carry = Vec::new();
         }
     }
 
@@ -317,7 +344,7 @@ impl<K: SnapshotCodec> SnapshotStream<K> {
         if self.sum.finish() != self.expected_sum {
             return Err(corrupt("checksum mismatch"));
         }
-        if let Some(e) = self.failed {
+        if let Some(e) = self.failed.or(self.framing) {
             return Err(e);
         }
         if !self.carry.is_empty() {
@@ -341,23 +368,84 @@ fn frame_len(bytes: &[u8]) -> Option<usize> {
     Some(u32::from_le_bytes(w) as usize)
 }
 
-/// Decodes the whole frames at the start of `bytes` into `items`; returns how many bytes they
-/// took (the rest is the start of a frame).
-fn decode_frames<K: SnapshotCodec>(
-    bytes: &[u8],
+/// Hands the runs of whole frames that `piece` completes or holds to `run`, in order:
+/// first the frame the previous piece ended in (completed in `carry`), then the whole frames
+/// of `piece`; keeps the start of its last frame in `carry`. `body_left`: the body's bytes
+/// after `piece`. A frame that would end beyond the body is truncated.
+fn split_frames(
+    carry: &mut Vec<u8>,
+    body_left: u64,
+    piece: &[u8],
+    mut run: impl FnMut(&[u8]) -> Result<(), SnapshotError>,
+) -> Result<(), SnapshotError> {
+    let mut rest = piece;
+    // Complete the frame the previous piece ended in (its length first, then its bytes).
+    while !carry.is_empty() {
+        let need = frame_len(carry).map_or(4, |n| n.saturating_add(4));
+        let take = need.saturating_sub(carry.len()).min(rest.len());
+        carry.extend_from_slice(&rest[..take]);
+        rest = &rest[take..];
+        match frame_len(carry) {
+            Some(n) if carry.len() - 4 == n => {
+                run(carry)?;
+                carry.clear();
+            }
+            _ if rest.is_empty() => return check_carry(carry, body_left),
+            _ => {}
+        }
+    }
+    let mut at = 0;
+    while let Some(n) = frame_len(&rest[at..]) {
+        match (at + 4).checked_add(n) {
+            Some(end) if end <= rest.len() => at = end,
+            _ => break,
+        }
+    }
+    if at > 0 {
+        run(&rest[..at])?;
+    }
+    carry.extend_from_slice(&rest[at..]);
+    check_carry(carry, body_left)
+}
+
+/// A frame that ends beyond the body is truncated: no need to hold on to its bytes.
+fn check_carry(carry: &[u8], body_left: u64) -> Result<(), SnapshotError> {
+    match frame_len(carry) {
+        Some(n) if (n as u64).saturating_add(4) > carry.len() as u64 + body_left => {
+            Err(SnapshotError::Truncated)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Decodes `run`, whole frames, into `items`.
+fn decode_run<K: SnapshotCodec>(
+    run: &[u8],
     shared: &[&str],
     items: &mut Vec<Arc<K>>,
-) -> Result<usize, SnapshotError> {
-    let mut at = 0;
-    while let Some(n) = frame_len(&bytes[at..]) {
-        let end = match (at + 4).checked_add(n) {
-            Some(end) if end <= bytes.len() => end,
-            _ => break,
-        };
-        items.push(Frames::decode_frame(&bytes[at + 4..end], shared)?);
-        at = end;
+) -> Result<(), SnapshotError> {
+    let mut r = Reader(run);
+    while !r.0.is_empty() {
+        let n = r.u32()? as usize;
+        items.push(Frames::decode_frame(r.take(n)?, shared)?);
     }
-    Ok(at)
+    Ok(())
+}
+
+/// Decodes the runs of whole frames [`SnapshotStream::feed_frames`] hands out, on any thread.
+#[derive(Clone, Debug)]
+pub struct FrameDecoder {
+    shared: Vec<String>,
+}
+
+impl FrameDecoder {
+    /// The objects of `run` (as handed out by [`SnapshotStream::feed_frames`]).
+    pub fn decode<K: SnapshotCodec>(&self, run: &[u8]) -> Result<Vec<Arc<K>>, SnapshotError> {
+        let shared: Vec<&str> = self.shared.iter().map(String::as_str).collect();
+        let mut items = Vec::new();
+        decode_run(run, &shared, &mut items)?;
+        Ok(items)
+    }
 }
 
 /// The checks `Frames::parse` makes after the checksum (the header's content, the shared

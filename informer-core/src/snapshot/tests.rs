@@ -413,6 +413,17 @@ fn stream_decode<K: SnapshotCodec>(
     id: &SnapshotIdentity,
     piece: usize,
 ) -> Result<Snapshot<K>, SnapshotError> {
+    stream_decode_with::<K>(bytes, id, piece, false)
+}
+
+/// [`stream_decode`]; with `elsewhere`, the runs of frames are handed out
+/// ([`SnapshotStream::feed_frames`]), decoded last to first, and given back in order.
+fn stream_decode_with<K: SnapshotCodec>(
+    bytes: &[u8],
+    id: &SnapshotIdentity,
+    piece: usize,
+    elsewhere: bool,
+) -> Result<Snapshot<K>, SnapshotError> {
     let mut prefix = piece.min(bytes.len());
     let layout = loop {
         match SnapshotLayout::read(&bytes[..prefix])? {
@@ -427,8 +438,19 @@ fn stream_decode<K: SnapshotCodec>(
     }
     let end = end as usize;
     let mut stream = SnapshotStream::<K>::new(layout, &bytes[..start], &bytes[end..], id)?;
+    let mut runs: Vec<Vec<u8>> = Vec::new();
     for p in bytes[start..end].chunks(piece) {
-        stream.feed(p)?;
+        if elsewhere {
+            stream.feed_frames(p, |run| runs.push(run.to_vec()))?;
+        } else {
+            stream.feed(p)?;
+        }
+    }
+    let decoder = stream.frame_decoder();
+    let mut parts: Vec<_> = runs.iter().rev().map(|r| decoder.decode::<K>(r)).collect();
+    parts.reverse();
+    for part in parts {
+        stream.decoded(part);
     }
     stream.finish()
 }
@@ -441,8 +463,8 @@ fn outcome<K: SnapshotCodec + fmt::Debug>(r: Result<Snapshot<K>, SnapshotError>)
     }
 }
 
-/// Decoding in pieces gives exactly what decoding at once gives — the same objects, or the
-/// same error — for every cut, every flipped bit (resealed or not: the error found before the
+/// Decoding in pieces, by the stream or elsewhere (runs of frames handed out), gives exactly
+/// what decoding at once gives — the same objects, or the same error — for every cut, every flipped bit (resealed or not: the error found before the
 /// checksum, and the one behind a valid checksum), another identity, codec or version, and
 /// pieces from one byte to the whole body.
 #[test]
