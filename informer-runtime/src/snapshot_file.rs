@@ -325,3 +325,125 @@ pub(crate) async fn off_runtime<T: Send + 'static>(
         .map_err(Error::Thread)?;
     rx.recv().await.map_err(|_| Error::Stopped)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use informer_core::DynamicObject;
+    use informer_core::protocol::Selectors;
+    use std::sync::Arc;
+
+    fn identity() -> SnapshotIdentity {
+        SnapshotIdentity {
+            resource: "/v1/configmaps@".into(),
+            selectors: Selectors::default(),
+        }
+    }
+
+    /// A snapshot of `n` ConfigMaps of about 1 KB: several of the loader's 64 KiB pieces.
+    fn snapshot_bytes(n: usize) -> (Vec<Arc<DynamicObject>>, Vec<u8>) {
+        let items: Vec<Arc<DynamicObject>> = (0..n)
+            .map(|i| {
+                let json = format!(
+                    r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"cm-{i}","namespace":"ns-{}","resourceVersion":"{}"}},"data":{{"payload":"{}"}}}}"#,
+                    i % 3,
+                    i + 1,
+                    "x".repeat(1000 + i % 7)
+                );
+                Arc::new(serde_json::from_str(&json).unwrap())
+            })
+            .collect();
+        let s = Snapshot {
+            resource_version: "77".into(),
+            items: items.clone(),
+        };
+        let mut out = Vec::new();
+        s.encode(&identity(), &mut out).unwrap();
+        (items, out)
+    }
+
+    fn dir() -> PathBuf {
+        std::env::temp_dir().join(format!("informer-snapshot-file-{}", std::process::id()))
+    }
+
+    fn file_with(name: &str, bytes: &[u8]) -> SnapshotFile<DynamicObject> {
+        fs::create_dir_all(dir()).unwrap();
+        let path = dir().join(name);
+        fs::write(&path, bytes).unwrap();
+        SnapshotFile::new(path, None, identity())
+    }
+
+    /// What `Snapshot::decode` makes of the same bytes, as a load outcome.
+    fn decoded(bytes: &[u8]) -> SnapshotLoad {
+        match Snapshot::<DynamicObject>::decode(bytes, &identity()) {
+            Ok(s) => SnapshotLoad::Resumed {
+                resource_version: s.resource_version,
+                objects: s.items.len(),
+                bytes: bytes.len(),
+            },
+            Err(e) => SnapshotLoad::Refused(e),
+        }
+    }
+
+    /// The file, read in 64 KiB pieces, loads exactly what decoding it whole gives: the same
+    /// objects, and for a file cut anywhere (in the header, the first piece, between and
+    /// inside pieces, in the tail) or with a byte changed anywhere, the same refusal; never a
+    /// partly loaded cache.
+    #[test]
+    fn a_file_read_in_pieces_loads_what_decoding_it_whole_gives() {
+        let (items, bytes) = snapshot_bytes(300);
+        assert!(
+            bytes.len() > 4 * PIECE,
+            "{} bytes: too few pieces",
+            bytes.len()
+        );
+        let file = file_with("whole", &bytes);
+        let (load, snapshot) = file.load();
+        assert_eq!(load, decoded(&bytes));
+        let snapshot = snapshot.unwrap();
+        assert_eq!(snapshot.resource_version, "77");
+        assert!(items.iter().zip(&snapshot.items).all(|(a, b)| a == b));
+        assert_eq!(snapshot.items.len(), items.len());
+
+        let layout = SnapshotLayout::read(&bytes).unwrap().unwrap();
+        let (start, end) = (layout.body_start as usize, layout.body_end as usize);
+        let mut cuts = vec![
+            0,
+            5,
+            12,
+            start - 1,
+            start,
+            start + 3,
+            PIECE - 1,
+            PIECE,
+            PIECE + 1,
+        ];
+        cuts.extend([2 * PIECE + 17, end - 1, end, end + 9, bytes.len() - 1]);
+        let mut flips = vec![3, 9, start - 2, start + 1, PIECE + 2, 3 * PIECE, end - 2];
+        flips.extend([end + 3, bytes.len() - 1]);
+        for cut in cuts {
+            let file = file_with("cut", &bytes[..cut]);
+            let (load, snapshot) = file.load();
+            assert_eq!(load, decoded(&bytes[..cut]), "cut at {cut}");
+            assert_eq!(load, SnapshotLoad::Refused(SnapshotError::Truncated));
+            assert!(snapshot.is_none());
+        }
+        for at in flips {
+            let mut b = bytes.clone();
+            b[at] ^= 0x20;
+            let file = file_with("flip", &b);
+            let (load, snapshot) = file.load();
+            assert_eq!(load, decoded(&b), "byte {at} changed");
+            assert!(matches!(load, SnapshotLoad::Refused(_)), "{load:?}");
+            assert!(snapshot.is_none());
+        }
+        // Garbage after the end; no file at all.
+        let mut longer = bytes.clone();
+        longer.extend_from_slice(b"xx");
+        assert_eq!(file_with("longer", &longer).load().0, decoded(&longer));
+        let file = file_with("missing", &bytes);
+        fs::remove_file(&file.path).unwrap();
+        assert_eq!(file.load().0, SnapshotLoad::Missing);
+        let _ = fs::remove_dir_all(dir());
+    }
+}

@@ -818,7 +818,7 @@ fn print_restarts(all: &[Restarts]) {
         println!(
             "  {} format: {} objects; snapshot {:.0} B/object, JSON {:.0} B/object ({:.2}x); \
              decode: snapshot {:.3} s, JSON array {:.3} s ({:.2}x); load as the informer does \
-             (read + decode on up to 4 threads): {:.3} s; write (encode + fsync + rename): {:.3} s",
+             (read + decode in 64 KiB pieces, one thread): {:.3} s; write (encode + fsync + rename): {:.3} s",
             r.runtime,
             f("objects"),
             f("snapshot_per_object"),
