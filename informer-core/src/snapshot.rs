@@ -32,7 +32,9 @@
 //! informer lists once and writes version 2 from then on.
 //!
 //! The frames make the body splittable without decoding it; the checksum makes corruption
-//! detectable.
+//! detectable. The shared strings and the checksum come after the body, and the header says
+//! where the body ends: a reader of a file reads its start and its tail, then decodes the body
+//! as it reads it ([`SnapshotStream`]), never holding the whole file.
 //!
 //! # Decoding is all-or-nothing
 //!
