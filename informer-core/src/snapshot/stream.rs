@@ -160,7 +160,17 @@ impl Checksum {
     }
 }
 
-/// A snapshot being decoded from pieces of its bytes; see the [module documentation](self).
+/// A snapshot being decoded from pieces of its bytes (read from a file a buffer at a time, so
+/// that the whole file is never in memory at once): its start gives the layout
+/// ([`SnapshotLayout`]), then its head and its tail (the shared strings and the checksum) start
+/// the stream, then the body is fed in order, in pieces of any size, each object decoded as
+/// soon as its frame is whole.
+///
+/// The outcome is [`Snapshot::decode`]'s for the same bytes, errors included: the checksum is
+/// only known once every byte has been fed, so an error found earlier (an object that does not
+/// decode, another resource or codec) is kept and reported by [`finish`](Self::finish) only if
+/// the checksum matches; otherwise the snapshot is corrupt. A snapshot of another identity is
+/// not decoded at all (its bytes are only summed).
 ///
 /// ```text
 /// layout = SnapshotLayout::read(first bytes)        // Ok(None): read more of the start
