@@ -288,6 +288,24 @@ impl<K: Object + 'static> Pipeline<K> {
         self.processor.poll_notification_for(id)
     }
 
+    /// Up to `max` of handler `id`'s next notifications, appended to `out`, if it is idle
+    /// (see [`Processor::poll_batch_for`]); the handler is busy until
+    /// [`handler_done`](Self::handler_done).
+    pub fn poll_batch_for(
+        &mut self,
+        id: HandlerId,
+        max: usize,
+        out: &mut Vec<Notification<K>>,
+    ) -> usize {
+        self.processor.poll_batch_for(id, max, out)
+    }
+
+    /// Runs every pending notification of every idle handler through `f`, by reference (see
+    /// [`Processor::deliver`]): for a driver that runs its handlers inline.
+    pub fn deliver(&mut self, f: impl FnMut(HandlerId, &Notification<K>)) -> usize {
+        self.processor.deliver(f)
+    }
+
     /// Handler `id` finished its notification in flight.
     pub fn handler_done(&mut self, id: HandlerId) {
         self.processor.handler_done(id)

@@ -632,6 +632,33 @@ impl<K> Log<K> {
             .is_some_and(|s| s >= l.read && s < self.end())
     }
 
+    /// Runs `l`'s unread entries through `f` by reference and marks them read; returns how
+    /// many. The caller trims the log afterwards.
+    fn read_run(
+        &mut self,
+        l: &mut Listener<K>,
+        f: &mut impl FnMut(HandlerId, &Notification<K>),
+    ) -> usize {
+        let from = usize::try_from(l.read.saturating_sub(self.start)).unwrap_or(usize::MAX);
+        let mut read = 0;
+        if from < self.entries.len() {
+            for e in self.entries.range_mut(from..) {
+                if let Some(n) = &e.notification {
+                    f(l.id, n);
+                    read += 1;
+                }
+                e.readers = e.readers.saturating_sub(1);
+                if e.readers == 0 {
+                    // Read by everyone: nothing needs it, though it may wait behind older
+                    // entries before it leaves the log.
+                    e.notification = None;
+                }
+            }
+        }
+        l.read = self.end();
+        read
+    }
+
     /// The next notification for idle listener `l`: its queue first (older), then the log.
     #[inline(always)]
     fn pop_for(&mut self, l: &mut Listener<K>) -> Option<(Notification<K>, bool)> {
@@ -1016,6 +1043,78 @@ impl<K> Processor<K> {
         let (notification, initial) = popped?;
         l.in_flight = Some(initial);
         Some(notification)
+    }
+
+    /// Up to `max` of handler `id`'s next notifications, in its order, appended to `out`, if
+    /// the handler is idle; returns how many. The handler is then busy with the whole batch
+    /// until [`handler_done`](Self::handler_done): what arrives meanwhile waits (and coalesces)
+    /// behind it, exactly as behind one notification in flight. A runtime that hands
+    /// notifications to another thread takes them in batches to pay its hand-over (a lock, a
+    /// wake-up) once per batch instead of once per notification.
+    pub fn poll_batch_for(
+        &mut self,
+        id: HandlerId,
+        max: usize,
+        out: &mut Vec<Notification<K>>,
+    ) -> usize {
+        let Some(i) = self.position(id) else {
+            return 0;
+        };
+        let l = &mut self.listeners[i];
+        if l.in_flight.is_some() || max == 0 {
+            return 0;
+        }
+        let was_empty = l.queue.is_empty();
+        let mut taken = 0;
+        let mut initial = false;
+        while taken < max {
+            let Some((n, is_initial)) = self.log.pop_for(l) else {
+                break;
+            };
+            out.push(n);
+            initial |= is_initial;
+            taken += 1;
+        }
+        account(&mut self.queued, was_empty, l.queue.is_empty());
+        if taken > 0 {
+            l.in_flight = Some(initial);
+        }
+        taken
+    }
+
+    /// Runs every pending notification of every idle handler through `f`, by reference, in
+    /// each handler's order; returns how many. For a driver that runs its handlers inline (on
+    /// its own thread, between inputs): what the loop of [`poll_notification`], the handler
+    /// and [`handler_done`](Self::handler_done) does, without a clone of the notification per
+    /// handler or a visit of the round robin per notification. A handler reading the shared
+    /// log gets the log's entry itself; the entry is dropped once every handler has read it.
+    /// Busy handlers (a notification taken with a `poll_*` call and not yet reported done) are
+    /// skipped.
+    ///
+    /// [`poll_notification`]: Self::poll_notification
+    pub fn deliver(&mut self, mut f: impl FnMut(HandlerId, &Notification<K>)) -> usize {
+        if self.queued == 0 && self.log.entries.is_empty() {
+            return 0;
+        }
+        let end = self.log.end();
+        let mut delivered = 0;
+        for l in &mut self.listeners {
+            if l.in_flight.is_some() {
+                continue;
+            }
+            if !l.queue.is_empty() {
+                while let Some((n, _)) = l.queue.pop() {
+                    f(l.id, &n);
+                    delivered += 1;
+                }
+                account(&mut self.queued, false, true);
+            }
+            if l.read < end {
+                delivered += self.log.read_run(l, &mut f);
+            }
+        }
+        self.log.trim();
+        delivered
     }
 
     /// Reports that handler `id` finished its notification in flight.
@@ -1598,10 +1697,55 @@ mod tests {
                             }
                         }
                     },
-                    80..=94 => {
+                    80..=89 => {
                         let Some(id) = pick(&mut rng) else { continue };
                         p.handler_done(id);
                         refs.get_mut(&id).unwrap().in_flight = None;
+                    }
+                    // A batch for one handler: its next notifications, in order, all in
+                    // flight until it is done.
+                    90..=92 => {
+                        let Some(id) = pick(&mut rng) else { continue };
+                        let r = refs.get_mut(&id).unwrap();
+                        let max = rng.below(8) as usize;
+                        let mut batch = Vec::new();
+                        let taken = p.poll_batch_for(id, max, &mut batch);
+                        assert_eq!(taken, batch.len(), "{what}");
+                        let busy = r.in_flight.is_some();
+                        if busy {
+                            assert_eq!(taken, 0, "{what}: a batch for a busy handler");
+                        }
+                        let mut initial = false;
+                        for n in &batch {
+                            r.pop(n, &what);
+                            initial |= r.in_flight == Some(true);
+                            r.in_flight = None;
+                        }
+                        // Short of `max` only when nothing more is pending.
+                        assert!(
+                            busy || taken == max || r.queue.is_empty(),
+                            "{what}: batch of {id:?} stopped at {taken} of {max}"
+                        );
+                        if taken > 0 {
+                            r.in_flight = Some(initial);
+                        }
+                    }
+                    // Inline delivery: every idle handler runs everything it has pending.
+                    93..=94 => {
+                        let mut seen = 0;
+                        let delivered = p.deliver(|id, n| {
+                            let r = refs.get_mut(&id).unwrap();
+                            r.pop(n, &what);
+                            r.in_flight = None;
+                            seen += 1;
+                        });
+                        assert_eq!(delivered, seen, "{what}");
+                        for (id, r) in &refs {
+                            assert!(
+                                r.in_flight.is_some() || r.queue.is_empty(),
+                                "{what}: {id:?} idle with pending after deliver"
+                            );
+                        }
                     }
                     95..=97 => add_with_reference(&mut p, &mut refs),
                     _ => {
