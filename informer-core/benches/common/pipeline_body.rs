@@ -146,28 +146,61 @@ struct Counts {
     deletes: u64,
 }
 
+/// How handlers get their notifications (`INFORMER_BENCH_DELIVERY`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Delivery {
+    /// `deliver` (the default): inline handlers fed by reference (`Pipeline::deliver`), as a
+    /// driver that runs its handlers on its own thread.
+    Deliver,
+    /// `poll`: one owned notification at a time (`poll_notification`, then `handler_done`),
+    /// as a driver that hands each notification to another thread.
+    Poll,
+}
+
+fn delivery() -> Delivery {
+    static HOW: std::sync::OnceLock<Delivery> = std::sync::OnceLock::new();
+    *HOW.get_or_init(|| match std::env::var("INFORMER_BENCH_DELIVERY").as_deref() {
+        Ok("poll") => Delivery::Poll,
+        _ => Delivery::Deliver,
+    })
+}
+
+/// One counting handler's work on a notification.
+#[inline(always)]
+fn count<K>(c: &mut Counts, n: &Notification<K>) {
+    match n {
+        Notification::Add { obj, .. } => {
+            black_box(obj);
+            c.adds += 1
+        }
+        Notification::Update { new, .. } => {
+            black_box(new);
+            c.updates += 1
+        }
+        Notification::Delete(d) => {
+            black_box(d);
+            c.deletes += 1
+        }
+    }
+}
+
 /// The driver loop after one input: pop and handle until the FIFO is empty, deliver every
 /// notification to its counting handler.
 fn drain<K: Object + 'static>(p: &mut Pipeline<K>, counts: &mut [Counts]) {
+    let how = delivery();
     loop {
         let popped = p.process_one();
-        while let Some((id, n)) = p.poll_notification() {
-            let c = &mut counts[id.0 as usize];
-            match n {
-                Notification::Add { obj, .. } => {
-                    black_box(&obj);
-                    c.adds += 1
-                }
-                Notification::Update { new, .. } => {
-                    black_box(&new);
-                    c.updates += 1
-                }
-                Notification::Delete(d) => {
-                    black_box(&d);
-                    c.deletes += 1
+        match how {
+            Delivery::Deliver => {
+                p.deliver(|id, n| count(&mut counts[id.0 as usize], n));
+            }
+            Delivery::Poll => {
+                while let Some((id, n)) = p.poll_notification() {
+                    count(&mut counts[id.0 as usize], &n);
+                    drop(n);
+                    p.handler_done(id);
                 }
             }
-            p.handler_done(id);
         }
         if !popped {
             break;
@@ -420,7 +453,7 @@ fn run<K: Object + 'static>(
         return cpu_ns_per_event;
     }
     let ev_per_s = events as f64 / total.as_secs_f64();
-    println!("{title}");
+    println!("{title} (handlers fed by {:?})", delivery());
     println!("  objects: {objects}, decoded {per_object:.0} B each on the heap");
     println!(
         "  initial replace: {:.1} ms ({:.0} ns/object), peak heap {:.1} MiB (first list: {:?})",
