@@ -130,14 +130,14 @@ impl<K: Object + 'static> Pipeline<K> {
                 // Nothing was distributed before this first population, and the key is new to
                 // the store, so no handler has anything pending for it.
                 None => self.processor.distribute_new(
-                    &key,
+                    key,
                     Notification::Add {
                         obj,
                         in_initial_list: true,
                     },
                 ),
                 // A repeated key: an update, as the FIFO's second `Replaced` delta would give.
-                old @ Some(_) => self.notify_upsert(&key, DeltaType::Replaced, old, obj, true),
+                old @ Some(_) => self.notify_upsert(key, DeltaType::Replaced, old, obj, true),
             }
         }
     }
@@ -167,8 +167,8 @@ impl<K: Object + 'static> Pipeline<K> {
         if self.fifo.is_empty() {
             let _first = self.fifo.mark_populated();
             if let Some((key, _old)) = self.indexer.remove_entry(obj.key_ref()) {
-                self.processor.distribute(
-                    &key,
+                self.processor.distribute_key(
+                    key,
                     Notification::Delete(ObjectOrTombstone::Object(obj)),
                     false,
                 );
@@ -186,7 +186,7 @@ impl<K: Object + 'static> Pipeline<K> {
         // The FIFO is empty, so every item of the initial list has been popped.
         let in_initial_list = !self.fifo.has_synced();
         let (key, old) = self.indexer.upsert(obj.clone());
-        self.notify_upsert(&key, kind, old, obj, in_initial_list);
+        self.notify_upsert(key, kind, old, obj, in_initial_list);
     }
 
     /// Pops one key's deltas and applies them (client-go `HandleDeltas`). Returns false when
@@ -214,7 +214,7 @@ impl<K: Object + 'static> Pipeline<K> {
             (kind, ObjectOrTombstone::Object(obj))
             | (kind, ObjectOrTombstone::Tombstone(Tombstone { obj, .. })) => {
                 let old = self.indexer.insert(key.clone(), obj.clone());
-                self.notify_upsert(key, kind, old, obj, in_initial_list);
+                self.notify_upsert(key.clone(), kind, old, obj, in_initial_list);
             }
         }
     }
@@ -222,7 +222,7 @@ impl<K: Object + 'static> Pipeline<K> {
     /// Notifies the handlers of `obj` stored under `key` in place of `old` (if any).
     fn notify_upsert(
         &mut self,
-        key: &Key,
+        key: Key,
         kind: DeltaType,
         old: Option<Arc<K>>,
         obj: Arc<K>,
@@ -238,9 +238,9 @@ impl<K: Object + 'static> Pipeline<K> {
                     _ => false,
                 };
                 self.processor
-                    .distribute(key, Notification::Update { old, new: obj }, is_sync);
+                    .distribute_key(key, Notification::Update { old, new: obj }, is_sync);
             }
-            None => self.processor.distribute(
+            None => self.processor.distribute_key(
                 key,
                 Notification::Add {
                     obj,

@@ -485,7 +485,7 @@ impl<K> Log<K> {
 
     /// Appends `n` for `readers` handlers that had read everything: `newest` is not needed
     /// for it unless someone still has it unread when the next notification comes.
-    fn append_untracked(&mut self, key: &Key, n: Notification<K>, readers: usize) {
+    fn append_untracked(&mut self, key: Key, n: Notification<K>, readers: usize) {
         debug_assert!(self.entries.is_empty(), "every handler had read everything");
         let seq = self.end();
         self.untracked_from = seq;
@@ -495,7 +495,7 @@ impl<K> Log<K> {
 
     /// Appends `n` for `readers` handlers, none of which has anything pending for `key`, so
     /// that nobody needs to look `key` up before the next lookup: untracked.
-    fn append_new(&mut self, key: &Key, n: Notification<K>, readers: usize) {
+    fn append_new(&mut self, key: Key, n: Notification<K>, readers: usize) {
         let seq = self.end();
         if self.untracked_to != seq {
             // Something else was appended since the untracked range: a tracked entry (the
@@ -542,10 +542,9 @@ impl<K> Log<K> {
     }
 
     /// Appends `n` for `readers` handlers, some of which have unread entries.
-    fn append_tracked(&mut self, key: &Key, n: Notification<K>, readers: usize) {
+    fn append_tracked(&mut self, key: Key, n: Notification<K>, readers: usize) {
         let seq = self.end();
-        self.append(key, n, readers);
-        match self.newest.get_mut(key) {
+        match self.newest.get_mut(&key) {
             Some(s) => *s = seq,
             None => {
                 // Keys whose newest entry left the log are stale: drop them before the map
@@ -557,9 +556,10 @@ impl<K> Log<K> {
                 self.newest.insert(key.clone(), seq);
             }
         }
+        self.append(key, n, readers);
     }
 
-    fn append(&mut self, key: &Key, n: Notification<K>, readers: usize) {
+    fn append(&mut self, key: Key, n: Notification<K>, readers: usize) {
         let initial = matches!(
             n,
             Notification::Add {
@@ -571,7 +571,7 @@ impl<K> Log<K> {
             self.last_initial = Some(self.end());
         }
         self.entries.push_back(LogEntry {
-            key: key.clone(),
+            key,
             notification: Some(n),
             readers,
             initial,
@@ -884,9 +884,14 @@ impl<K> Processor<K> {
     /// that can read it there; a handler whose unread entries or queue already
     /// hold `key`, and a resync, go through the handler's coalescing queue.
     pub fn distribute(&mut self, key: &Key, n: Notification<K>, is_sync: bool) {
+        self.distribute_key(key.clone(), n, is_sync)
+    }
+
+    /// [`distribute`](Self::distribute) of a key the caller gives away (the log keeps it).
+    pub(crate) fn distribute_key(&mut self, key: Key, n: Notification<K>, is_sync: bool) {
         let end = self.log.end();
         if is_sync {
-            self.distribute_sync(key, n);
+            self.distribute_sync(&key, n);
             return;
         }
         if self
@@ -908,7 +913,7 @@ impl<K> Processor<K> {
     /// handler has anything pending for, which the caller knows (no notification for `key` was
     /// ever distributed or pushed to a handler: a first population into an empty cache). Every
     /// handler reads it in the log, as `distribute` would decide, without looking the key up.
-    pub(crate) fn distribute_new(&mut self, key: &Key, n: Notification<K>) {
+    pub(crate) fn distribute_new(&mut self, key: Key, n: Notification<K>) {
         let end = self.log.end();
         if self.listeners.is_empty() {
             return;
@@ -921,7 +926,7 @@ impl<K> Processor<K> {
             self.log.append_untracked(key, n, self.listeners.len());
             return;
         }
-        debug_assert!(self.listeners.iter().all(|l| !l.queue.contains(key)));
+        debug_assert!(self.listeners.iter().all(|l| !l.queue.contains(&key)));
         self.log.append_new(key, n, self.listeners.len());
     }
 
@@ -936,14 +941,14 @@ impl<K> Processor<K> {
     /// [`distribute`](Self::distribute) when some handler has unread entries or a queue (out
     /// of line, so that the common case stays small).
     #[inline(never)]
-    fn distribute_lagging(&mut self, key: &Key, n: Notification<K>) {
+    fn distribute_lagging(&mut self, key: Key, n: Notification<K>) {
         let end = self.log.end();
         // Where does `key` stand for each handler?
-        let newest = self.log.newest(key);
+        let newest = self.log.newest(&key);
         let mut readers = 0;
         let mut spilling = 0;
         for l in &mut self.listeners {
-            l.via_queue = newest.is_some_and(|seq| seq >= l.read) || l.queue.contains(key);
+            l.via_queue = newest.is_some_and(|seq| seq >= l.read) || l.queue.contains(&key);
             if l.via_queue {
                 spilling += 1;
             } else {
@@ -955,7 +960,7 @@ impl<K> Processor<K> {
             for l in self.listeners.iter_mut().filter(|l| l.via_queue) {
                 spilling -= 1;
                 let last = readers == 0 && spilling == 0;
-                spill_and_push(&mut self.log, &mut self.queued, l, key, &mut n, last);
+                spill_and_push(&mut self.log, &mut self.queued, l, &key, &mut n, last);
                 if readers > 0 {
                     // Skips the entry appended below.
                     l.read = end + 1;
@@ -1669,7 +1674,7 @@ mod tests {
                             for r in refs.values_mut() {
                                 r.queue.push(&ns_key(i), n.clone());
                             }
-                            p.distribute_new(&ns_key(i), n);
+                            p.distribute_new(ns_key(i), n);
                         }
                     }
                     // The initial list ends.
