@@ -193,7 +193,16 @@ impl<K: Object + 'static> Pipeline<K> {
     /// the FIFO was empty. Watch events that arrive while the FIFO is empty are applied at
     /// once (see [`added`](Self::added)), so only lists, resyncs and events queued behind
     /// them wait for this.
+    #[inline]
     pub fn process_one(&mut self) -> bool {
+        // The common answer (watch events took the straight path), without a call.
+        if self.fifo.is_empty() {
+            return false;
+        }
+        self.process_next()
+    }
+
+    fn process_next(&mut self) -> bool {
         let Some(popped) = self.fifo.pop() else {
             return false;
         };
