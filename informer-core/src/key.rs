@@ -64,79 +64,26 @@ impl Key {
     }
 }
 
-/// Longest joined key [`KeyRef::to_key`] assembles on the stack (a Kubernetes namespace is at
-/// most 63 bytes and a name at most 253); a longer one goes through a `String`.
-const INLINE_KEY: usize = 320;
+/// Keys up to this length hash as one contiguous write; `KeyRef` assembles the same bytes in a
+/// stack buffer of this size. A longer key (not a valid Kubernetes name) hashes its first
+/// `INLINE_KEY_HASH` joined bytes and its length: the same on both sides, whatever the
+/// namespace/name split, so no lookup can miss (equality still compares every byte).
+const INLINE_KEY_HASH: usize = 320;
 
-/// Joined keys up to this length are assembled in a small stack buffer (most keys: no 320-byte
-/// buffer to clear).
+/// Joined keys up to this length (most) are assembled in a buffer of this size, cheaper to
+/// clear than one of `INLINE_KEY_HASH`.
 const SHORT_KEY: usize = 64;
 
-/// Feeds a byte stream to a [`Hasher`] as little-endian 8-byte words, whatever pieces it comes
-/// in, so that a [`Key`] (one piece) and a [`KeyRef`] (namespace, `/`, name) hash alike
-/// without joining the parts first: every byte goes through the caller's (seeded) hasher, a
-/// few word writes per key.
-struct Words<'h, H: Hasher> {
-    state: &'h mut H,
-    word: u64,
-    filled: u32,
-    len: usize,
-}
-
-impl<'h, H: Hasher> Words<'h, H> {
-    fn new(state: &'h mut H) -> Self {
-        Words {
-            state,
-            word: 0,
-            filled: 0,
-            len: 0,
-        }
-    }
-
-    #[inline]
-    fn feed(&mut self, mut bytes: &[u8]) {
-        self.len += bytes.len();
-        // Top up a word left partly filled by the previous piece.
-        while self.filled != 0 {
-            let Some((&b, rest)) = bytes.split_first() else {
-                return;
-            };
-            self.word |= u64::from(b) << (8 * self.filled);
-            self.filled += 1;
-            bytes = rest;
-            if self.filled == 8 {
-                self.state.write_u64(self.word);
-                self.word = 0;
-                self.filled = 0;
-            }
-        }
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.state.write_u64(u64::from_le_bytes(w));
-        }
-        for &b in chunks.remainder() {
-            self.word |= u64::from(b) << (8 * self.filled);
-            self.filled += 1;
-        }
-    }
-
-    #[inline]
-    fn finish(self) {
-        // The tail and the length (so that "a" and "a\0" differ).
-        self.state.write_u64(self.word);
-        self.state.write_usize(self.len);
-    }
-}
-
 impl Hash for Key {
-    /// The joined bytes as words (see `Words`), then the length: as the [`KeyRef`] it stands
-    /// for, however the key splits into namespace and name.
     fn hash<H: Hasher>(&self, state: &mut H) {
-        let mut w = Words::new(state);
-        w.feed(self.0.as_bytes());
-        w.finish();
+        let bytes = self.0.as_bytes();
+        if bytes.len() <= INLINE_KEY_HASH {
+            state.write(bytes);
+            state.write_u8(0xff);
+        } else {
+            state.write(&bytes[..INLINE_KEY_HASH]);
+            state.write_usize(bytes.len());
+        }
     }
 }
 
@@ -183,9 +130,18 @@ impl<'a> KeyRef<'a> {
     pub fn to_key(self) -> Key {
         match self.namespace {
             None => Key(Arc::from(self.name)),
-            // Join on the stack so the `Arc` is the only allocation.
-            Some(_) if self.joined_len() <= SHORT_KEY => self.join_on_stack::<SHORT_KEY>(),
-            Some(_) if self.joined_len() <= INLINE_KEY => self.join_on_stack::<INLINE_KEY>(),
+            // Join on the stack so the `Arc` is the only allocation; most keys fit a small
+            // buffer, cheaper to clear.
+            Some(_) if self.joined_len() <= SHORT_KEY => {
+                let mut buf = [0u8; SHORT_KEY];
+                let len = self.join_prefix(&mut buf);
+                self.key_from_joined(&buf[..len])
+            }
+            Some(_) if self.joined_len() <= INLINE_KEY_HASH => {
+                let mut buf = [0u8; INLINE_KEY_HASH];
+                let len = self.join_prefix(&mut buf);
+                self.key_from_joined(&buf[..len])
+            }
             Some(ns) => {
                 let mut s = String::with_capacity(ns.len() + 1 + self.name.len());
                 s.push_str(ns);
@@ -216,12 +172,20 @@ impl KeyRef<'_> {
         }
     }
 
-    /// The joined key built in a stack buffer of `N` bytes (`joined_len() <= N`, namespaced).
-    fn join_on_stack<const N: usize>(&self) -> Key {
-        let mut buf = [0u8; N];
+    /// The key whose joined bytes `joined` holds.
+    fn key_from_joined(&self, joined: &[u8]) -> Key {
+        match core::str::from_utf8(joined) {
+            Ok(joined) => Key(Arc::from(joined)),
+            // Unreachable: the bytes are two `str`s and an ASCII byte.
+            Err(_) => Key(Arc::from(alloc::format!("{self}").as_str())),
+        }
+    }
+
+    /// Writes the first `N` bytes of the joined key into `buf`; returns how many.
+    fn join_prefix<const N: usize>(&self, buf: &mut [u8; N]) -> usize {
         let mut n = 0;
         let mut put = |bytes: &[u8]| {
-            let take = bytes.len().min(N - n);
+            let take = bytes.len().min(buf.len() - n);
             buf[n..n + take].copy_from_slice(&bytes[..take]);
             n += take;
         };
@@ -230,24 +194,34 @@ impl KeyRef<'_> {
             put(b"/");
         }
         put(self.name.as_bytes());
-        match core::str::from_utf8(&buf[..n]) {
-            Ok(joined) if n == self.joined_len() => Key(Arc::from(joined)),
-            // Unreachable: the buffer holds two whole `str`s and an ASCII byte.
-            _ => Key(Arc::from(alloc::format!("{self}").as_str())),
-        }
+        n
     }
 }
 
 impl Hash for KeyRef<'_> {
-    /// Hashes exactly as the [`Key`] it stands for: the same joined bytes, fed in pieces.
+    /// Hashes exactly as the [`Key`] it stands for: the joined bytes (their first
+    /// `INLINE_KEY_HASH` and the length, for an over-long key) in one write.
     fn hash<H: Hasher>(&self, state: &mut H) {
-        let mut w = Words::new(state);
-        if let Some(ns) = self.namespace {
-            w.feed(ns.as_bytes());
-            w.feed(b"/");
+        let len = self.joined_len();
+        match self.namespace {
+            None if len <= INLINE_KEY_HASH => state.write(self.name.as_bytes()),
+            None => state.write(&self.name.as_bytes()[..INLINE_KEY_HASH]),
+            Some(_) if len <= SHORT_KEY => {
+                let mut buf = [0u8; SHORT_KEY];
+                let n = self.join_prefix(&mut buf);
+                state.write(&buf[..n]);
+            }
+            Some(_) => {
+                let mut buf = [0u8; INLINE_KEY_HASH];
+                let n = self.join_prefix(&mut buf);
+                state.write(&buf[..n]);
+            }
         }
-        w.feed(self.name.as_bytes());
-        w.finish();
+        if len <= INLINE_KEY_HASH {
+            state.write_u8(0xff);
+        } else {
+            state.write_usize(len);
+        }
     }
 }
 
@@ -302,8 +276,8 @@ mod tests {
         ));
     }
 
-    /// Keys hash as one byte stream fed in words: every namespace/name split, across word
-    /// boundaries, hashes as the joined `Key`; a trailing zero byte or a moved `/` changes it.
+    /// Every namespace/name split, short and long (the stack buffers' sizes), hashes as the
+    /// joined `Key`; a trailing zero byte or a moved `/` changes it.
     #[test]
     fn every_split_hashes_as_the_joined_key() {
         let s = hashbrown::DefaultHashBuilder::default();
