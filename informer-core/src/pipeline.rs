@@ -5,8 +5,8 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 use crate::fifo::{Delta, DeltaFifo, DeltaType};
-use crate::indexer::{Change, IndexError, IndexFunc, Indexer};
 use crate::hash::HashSet;
+use crate::indexer::{Change, IndexError, IndexFunc, Indexer};
 use crate::object::{Key, KeyRef, Object, ObjectOrTombstone, Tombstone};
 use crate::processor::{HandlerId, Notification, Processor, ResyncPeriods};
 use crate::time::Instant;
@@ -427,7 +427,11 @@ mod tests {
             Notification::Add {
                 obj,
                 in_initial_list,
-            } => alloc::format!("add {} {} {in_initial_list}", obj.name, obj.resource_version),
+            } => alloc::format!(
+                "add {} {} {in_initial_list}",
+                obj.name,
+                obj.resource_version
+            ),
             Notification::Update { old, new } => alloc::format!(
                 "update {} {}->{}",
                 new.name,
@@ -517,10 +521,7 @@ mod tests {
                     list.push(o);
                 }
                 straight.replace(list.clone());
-                assert!(
-                    straight.fifo().is_empty(),
-                    "seed {seed}: applied at once"
-                );
+                assert!(straight.fifo().is_empty(), "seed {seed}: applied at once");
                 queued.fifo.replace(list, &queued.indexer);
                 let a = drain(&mut straight, handlers);
                 let b = drain(&mut queued, handlers);
@@ -536,12 +537,20 @@ mod tests {
                         }
                         m
                     };
-                    assert_eq!(per_key(a), per_key(b), "seed {seed} round {round} handler {h}");
+                    assert_eq!(
+                        per_key(a),
+                        per_key(b),
+                        "seed {seed} round {round} handler {h}"
+                    );
                     if !list_has_repeats(a) {
                         assert_eq!(a, b, "seed {seed} round {round} handler {h}: order");
                     }
                 }
-                assert_eq!(store(&straight), store(&queued), "seed {seed} round {round}");
+                assert_eq!(
+                    store(&straight),
+                    store(&queued),
+                    "seed {seed} round {round}"
+                );
             }
         }
     }
