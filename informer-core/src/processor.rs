@@ -889,16 +889,11 @@ impl<K> Processor<K> {
 
     /// [`distribute`](Self::distribute) of a key the caller gives away (the log keeps it).
     pub(crate) fn distribute_key(&mut self, key: Key, n: Notification<K>, is_sync: bool) {
-        let end = self.log.end();
         if is_sync {
             self.distribute_sync(&key, n);
             return;
         }
-        if self
-            .listeners
-            .iter()
-            .all(|l| l.read == end && l.queue.is_empty())
-        {
+        if self.all_caught_up() {
             // Every handler has read everything (the common case): one log entry, read by all
             // of them, and nothing to look up.
             if !self.listeners.is_empty() {
@@ -909,20 +904,31 @@ impl<K> Processor<K> {
         self.distribute_lagging(key, n);
     }
 
+    /// Whether every handler has read the whole log and has an empty queue, in O(1): an entry
+    /// stays in the log only while its front entry has a reader (every path that reads or
+    /// gives up an entry trims the log), so the log is empty exactly when every cursor is at
+    /// its end.
+    fn all_caught_up(&self) -> bool {
+        let caught_up = self.queued == 0 && self.log.entries.is_empty();
+        debug_assert_eq!(
+            caught_up,
+            self.listeners
+                .iter()
+                .all(|l| l.read == self.log.end() && l.queue.is_empty()),
+            "the log holds unread entries exactly when some cursor is behind"
+        );
+        caught_up
+    }
+
     /// [`distribute`](Self::distribute) of a notification (not a resync) for a key that no
     /// handler has anything pending for, which the caller knows (no notification for `key` was
     /// ever distributed or pushed to a handler: a first population into an empty cache). Every
     /// handler reads it in the log, as `distribute` would decide, without looking the key up.
     pub(crate) fn distribute_new(&mut self, key: Key, n: Notification<K>) {
-        let end = self.log.end();
         if self.listeners.is_empty() {
             return;
         }
-        if self
-            .listeners
-            .iter()
-            .all(|l| l.read == end && l.queue.is_empty())
-        {
+        if self.all_caught_up() {
             self.log.append_untracked(key, n, self.listeners.len());
             return;
         }
