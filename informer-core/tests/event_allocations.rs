@@ -88,7 +88,7 @@ fn watch_events_allocate_nothing_but_a_new_key() {
 
     // Every kind of event, built beforehand; a first round sizes the informer's queues.
     let mut rv = 1;
-    let mut events = |n: usize, rv: &mut u64, kind: &str| -> Vec<WatchEvent<DynamicObject>> {
+    let events = |n: usize, rv: &mut u64, kind: &str| -> Vec<WatchEvent<DynamicObject>> {
         (0..n)
             .map(|j| {
                 *rv += 1;
@@ -100,7 +100,7 @@ fn watch_events_allocate_nothing_but_a_new_key() {
             })
             .collect()
     };
-    let mut feed = |inf: &mut SharedIndexInformer<DynamicObject>, evs: Vec<_>, seen: &mut usize| {
+    let feed = |inf: &mut SharedIndexInformer<DynamicObject>, evs: Vec<_>, seen: &mut usize| {
         for ev in evs {
             inf.handle_input(at(2), watch, Input::Event(ev));
             inf.deliver(|_, _| *seen += 1);
