@@ -647,6 +647,8 @@ impl<K> Log<K> {
                     f(l.id, n);
                     read += 1;
                 }
+                // Read only once `f` returned: a handler that panics gets it again.
+                l.read += 1;
                 e.readers = e.readers.saturating_sub(1);
                 if e.readers == 0 {
                     // Read by everyone: nothing needs it, though it may wait behind older
@@ -655,7 +657,6 @@ impl<K> Log<K> {
                 }
             }
         }
-        l.read = self.end();
         read
     }
 
@@ -711,6 +712,28 @@ pub struct Processor<K> {
     /// How many handlers have something in their queue, so that polling with nothing to
     /// deliver (every log entry read, every queue empty) answers without visiting each handler.
     queued: usize,
+}
+
+/// [`Processor::deliver`] in progress: when it ends (normally or because a handler panicked)
+/// the log is trimmed and, on the path where every handler keeps up, every cursor is set to
+/// the first entry not yet handed to all of them. So a panicking handler leaves the processor
+/// consistent: what was handed out before stays delivered, and the notification being handed
+/// out stays pending for every handler (one that already had it gets it again).
+struct Delivering<'a, K> {
+    p: &'a mut Processor<K>,
+    fast: bool,
+}
+
+impl<K> Drop for Delivering<'_, K> {
+    fn drop(&mut self) {
+        if self.fast {
+            let start = self.p.log.start;
+            for l in &mut self.p.listeners {
+                l.read = start;
+            }
+        }
+        self.p.log.trim();
+    }
 }
 
 /// Moves `l`'s unread log entries into its queue, then pushes `n` there: a clone, or `n`
@@ -1107,48 +1130,47 @@ impl<K> Processor<K> {
         if self.queued == 0 && self.log.entries.is_empty() {
             return 0;
         }
-        let end = self.log.end();
         let mut delivered = 0;
         let start = self.log.start;
-        if self.queued == 0
+        let fast = self.queued == 0
             && self
                 .listeners
                 .iter()
-                .all(|l| l.in_flight.is_none() && l.read == start)
-        {
+                .all(|l| l.in_flight.is_none() && l.read == start);
+        // Puts the bookkeeping right when delivery ends, also when `f` panics.
+        let guard = Delivering { p: self, fast };
+        let p = &mut *guard.p;
+        if fast {
             // Every handler idle and at the log's start (they keep up): each reads every entry,
             // so an entry is read by all of them in turn and leaves the log at once.
-            while let Some(e) = self.log.entries.pop_front() {
+            while let Some(e) = p.log.entries.front() {
                 if let Some(n) = &e.notification {
-                    for l in &self.listeners {
+                    for l in &p.listeners {
                         f(l.id, n);
                     }
-                    delivered += self.listeners.len();
+                    delivered += p.listeners.len();
                 }
+                p.log.entries.pop_front();
+                p.log.start += 1;
             }
-            self.log.start = end;
-            for l in &mut self.listeners {
-                l.read = end;
-            }
-            self.log.trim();
             return delivered;
         }
-        for l in &mut self.listeners {
+        let end = p.log.end();
+        for l in &mut p.listeners {
             if l.in_flight.is_some() {
                 continue;
             }
-            if !l.queue.is_empty() {
-                while let Some((n, _)) = l.queue.pop() {
-                    f(l.id, &n);
-                    delivered += 1;
+            while let Some((n, _)) = l.queue.pop() {
+                if l.queue.is_empty() {
+                    p.queued -= 1;
                 }
-                account(&mut self.queued, false, true);
+                f(l.id, &n);
+                delivered += 1;
             }
             if l.read < end {
-                delivered += self.log.read_run(l, &mut f);
+                delivered += p.log.read_run(l, &mut f);
             }
         }
-        self.log.trim();
         delivered
     }
 

@@ -122,11 +122,16 @@ fn watch_events_allocate_nothing_but_a_new_key() {
     assert_eq!(seen, 3 * OBJECTS / 2);
     assert_eq!(n, 0, "allocations of watch DELETED events");
 
-    // Re-adding the deleted keys: one allocation each, the key (the index buckets and the
-    // store kept their capacity).
+    // Re-adding the deleted keys: one allocation each, the key, and now and then a table
+    // that rehashes (deleted slots do not all count as free again; where they fall depends
+    // on the process's hash seed).
     let adds = events(OBJECTS / 2, &mut rv, "add");
     seen = 0;
     let n = allocations(|| feed(&mut inf, adds, &mut seen));
     assert_eq!(seen, 3 * OBJECTS / 2);
-    assert!(n <= OBJECTS / 2, "{n} allocations for {} adds", OBJECTS / 2);
+    let adds = OBJECTS / 2;
+    assert!(
+        n >= adds && n <= adds + adds / 10,
+        "{n} allocations for {adds} adds"
+    );
 }
