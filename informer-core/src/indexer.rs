@@ -477,25 +477,29 @@ impl<K: Object + 'static> Indexer<K> {
     /// Stores `obj` under `key` (which must be the object's key), reusing `key`'s allocation.
     /// Returns the previous object.
     pub fn insert(&mut self, key: Key, obj: Arc<K>) -> Option<Arc<K>> {
-        match self.items.get_mut(&key) {
-            Some(slot) => Some(replace_stored(
-                &mut self.indices,
-                &mut self.journal,
-                &key,
-                slot,
-                obj,
-            )),
-            None => {
+        // One hash of the key, whether it is stored or not.
+        match self.items.entry(key) {
+            hashbrown::hash_map::Entry::Occupied(mut e) => {
+                let key = e.key().clone();
+                Some(replace_stored(
+                    &mut self.indices,
+                    &mut self.journal,
+                    &key,
+                    e.get_mut(),
+                    obj,
+                ))
+            }
+            hashbrown::hash_map::Entry::Vacant(v) => {
                 for index in &mut self.indices {
-                    index.update(&key, None, Some(&obj));
+                    index.update(v.key(), None, Some(&obj));
                 }
                 if let Some(journal) = &mut self.journal {
                     journal.push(Change::Upsert {
-                        key: key.clone(),
+                        key: v.key().clone(),
                         obj: obj.clone(),
                     });
                 }
-                self.items.insert(key, obj);
+                v.insert(obj);
                 None
             }
         }
