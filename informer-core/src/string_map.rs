@@ -309,9 +309,8 @@ fn push_field(out: &mut String, s: &str) {
             break;
         }
     }
-    for &b in &buf[i..] {
-        out.push(char::from(b));
-    }
+    // ASCII digits: always UTF-8.
+    out.push_str(core::str::from_utf8(&buf[i..]).unwrap_or_default());
     out.push(':');
     out.push_str(s);
 }
