@@ -535,7 +535,7 @@ struct ListMeta {
 /// The whole body at once through a [`ListDecoder`]: fails with [`DecodeError::Object`] naming
 /// the first item that does not decode, or [`DecodeError::Malformed`] when the body is not a list
 /// object.
-pub fn decode_list<K: DeserializeOwned>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
+pub fn decode_list<K: DeserializeOwned + 'static>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
     let mut decoder = ListDecoder::new();
     decoder.feed(body)?;
     decoder.finish()
