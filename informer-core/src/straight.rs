@@ -26,21 +26,73 @@ fn stops(b: u8) -> bool {
     (b == b'"') | (b == b'\\') | (b < 0x20)
 }
 
-/// Bytes at the start of `s` before the first `"`, `\` or control byte (`s.len()` if none):
-/// 32 bytes a step while there is none (a loop the compiler turns into vector compares), then
-/// byte by byte within the step that holds it.
-fn plain_run(s: &[u8]) -> usize {
-    const STEP: usize = 32;
-    let mut done = 0;
-    for chunk in s.chunks_exact(STEP) {
-        if chunk.iter().fold(false, |hit, &b| hit | stops(b)) {
-            break;
-        }
-        done += STEP;
-    }
-    let rest = s.get(done..).unwrap_or_default();
-    done + rest.iter().position(|&b| stops(b)).unwrap_or(rest.len())
+/// Which bytes of the little-endian word `w` are `"`, `\` or control bytes: the high bit of
+/// each such byte set. Exact for the lowest one (a borrow only carries into bytes above a
+/// match), which is all [`plain_run`] reads.
+#[inline]
+fn stop_bytes(w: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let control = w.wrapping_sub(ONES * 0x20) & !w;
+    let quote = w ^ (ONES * u64::from(b'"'));
+    let quote = quote.wrapping_sub(ONES) & !quote;
+    let backslash = w ^ (ONES * u64::from(b'\\'));
+    let backslash = backslash.wrapping_sub(ONES) & !backslash;
+    (control | quote | backslash) & HIGH
 }
+
+/// The 8 bytes of `s` at `i`, as a little-endian word.
+#[inline]
+fn word_at(s: &[u8], i: usize) -> Option<u64> {
+    let bytes = <[u8; 8]>::try_from(s.get(i..i.checked_add(8)?)?).ok()?;
+    Some(u64::from_le_bytes(bytes))
+}
+
+/// Whether `block` holds a `"`, `\` or control byte: no early exit, so the compiler compares
+/// it 16 bytes at a time.
+fn block_stops(block: &[u8]) -> bool {
+    block.iter().fold(0u8, |any, &b| any | u8::from(stops(b))) != 0
+}
+
+/// Bytes at the start of `s` before the first `"`, `\` or control byte (`s.len()` if none).
+///
+/// Most strings are short (keys, names): their first 32 bytes are read a word (8 bytes) at a
+/// time. A longer one (a data value) goes on 64 bytes a step while there is none, then a word
+/// at a time again to find it.
+#[inline]
+fn plain_run(s: &[u8]) -> usize {
+    const HEAD: usize = 32;
+    const BLOCK: usize = 64;
+    let mut i = 0;
+    while i < HEAD {
+        let Some(w) = word_at(s, i) else { break };
+        let stop = stop_bytes(w);
+        if stop != 0 {
+            return i + stop.trailing_zeros() as usize / 8;
+        }
+        i += 8;
+    }
+    if i == HEAD {
+        while let Some(block) = s.get(i..i + BLOCK) {
+            if block_stops(block) {
+                break;
+            }
+            i += BLOCK;
+        }
+    }
+    while let Some(w) = word_at(s, i) {
+        let stop = stop_bytes(w);
+        if stop != 0 {
+            return i + stop.trailing_zeros() as usize / 8;
+        }
+        i += 8;
+    }
+    let rest = s.get(i..).unwrap_or_default();
+    i + rest.iter().position(|&b| stops(b)).unwrap_or(rest.len())
+}
+
+/// Labels or annotations as read: borrowed pairs, on the stack for up to eight.
+type Pairs<'a> = SmallVec<[(&'a str, &'a str); 8]>;
 
 /// The decoder's position in the text.
 struct Reader<'a> {
@@ -52,13 +104,14 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     /// The next byte that is not JSON whitespace (not consumed); `None` at the end.
     fn peek(&mut self) -> Option<u8> {
-        while let Some(&b) = self.bytes.get(self.at) {
-            if !matches!(b, b' ' | b'\n' | b'\t' | b'\r') {
+        loop {
+            let b = *self.bytes.get(self.at)?;
+            // Every byte that means something here is above the space.
+            if b > b' ' || !matches!(b, b' ' | b'\n' | b'\t' | b'\r') {
                 return Some(b);
             }
             self.at += 1;
         }
-        None
     }
 
     /// Consumes `word` (`null`, `true`, `false`) at the current position.
@@ -263,13 +316,13 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A map of strings or `null`, at the value: its pairs sorted by key, later duplicates
-    /// winning (as `Pairs`).
-    fn optional_pairs(&mut self) -> Option<Option<SmallVec<[(&'a str, &'a str); 8]>>> {
+    /// A map of strings or `null`, at the value, into `pairs` (emptied first: a later
+    /// duplicate key wins, as in `Pairs`): sorted by key, later duplicate keys winning.
+    fn pairs_into(&mut self, pairs: &mut Pairs<'a>) -> Option<()> {
+        pairs.clear();
         match self.peek()? {
-            b'n' => self.literal(b"null").map(|()| None),
+            b'n' => self.literal(b"null"),
             b'{' => {
-                let mut pairs = SmallVec::new();
                 self.object(|r, key| {
                     if r.peek()? != b'"' {
                         return None;
@@ -277,9 +330,9 @@ impl<'a> Reader<'a> {
                     pairs.push((key, r.plain_str()?));
                     Some(())
                 })?;
-                let kept = sort_dedup(&mut pairs);
+                let kept = sort_dedup(pairs);
                 pairs.truncate(kept);
-                Some(Some(pairs))
+                Some(())
             }
             _ => None,
         }
@@ -295,22 +348,20 @@ impl<'a> Reader<'a> {
         let mut other = RawFieldsBuilder::default();
         let mut name = None;
         let (mut namespace, mut uid, mut resource_version) = (None, None, None);
-        let mut labels = None;
-        let mut annotations = None;
+        let mut labels = Pairs::new();
+        let mut annotations = Pairs::new();
         self.object(|r, key| {
             match key {
                 "name" => name = r.optional_str()?,
                 "namespace" => namespace = r.optional_str()?,
                 "uid" => uid = r.optional_str()?,
                 "resourceVersion" => resource_version = r.optional_str()?,
-                "labels" => labels = r.optional_pairs()?,
-                "annotations" => annotations = r.optional_pairs()?,
+                "labels" => r.pairs_into(&mut labels)?,
+                "annotations" => r.pairs_into(&mut annotations)?,
                 _ => other.push(Cow::Borrowed(key), Cow::Borrowed(r.raw_value()?)),
             }
             Some(())
         })?;
-        let labels = labels.unwrap_or_default();
-        let annotations = annotations.unwrap_or_default();
         let strings = MetaStrings {
             other: OtherSource::Members(other.members()),
             name: name.unwrap_or(""),
@@ -355,6 +406,7 @@ mod tests {
     use super::*;
     use alloc::format;
     use alloc::string::{String, ToString};
+    use alloc::vec::Vec;
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
@@ -383,6 +435,36 @@ mod tests {
         format!(
             r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"cm-1","namespace":"bench-1","uid":"3596bd45-97d7-49b8-a854-1725105d5c02","resourceVersion":"2275","creationTimestamp":"2026-11-23T08:35:24Z","labels":{{"app":"bench","shard":"12"}},"managedFields":[{{"manager":"unknown","operation":"Update","apiVersion":"v1","time":"2026-11-23T08:35:24Z","fieldsType":"FieldsV1","fieldsV1":{{"f:data":{{".":{{}},"f:payload":{{}}}},"f:metadata":{{"f:labels":{{".":{{}},"f:app":{{}},"f:shard":{{}}}}}}}}}}]}},"data":{{"payload":"{payload}"}}}}"#
         )
+    }
+
+    /// The plain run ends at the first `"`, `\\` or control byte wherever it lies (in the
+    /// word-at-a-time head, a 64-byte block, the words after it, the last bytes), whatever
+    /// follows it, with multi-byte characters and bytes that differ from a stop byte by one
+    /// around it.
+    #[test]
+    fn plain_run_stops_at_the_first_stop_byte() {
+        let naive = |s: &[u8]| s.iter().position(|&b| stops(b)).unwrap_or(s.len());
+        let fillers: [&[u8]; 4] = [
+            b"a",
+            "é".as_bytes(),
+            b"\x21\x23\x5b\x5d\x20",
+            b"\x7f\xa2\xdc\xff",
+        ];
+        for filler in fillers {
+            for len in 0..200 {
+                let plain: Vec<u8> = filler.iter().copied().cycle().take(len).collect();
+                assert_eq!(plain_run(&plain), len);
+                for stop in [b'"', b'\\', 0, 0x1f, b'\n'] {
+                    for after in [&b""[..], b"\"", b"\x01\\", b"zzzzzzzzzzzzzzzzzzzzzzzzzzz"] {
+                        let mut s = plain.clone();
+                        s.push(stop);
+                        s.extend_from_slice(after);
+                        assert_eq!(plain_run(&s), naive(&s), "{s:?}");
+                        assert_eq!(plain_run(&s), len);
+                    }
+                }
+            }
+        }
     }
 
     #[test]
