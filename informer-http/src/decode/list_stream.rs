@@ -5,14 +5,12 @@
 //! top-level object byte by byte and decodes every element of `items` as soon as its last byte
 //! arrives, so only the unfinished element is ever buffered, never the body.
 
-use std::any::Any;
 use std::sync::Arc;
 
-use informer_core::DynamicObject;
 use informer_core::protocol::ListPage;
 use serde::de::DeserializeOwned;
 
-use super::{DecodeError, ListMeta, object_error};
+use super::{DecodeError, ListMeta, object_error, straight_object};
 
 /// Deepest nesting of arrays and objects accepted (the top-level object included), as
 /// `serde_json`'s own recursion limit.
@@ -264,20 +262,6 @@ fn string_end(s: &[u8]) -> usize {
     head.len() + memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len())
 }
 
-/// The object item that starts `text` and its length, by [`DynamicObject::from_json_start`]
-/// when `K` is `DynamicObject` (it reads the raw members, most of a list's bytes, several
-/// bytes a step where serde_json reads one, and gives the same object); `None` for any other
-/// type, or when that decoder leaves the item to serde_json.
-fn straight<K: 'static>(text: &str) -> Option<(K, usize)> {
-    let mut slot: Option<(K, usize)> = None;
-    if let Some(dynamic) =
-        (&mut slot as &mut dyn Any).downcast_mut::<Option<(DynamicObject, usize)>>()
-    {
-        *dynamic = DynamicObject::from_json_start(text);
-    }
-    slot
-}
-
 /// Fails unless `bytes` is one JSON value: the items were only delimited by the scanner.
 fn check_syntax(bytes: &[u8]) -> Result<(), DecodeError> {
     serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
@@ -403,7 +387,7 @@ impl<K: DeserializeOwned + 'static> ListDecoder<K> {
         if self.item_error.is_some() || text.len() < self.last_item_len {
             return None;
         }
-        let (obj, len) = match straight::<K>(text) {
+        let (obj, len) = match straight_object::<K>(text) {
             Some(decoded) => decoded,
             None => {
                 let mut stream = serde_json::Deserializer::from_str(text).into_iter::<K>();
