@@ -344,6 +344,9 @@ fn skip_json_space(text: &str) -> &str {
     text.trim_start_matches([' ', '\n', '\t', '\r'])
 }
 
+/// What makes an event of an object.
+type Wrap<K> = fn(Arc<K>) -> WatchEvent<K>;
+
 /// An `ADDED`, `MODIFIED` or `DELETED` event of a `DynamicObject` in the form kube-apiserver
 /// writes (`{"type":"…","object":{…}}`, whitespace allowed where JSON allows it), its object
 /// read by [`straight_object`]; `None` for anything else, which the serde_json way then decodes
@@ -357,14 +360,13 @@ fn straight_event<K: 'static>(line: &[u8]) -> Option<WatchEvent<K>> {
     let rest = skip_json_space(rest).strip_prefix(r#""type""#)?;
     let rest = skip_json_space(rest).strip_prefix(':')?;
     let rest = skip_json_space(rest);
-    let (wrap, rest): (fn(Arc<K>) -> WatchEvent<K>, &str) =
-        if let Some(rest) = rest.strip_prefix(r#""ADDED""#) {
-            (WatchEvent::Added, rest)
-        } else if let Some(rest) = rest.strip_prefix(r#""MODIFIED""#) {
-            (WatchEvent::Modified, rest)
-        } else {
-            (WatchEvent::Deleted, rest.strip_prefix(r#""DELETED""#)?)
-        };
+    let (wrap, rest): (Wrap<K>, &str) = if let Some(rest) = rest.strip_prefix(r#""ADDED""#) {
+        (WatchEvent::Added, rest)
+    } else if let Some(rest) = rest.strip_prefix(r#""MODIFIED""#) {
+        (WatchEvent::Modified, rest)
+    } else {
+        (WatchEvent::Deleted, rest.strip_prefix(r#""DELETED""#)?)
+    };
     let rest = skip_json_space(rest).strip_prefix(',')?;
     let rest = skip_json_space(rest).strip_prefix(r#""object""#)?;
     let rest = skip_json_space(rest).strip_prefix(':')?;
