@@ -3,7 +3,8 @@
 //! An informer's first list is mostly raw JSON that it keeps as it is (a ConfigMap's `data`,
 //! `managedFields`): serde_json walks every such value byte by byte to find its end, which is
 //! most of the cost of decoding. This decoder reads the same grammar with fewer steps (a
-//! string's plain bytes 32 at a time) and builds the very same object. It gives up (`None`)
+//! string's plain bytes a word at a time, 64 a step in a long one) and builds the very same
+//! object. It gives up (`None`)
 //! wherever it is not sure to agree with serde_json — an escape in a string it keeps, a value
 //! of an unexpected type, any syntax error — and the caller then decodes with serde_json,
 //! which gives the same object or the error. It never accepts what serde_json refuses.
