@@ -191,7 +191,7 @@ fn page_text<K: Debug>(p: &ListPage<K>) -> String {
     )
 }
 
-fn streamed<K: DeserializeOwned>(pieces: &[&[u8]]) -> Result<ListPage<K>, DecodeError> {
+fn streamed<K: DeserializeOwned + 'static>(pieces: &[&[u8]]) -> Result<ListPage<K>, DecodeError> {
     let mut d = ListDecoder::<K>::new();
     for p in pieces {
         d.feed(p)?;
@@ -199,7 +199,7 @@ fn streamed<K: DeserializeOwned>(pieces: &[&[u8]]) -> Result<ListPage<K>, Decode
     d.finish()
 }
 
-fn list_as<K: DeserializeOwned + Debug>(body: &[u8], seed: u8) {
+fn list_as<K: DeserializeOwned + Debug + 'static>(body: &[u8], seed: u8) {
     let expected = oracle::<K>(body).map(|p| page_text(&p));
     for (how, got) in [
         ("whole", streamed::<K>(&[body])),

@@ -26,6 +26,15 @@
 //! handlers' shared log), `fifo` (DeltaFIFO, delivering after every pop) or `fifo-drained`
 //! (every key popped before anything is delivered, as the informer did through the FIFO). Its
 //! instructions: `--toggle-collect='*initial_list*'` instead of `'*feed*'`.
+//!
+//! After the events, each workload relists: every live object decoded anew (90% unchanged, 10%
+//! changed, 1% gone while the watch was down, 1% new), applied and delivered; its instructions:
+//! `--toggle-collect='*relist_now*'`.
+//!
+//! `INFORMER_BENCH_DELIVERY` picks how the counting handlers get their notifications: `deliver`
+//! (the default: inline, by reference, `Pipeline::deliver`, as a driver that runs its handlers
+//! on its own thread) or `poll` (one owned notification at a time: `poll_notification`, then
+//! `handler_done`, as a driver that hands each one to another thread).
 
 // The counting global allocator needs `unsafe impl GlobalAlloc`; the core itself forbids unsafe.
 #![allow(unsafe_code)]

@@ -42,6 +42,16 @@ pub trait IndexFunc<K>: Send + Sync {
     fn same_values(&self, old: &K, new: &K) -> bool {
         self.index_values(old) == self.index_values(new)
     }
+
+    /// For a function that gives every object at most one value: `Some(value)` (`Some(None)`:
+    /// no value), so that the indexer updates the index without building [`IndexValues`].
+    /// `None` (the default): the function may give several values; [`index_values`] is used.
+    ///
+    /// [`index_values`]: Self::index_values
+    fn single_value<'a>(&self, obj: &'a K) -> Option<Option<&'a str>> {
+        let _ = obj;
+        None
+    }
 }
 
 impl<K, F> IndexFunc<K> for F
@@ -102,6 +112,10 @@ impl<K: Labels> IndexFunc<K> for LabelIndex {
     fn same_values(&self, old: &K, new: &K) -> bool {
         old.label(&self.key) == new.label(&self.key)
     }
+
+    fn single_value<'a>(&self, obj: &'a K) -> Option<Option<&'a str>> {
+        Some(obj.label(&self.key))
+    }
 }
 
 /// The name [`Indexer::add_label_index`] gives the index of label `key`: `label:<key>`.
@@ -119,6 +133,19 @@ pub fn namespace_index_values<K: Object>(obj: &K) -> IndexValues<'_> {
         values.push(Cow::Borrowed(ns));
     }
     values
+}
+
+/// The built-in namespace index's function: [`namespace_index_values`], with its one value.
+struct NamespaceIndex;
+
+impl<K: Object> IndexFunc<K> for NamespaceIndex {
+    fn index_values<'a>(&self, obj: &'a K) -> IndexValues<'a> {
+        namespace_index_values(obj)
+    }
+
+    fn single_value<'a>(&self, obj: &'a K) -> Option<Option<&'a str>> {
+        Some(obj.namespace())
+    }
 }
 
 /// An Indexer error.
@@ -173,6 +200,10 @@ impl<K> IndexFunc<K> for SharedIndexFunc<K> {
 
     fn same_values(&self, old: &K, new: &K) -> bool {
         self.0.same_values(old, new)
+    }
+
+    fn single_value<'a>(&self, obj: &'a K) -> Option<Option<&'a str>> {
+        self.0.single_value(obj)
     }
 
     // Forwarded so that the selector planner recognises a shared label index.
@@ -274,6 +305,30 @@ impl<K> Index<K> {
                 return;
             }
         }
+        // A function with one value per object (a label, the namespace): no IndexValues.
+        fn one<'a, K>(func: &dyn IndexFunc<K>, o: Option<&'a K>) -> Option<Option<&'a str>> {
+            match o {
+                Some(o) => func.single_value(o),
+                None => Some(None),
+            }
+        }
+        let func = &*self.func;
+        if let (Some(old_one), Some(new_one)) = (one(func, old), one(func, new)) {
+            if old_one != new_one {
+                if let Some(v) = old_one {
+                    self.remove(v, key);
+                }
+                if let Some(v) = new_one {
+                    self.insert(v, key);
+                }
+            }
+            return;
+        }
+        self.update_values(key, old, new);
+    }
+
+    /// [`update`](Self::update) through [`IndexValues`].
+    fn update_values(&mut self, key: &Key, old: Option<&K>, new: Option<&K>) {
         let old_vals = old.map(|o| self.func.index_values(o)).unwrap_or_default();
         let new_vals = new.map(|o| self.func.index_values(o)).unwrap_or_default();
         if old_vals == new_vals {
@@ -358,7 +413,7 @@ impl<K: Object + 'static> Indexer<K> {
             is_namespace: true,
             label_key: None,
             name: NAMESPACE_INDEX.into(),
-            func: Box::new(namespace_index_values::<K>),
+            func: Box::new(NamespaceIndex),
             buckets: HashMap::default(),
         });
         idx
@@ -422,25 +477,29 @@ impl<K: Object + 'static> Indexer<K> {
     /// Stores `obj` under `key` (which must be the object's key), reusing `key`'s allocation.
     /// Returns the previous object.
     pub fn insert(&mut self, key: Key, obj: Arc<K>) -> Option<Arc<K>> {
-        match self.items.get_mut(&key) {
-            Some(slot) => Some(replace_stored(
-                &mut self.indices,
-                &mut self.journal,
-                &key,
-                slot,
-                obj,
-            )),
-            None => {
+        // One hash of the key, whether it is stored or not.
+        match self.items.entry(key) {
+            hashbrown::hash_map::Entry::Occupied(mut e) => {
+                let key = e.key().clone();
+                Some(replace_stored(
+                    &mut self.indices,
+                    &mut self.journal,
+                    &key,
+                    e.get_mut(),
+                    obj,
+                ))
+            }
+            hashbrown::hash_map::Entry::Vacant(v) => {
                 for index in &mut self.indices {
-                    index.update(&key, None, Some(&obj));
+                    index.update(v.key(), None, Some(&obj));
                 }
                 if let Some(journal) = &mut self.journal {
                     journal.push(Change::Upsert {
-                        key: key.clone(),
+                        key: v.key().clone(),
                         obj: obj.clone(),
                     });
                 }
-                self.items.insert(key, obj);
+                v.insert(obj);
                 None
             }
         }

@@ -285,6 +285,29 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.pipeline.poll_notification_for(id)
     }
 
+    /// Up to `max` of handler `id`'s next notifications, appended to `out`, if the handler is
+    /// idle; returns how many. The handler is busy with the whole batch until
+    /// [`handler_done`](Self::handler_done) (what arrives meanwhile waits and coalesces behind
+    /// it). For runtimes that hand notifications to another thread: one hand-over per batch.
+    pub fn poll_batch_for(
+        &mut self,
+        id: HandlerId,
+        max: usize,
+        out: &mut Vec<Notification<K>>,
+    ) -> usize {
+        self.pipeline.poll_batch_for(id, max, out)
+    }
+
+    /// Runs every pending notification of every idle handler through `f` by reference, in
+    /// each handler's order, and returns how many: for a runtime that runs its handlers inline,
+    /// in place of taking [`Output::Notify`] from [`poll`](Self::poll) and reporting
+    /// [`handler_done`](Self::handler_done) for each. No notification is cloned per handler.
+    /// `poll` still gives the other outputs (requests, watch errors), and any notification of
+    /// a handler that was busy.
+    pub fn deliver(&mut self, f: impl FnMut(HandlerId, &Notification<K>)) -> usize {
+        self.pipeline.deliver(f)
+    }
+
     /// When [`handle_timeout`](Self::handle_timeout) is next due.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {

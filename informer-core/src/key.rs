@@ -70,6 +70,10 @@ impl Key {
 /// namespace/name split, so no lookup can miss (equality still compares every byte).
 const INLINE_KEY_HASH: usize = 320;
 
+/// Joined keys up to this length (most) are assembled in a buffer of this size, cheaper to
+/// clear than one of `INLINE_KEY_HASH`.
+const SHORT_KEY: usize = 64;
+
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
         let bytes = self.0.as_bytes();
@@ -126,15 +130,17 @@ impl<'a> KeyRef<'a> {
     pub fn to_key(self) -> Key {
         match self.namespace {
             None => Key(Arc::from(self.name)),
-            Some(ns) if self.joined_len() <= INLINE_KEY_HASH => {
-                // Join on the stack so the `Arc` is the only allocation.
+            // Join on the stack so the `Arc` is the only allocation; most keys fit a small
+            // buffer, cheaper to clear.
+            Some(_) if self.joined_len() <= SHORT_KEY => {
+                let mut buf = [0u8; SHORT_KEY];
+                let len = self.join_prefix(&mut buf);
+                self.key_from_joined(&buf[..len])
+            }
+            Some(_) if self.joined_len() <= INLINE_KEY_HASH => {
                 let mut buf = [0u8; INLINE_KEY_HASH];
                 let len = self.join_prefix(&mut buf);
-                match core::str::from_utf8(&buf[..len]) {
-                    Ok(joined) => Key(Arc::from(joined)),
-                    // Unreachable: the buffer holds two `str`s and an ASCII byte.
-                    Err(_) => Key(Arc::from(alloc::format!("{ns}/{}", self.name).as_str())),
-                }
+                self.key_from_joined(&buf[..len])
             }
             Some(ns) => {
                 let mut s = String::with_capacity(ns.len() + 1 + self.name.len());
@@ -166,8 +172,17 @@ impl KeyRef<'_> {
         }
     }
 
-    /// Writes the first `buf.len()` bytes of the joined key into `buf`; returns how many.
-    fn join_prefix(&self, buf: &mut [u8; INLINE_KEY_HASH]) -> usize {
+    /// The key whose joined bytes `joined` holds.
+    fn key_from_joined(&self, joined: &[u8]) -> Key {
+        match core::str::from_utf8(joined) {
+            Ok(joined) => Key(Arc::from(joined)),
+            // Unreachable: the bytes are two `str`s and an ASCII byte.
+            Err(_) => Key(Arc::from(alloc::format!("{self}").as_str())),
+        }
+    }
+
+    /// Writes the first `N` bytes of the joined key into `buf`; returns how many.
+    fn join_prefix<const N: usize>(&self, buf: &mut [u8; N]) -> usize {
         let mut n = 0;
         let mut put = |bytes: &[u8]| {
             let take = bytes.len().min(buf.len() - n);
@@ -191,6 +206,11 @@ impl Hash for KeyRef<'_> {
         match self.namespace {
             None if len <= INLINE_KEY_HASH => state.write(self.name.as_bytes()),
             None => state.write(&self.name.as_bytes()[..INLINE_KEY_HASH]),
+            Some(_) if len <= SHORT_KEY => {
+                let mut buf = [0u8; SHORT_KEY];
+                let n = self.join_prefix(&mut buf);
+                state.write(&buf[..n]);
+            }
             Some(_) => {
                 let mut buf = [0u8; INLINE_KEY_HASH];
                 let n = self.join_prefix(&mut buf);
@@ -254,6 +274,29 @@ mod tests {
             &KeyRef::new(Some("ab"), "c"),
             &Key::parse("a/bc")
         ));
+    }
+
+    /// Every namespace/name split, short and long (the stack buffers' sizes), hashes as the
+    /// joined `Key`; a trailing zero byte or a moved `/` changes it.
+    #[test]
+    fn every_split_hashes_as_the_joined_key() {
+        let s = hashbrown::DefaultHashBuilder::default();
+        let text = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJ";
+        for ns_len in 1..20 {
+            for name_len in 0..20 {
+                let (ns, name) = (&text[..ns_len], &text[ns_len..ns_len + name_len]);
+                let r = KeyRef::new(Some(ns), name);
+                let joined = alloc::format!("{ns}/{name}");
+                assert_eq!(s.hash_one(Key::parse(&joined)), s.hash_one(r), "{joined}");
+                assert_eq!(r.to_key().as_str(), joined);
+                let zero = alloc::format!("{joined}\0");
+                assert_ne!(s.hash_one(Key::parse(&zero)), s.hash_one(r), "{joined}");
+                if name_len > 0 {
+                    let moved = KeyRef::new(Some(&text[..ns_len + 1]), &name[1..]);
+                    assert_ne!(s.hash_one(moved), s.hash_one(r), "{joined}");
+                }
+            }
+        }
     }
 
     /// Regression (faults probe): a cluster-scoped name `"x/" + "y" * 400` used to hash as

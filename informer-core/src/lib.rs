@@ -60,6 +60,7 @@ pub mod shared;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod snapshot;
+mod straight;
 pub mod string_map;
 pub mod time;
 pub mod workqueue;

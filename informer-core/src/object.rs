@@ -648,6 +648,32 @@ impl Object for DynamicObject {
 }
 
 impl DynamicObject {
+    /// Decodes the JSON object that starts `text` (at its `{`) as
+    /// `serde_json::Deserializer::from_str(text).into_iter::<DynamicObject>().next()` does —
+    /// the same object, and the bytes it takes (`text` may go on after it) — but reading the
+    /// raw members (`data`, `spec`, `managedFields`, …) several bytes at a time instead of one:
+    /// most of a list's bytes are such values.
+    ///
+    /// `None` when this decoder leaves the text to serde_json: a string it keeps (a key, the
+    /// name, a label) has an escape, a value has an unexpected type, or the text is not one
+    /// JSON object. Decode it with serde_json then, which gives the same object or the error;
+    /// this never accepts what serde_json refuses.
+    ///
+    /// ```
+    /// use informer_core::DynamicObject;
+    ///
+    /// let text = r#"{"kind":"ConfigMap","metadata":{"name":"a"},"data":{"k":"v"}} next"#;
+    /// let (obj, len) = DynamicObject::from_json_start(text).unwrap();
+    /// assert_eq!(obj.metadata.name(), "a");
+    /// assert_eq!(&text[len..], " next");
+    /// let mut serde = serde_json::Deserializer::from_str(text).into_iter::<DynamicObject>();
+    /// assert_eq!(obj, serde.next().unwrap().unwrap());
+    /// assert_eq!(len, serde.byte_offset());
+    /// ```
+    pub fn from_json_start(text: &str) -> Option<(DynamicObject, usize)> {
+        crate::straight::dynamic_object(text)
+    }
+
     /// A label value.
     pub fn label(&self, name: &str) -> Option<&str> {
         self.metadata.labels().get(name)

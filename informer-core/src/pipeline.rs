@@ -5,8 +5,9 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 use crate::fifo::{Delta, DeltaFifo, DeltaType};
+use crate::hash::HashSet;
 use crate::indexer::{Change, IndexError, IndexFunc, Indexer};
-use crate::object::{Key, Object, ObjectOrTombstone, Tombstone};
+use crate::object::{Key, KeyRef, Object, ObjectOrTombstone, Tombstone};
 use crate::processor::{HandlerId, Notification, Processor, ResyncPeriods};
 use crate::time::Instant;
 
@@ -104,8 +105,55 @@ impl<K: Object + 'static> Pipeline<K> {
     }
 
     /// A full list arrived (all pages): queue `Replaced` deltas and tombstones.
+    ///
+    /// A relist while nothing is queued (the FIFO was populated and is empty: every relist of
+    /// a running informer whose watch broke, and the relist after a warm restart's 410) is
+    /// applied at once instead, as [`added`](Self::added) applies a watch event: each listed
+    /// object as its `Replaced` delta would be, in list order, then each stored object the
+    /// list lacks deleted with a tombstone (`DeletedFinalStateUnknown`), which is the FIFO's
+    /// order. The same store changes and notifications as queueing and popping, without a
+    /// FIFO entry per object (a relist of 100k objects built a 100k-key FIFO).
     pub fn replace(&mut self, items: Vec<Arc<K>>) {
-        self.fifo.replace(items, &self.indexer);
+        if self.fifo.has_synced() && self.fifo.is_empty() {
+            self.replace_now(items);
+        } else {
+            self.fifo.replace(items, &self.indexer);
+        }
+    }
+
+    /// The straight path of [`replace`](Self::replace).
+    fn replace_now(&mut self, items: Vec<Arc<K>>) {
+        let mut tombstones: Vec<Tombstone<K>> = Vec::new();
+        {
+            let mut listed: HashSet<KeyRef<'_>> =
+                HashSet::with_capacity_and_hasher(items.len(), Default::default());
+            for obj in &items {
+                listed.insert(obj.key_ref());
+            }
+            for (key, obj) in self.indexer.iter() {
+                if !listed.contains(&key.as_ref_parts()) {
+                    tombstones.push(Tombstone {
+                        key: key.clone(),
+                        obj: obj.clone(),
+                    });
+                }
+            }
+        }
+        for obj in items {
+            // Not an initial-list add: the FIFO has synced.
+            let (key, old) = self.indexer.upsert(obj.clone());
+            self.notify_upsert(key, DeltaType::Replaced, old, obj, false);
+        }
+        for t in tombstones {
+            if self.indexer.delete_key(t.key.as_ref_parts()).is_some() {
+                let key = t.key.clone();
+                self.processor.distribute_key(
+                    key,
+                    Notification::Delete(ObjectOrTombstone::Tombstone(t)),
+                    false,
+                );
+            }
+        }
     }
 
     /// The initial population of a pipeline that has never been populated (the informer's
@@ -130,14 +178,14 @@ impl<K: Object + 'static> Pipeline<K> {
                 // Nothing was distributed before this first population, and the key is new to
                 // the store, so no handler has anything pending for it.
                 None => self.processor.distribute_new(
-                    &key,
+                    key,
                     Notification::Add {
                         obj,
                         in_initial_list: true,
                     },
                 ),
                 // A repeated key: an update, as the FIFO's second `Replaced` delta would give.
-                old @ Some(_) => self.notify_upsert(&key, DeltaType::Replaced, old, obj, true),
+                old @ Some(_) => self.notify_upsert(key, DeltaType::Replaced, old, obj, true),
             }
         }
     }
@@ -167,8 +215,8 @@ impl<K: Object + 'static> Pipeline<K> {
         if self.fifo.is_empty() {
             let _first = self.fifo.mark_populated();
             if let Some((key, _old)) = self.indexer.remove_entry(obj.key_ref()) {
-                self.processor.distribute(
-                    &key,
+                self.processor.distribute_key(
+                    key,
                     Notification::Delete(ObjectOrTombstone::Object(obj)),
                     false,
                 );
@@ -186,14 +234,23 @@ impl<K: Object + 'static> Pipeline<K> {
         // The FIFO is empty, so every item of the initial list has been popped.
         let in_initial_list = !self.fifo.has_synced();
         let (key, old) = self.indexer.upsert(obj.clone());
-        self.notify_upsert(&key, kind, old, obj, in_initial_list);
+        self.notify_upsert(key, kind, old, obj, in_initial_list);
     }
 
     /// Pops one key's deltas and applies them (client-go `HandleDeltas`). Returns false when
     /// the FIFO was empty. Watch events that arrive while the FIFO is empty are applied at
     /// once (see [`added`](Self::added)), so only lists, resyncs and events queued behind
     /// them wait for this.
+    #[inline]
     pub fn process_one(&mut self) -> bool {
+        // The common answer (watch events took the straight path), without a call.
+        if self.fifo.is_empty() {
+            return false;
+        }
+        self.process_next()
+    }
+
+    fn process_next(&mut self) -> bool {
         let Some(popped) = self.fifo.pop() else {
             return false;
         };
@@ -214,7 +271,7 @@ impl<K: Object + 'static> Pipeline<K> {
             (kind, ObjectOrTombstone::Object(obj))
             | (kind, ObjectOrTombstone::Tombstone(Tombstone { obj, .. })) => {
                 let old = self.indexer.insert(key.clone(), obj.clone());
-                self.notify_upsert(key, kind, old, obj, in_initial_list);
+                self.notify_upsert(key.clone(), kind, old, obj, in_initial_list);
             }
         }
     }
@@ -222,7 +279,7 @@ impl<K: Object + 'static> Pipeline<K> {
     /// Notifies the handlers of `obj` stored under `key` in place of `old` (if any).
     fn notify_upsert(
         &mut self,
-        key: &Key,
+        key: Key,
         kind: DeltaType,
         old: Option<Arc<K>>,
         obj: Arc<K>,
@@ -238,9 +295,9 @@ impl<K: Object + 'static> Pipeline<K> {
                     _ => false,
                 };
                 self.processor
-                    .distribute(key, Notification::Update { old, new: obj }, is_sync);
+                    .distribute_key(key, Notification::Update { old, new: obj }, is_sync);
             }
-            None => self.processor.distribute(
+            None => self.processor.distribute_key(
                 key,
                 Notification::Add {
                     obj,
@@ -288,6 +345,24 @@ impl<K: Object + 'static> Pipeline<K> {
         self.processor.poll_notification_for(id)
     }
 
+    /// Up to `max` of handler `id`'s next notifications, appended to `out`, if it is idle
+    /// (see [`Processor::poll_batch_for`]); the handler is busy until
+    /// [`handler_done`](Self::handler_done).
+    pub fn poll_batch_for(
+        &mut self,
+        id: HandlerId,
+        max: usize,
+        out: &mut Vec<Notification<K>>,
+    ) -> usize {
+        self.processor.poll_batch_for(id, max, out)
+    }
+
+    /// Runs every pending notification of every idle handler through `f`, by reference (see
+    /// [`Processor::deliver`]): for a driver that runs its handlers inline.
+    pub fn deliver(&mut self, f: impl FnMut(HandlerId, &Notification<K>)) -> usize {
+        self.processor.deliver(f)
+    }
+
     /// Handler `id` finished its notification in flight.
     pub fn handler_done(&mut self, id: HandlerId) {
         self.processor.handler_done(id)
@@ -326,5 +401,165 @@ impl<K: Object + 'static> Pipeline<K> {
     fn arm_resync_check(&mut self, now: Instant) {
         let period = self.processor.check_period();
         self.next_resync_check = (period != Duration::ZERO).then(|| now + period);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+    use crate::sim::SimObject;
+    use alloc::string::{String, ToString};
+
+    fn obj(ns: usize, name: usize, rv: u64) -> Arc<SimObject> {
+        Arc::new(SimObject {
+            name: alloc::format!("o{name}"),
+            namespace: Some(alloc::format!("ns{ns}")),
+            resource_version: rv.to_string(),
+            uid: alloc::format!("u{name}"),
+            data: rv,
+            noise: 0,
+        })
+    }
+
+    fn describe(n: &Notification<SimObject>) -> String {
+        match n {
+            Notification::Add {
+                obj,
+                in_initial_list,
+            } => alloc::format!(
+                "add {} {} {in_initial_list}",
+                obj.name,
+                obj.resource_version
+            ),
+            Notification::Update { old, new } => alloc::format!(
+                "update {} {}->{}",
+                new.name,
+                old.resource_version,
+                new.resource_version
+            ),
+            Notification::Delete(d) => alloc::format!(
+                "delete {} {} {}",
+                d.object().name,
+                d.object().resource_version,
+                d.is_tombstone()
+            ),
+        }
+    }
+
+    /// Everything every handler gets until idle, per handler.
+    fn drain(p: &mut Pipeline<SimObject>, handlers: usize) -> Vec<Vec<String>> {
+        let mut got = alloc::vec![Vec::new(); handlers];
+        while p.process_one() {}
+        while let Some((id, n)) = p.poll_notification() {
+            got[id.0 as usize].push(describe(&n));
+            p.handler_done(id);
+        }
+        got
+    }
+
+    fn store(p: &Pipeline<SimObject>) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = p
+            .indexer()
+            .iter()
+            .map(|(k, o)| (k.to_string(), o.resource_version.clone()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// A relist while nothing is queued is applied at once; it must give exactly what queueing
+    /// it in the DeltaFIFO and popping it gives: the same store, the same notifications to
+    /// every handler in the same order (kept, changed, new, gone and repeated keys; a resync
+    /// of an unchanged object only to the handlers due for one).
+    #[test]
+    fn a_relist_applied_at_once_is_the_relist_through_the_fifo() {
+        for seed in 0..200u64 {
+            let mut rng = SplitMix64::new(seed);
+            let handlers = 1 + rng.below(3) as usize;
+            let keys = 1 + rng.below(40) as usize;
+            let mut straight: Pipeline<SimObject> = Pipeline::new(Duration::ZERO);
+            let mut queued: Pipeline<SimObject> = Pipeline::new(Duration::ZERO);
+            for _ in 0..handlers {
+                straight.add_handler(Duration::ZERO, Instant::ZERO);
+                queued.add_handler(Duration::ZERO, Instant::ZERO);
+            }
+            let mut rv = 1;
+            let first: Vec<_> = (0..keys)
+                .filter(|_| rng.chance(0.7))
+                .map(|i| {
+                    rv += 1;
+                    obj(i % 3, i, rv)
+                })
+                .collect();
+            straight.populate(first.clone());
+            queued.populate(first.clone());
+            assert_eq!(drain(&mut straight, handlers), drain(&mut queued, handlers));
+            for round in 0..3 {
+                let mut list = Vec::new();
+                for i in 0..keys {
+                    if rng.chance(0.3) {
+                        continue;
+                    }
+                    let kept = first
+                        .iter()
+                        .find(|o| o.name == alloc::format!("o{i}"))
+                        .filter(|_| rng.chance(0.5));
+                    let o = match kept {
+                        // The same resourceVersion: a resync, for nobody here.
+                        Some(o) => Arc::new((**o).clone()),
+                        None => {
+                            rv += 1;
+                            obj(i % 3, i, rv)
+                        }
+                    };
+                    if rng.chance(0.05) {
+                        // A repeated key (an API server sends none; stay equivalent anyway).
+                        rv += 1;
+                        list.push(obj(i % 3, i, rv));
+                    }
+                    list.push(o);
+                }
+                straight.replace(list.clone());
+                assert!(straight.fifo().is_empty(), "seed {seed}: applied at once");
+                queued.fifo.replace(list, &queued.indexer);
+                let a = drain(&mut straight, handlers);
+                let b = drain(&mut queued, handlers);
+                // Per handler; a repeated key is handled at its first place by the FIFO and
+                // at each place at once, so compare each key's own sequence.
+                for (h, (a, b)) in a.iter().zip(&b).enumerate() {
+                    let per_key = |v: &Vec<String>| {
+                        let mut m: alloc::collections::BTreeMap<String, Vec<String>> =
+                            Default::default();
+                        for s in v {
+                            let name = s.split(' ').nth(1).unwrap_or("").to_string();
+                            m.entry(name).or_default().push(s.clone());
+                        }
+                        m
+                    };
+                    assert_eq!(
+                        per_key(a),
+                        per_key(b),
+                        "seed {seed} round {round} handler {h}"
+                    );
+                    if !list_has_repeats(a) {
+                        assert_eq!(a, b, "seed {seed} round {round} handler {h}: order");
+                    }
+                }
+                assert_eq!(
+                    store(&straight),
+                    store(&queued),
+                    "seed {seed} round {round}"
+                );
+            }
+        }
+    }
+
+    fn list_has_repeats(v: &[String]) -> bool {
+        let mut names: Vec<&str> = v.iter().filter_map(|s| s.split(' ').nth(1)).collect();
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        names.len() != n
     }
 }

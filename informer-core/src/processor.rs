@@ -485,7 +485,7 @@ impl<K> Log<K> {
 
     /// Appends `n` for `readers` handlers that had read everything: `newest` is not needed
     /// for it unless someone still has it unread when the next notification comes.
-    fn append_untracked(&mut self, key: &Key, n: Notification<K>, readers: usize) {
+    fn append_untracked(&mut self, key: Key, n: Notification<K>, readers: usize) {
         debug_assert!(self.entries.is_empty(), "every handler had read everything");
         let seq = self.end();
         self.untracked_from = seq;
@@ -495,7 +495,7 @@ impl<K> Log<K> {
 
     /// Appends `n` for `readers` handlers, none of which has anything pending for `key`, so
     /// that nobody needs to look `key` up before the next lookup: untracked.
-    fn append_new(&mut self, key: &Key, n: Notification<K>, readers: usize) {
+    fn append_new(&mut self, key: Key, n: Notification<K>, readers: usize) {
         let seq = self.end();
         if self.untracked_to != seq {
             // Something else was appended since the untracked range: a tracked entry (the
@@ -542,10 +542,9 @@ impl<K> Log<K> {
     }
 
     /// Appends `n` for `readers` handlers, some of which have unread entries.
-    fn append_tracked(&mut self, key: &Key, n: Notification<K>, readers: usize) {
+    fn append_tracked(&mut self, key: Key, n: Notification<K>, readers: usize) {
         let seq = self.end();
-        self.append(key, n, readers);
-        match self.newest.get_mut(key) {
+        match self.newest.get_mut(&key) {
             Some(s) => *s = seq,
             None => {
                 // Keys whose newest entry left the log are stale: drop them before the map
@@ -557,9 +556,10 @@ impl<K> Log<K> {
                 self.newest.insert(key.clone(), seq);
             }
         }
+        self.append(key, n, readers);
     }
 
-    fn append(&mut self, key: &Key, n: Notification<K>, readers: usize) {
+    fn append(&mut self, key: Key, n: Notification<K>, readers: usize) {
         let initial = matches!(
             n,
             Notification::Add {
@@ -571,7 +571,7 @@ impl<K> Log<K> {
             self.last_initial = Some(self.end());
         }
         self.entries.push_back(LogEntry {
-            key: key.clone(),
+            key,
             notification: Some(n),
             readers,
             initial,
@@ -632,6 +632,34 @@ impl<K> Log<K> {
             .is_some_and(|s| s >= l.read && s < self.end())
     }
 
+    /// Runs `l`'s unread entries through `f` by reference and marks them read; returns how
+    /// many. The caller trims the log afterwards.
+    fn read_run(
+        &mut self,
+        l: &mut Listener<K>,
+        f: &mut impl FnMut(HandlerId, &Notification<K>),
+    ) -> usize {
+        let from = usize::try_from(l.read.saturating_sub(self.start)).unwrap_or(usize::MAX);
+        let mut read = 0;
+        if from < self.entries.len() {
+            for e in self.entries.range_mut(from..) {
+                if let Some(n) = &e.notification {
+                    f(l.id, n);
+                    read += 1;
+                }
+                // Read only once `f` returned: a handler that panics gets it again.
+                l.read += 1;
+                e.readers = e.readers.saturating_sub(1);
+                if e.readers == 0 {
+                    // Read by everyone: nothing needs it, though it may wait behind older
+                    // entries before it leaves the log.
+                    e.notification = None;
+                }
+            }
+        }
+        read
+    }
+
     /// The next notification for idle listener `l`: its queue first (older), then the log.
     #[inline(always)]
     fn pop_for(&mut self, l: &mut Listener<K>) -> Option<(Notification<K>, bool)> {
@@ -684,6 +712,28 @@ pub struct Processor<K> {
     /// How many handlers have something in their queue, so that polling with nothing to
     /// deliver (every log entry read, every queue empty) answers without visiting each handler.
     queued: usize,
+}
+
+/// [`Processor::deliver`] in progress: when it ends (normally or because a handler panicked)
+/// the log is trimmed and, on the path where every handler keeps up, every cursor is set to
+/// the first entry not yet handed to all of them. So a panicking handler leaves the processor
+/// consistent: what was handed out before stays delivered, and the notification being handed
+/// out stays pending for every handler (one that already had it gets it again).
+struct Delivering<'a, K> {
+    p: &'a mut Processor<K>,
+    fast: bool,
+}
+
+impl<K> Drop for Delivering<'_, K> {
+    fn drop(&mut self) {
+        if self.fast {
+            let start = self.p.log.start;
+            for l in &mut self.p.listeners {
+                l.read = start;
+            }
+        }
+        self.p.log.trim();
+    }
 }
 
 /// Moves `l`'s unread log entries into its queue, then pushes `n` there: a clone, or `n`
@@ -857,16 +907,16 @@ impl<K> Processor<K> {
     /// that can read it there; a handler whose unread entries or queue already
     /// hold `key`, and a resync, go through the handler's coalescing queue.
     pub fn distribute(&mut self, key: &Key, n: Notification<K>, is_sync: bool) {
-        let end = self.log.end();
+        self.distribute_key(key.clone(), n, is_sync)
+    }
+
+    /// [`distribute`](Self::distribute) of a key the caller gives away (the log keeps it).
+    pub(crate) fn distribute_key(&mut self, key: Key, n: Notification<K>, is_sync: bool) {
         if is_sync {
-            self.distribute_sync(key, n);
+            self.distribute_sync(&key, n);
             return;
         }
-        if self
-            .listeners
-            .iter()
-            .all(|l| l.read == end && l.queue.is_empty())
-        {
+        if self.all_caught_up() {
             // Every handler has read everything (the common case): one log entry, read by all
             // of them, and nothing to look up.
             if !self.listeners.is_empty() {
@@ -877,24 +927,35 @@ impl<K> Processor<K> {
         self.distribute_lagging(key, n);
     }
 
+    /// Whether every handler has read the whole log and has an empty queue, in O(1): an entry
+    /// stays in the log only while its front entry has a reader (every path that reads or
+    /// gives up an entry trims the log), so the log is empty exactly when every cursor is at
+    /// its end.
+    fn all_caught_up(&self) -> bool {
+        let caught_up = self.queued == 0 && self.log.entries.is_empty();
+        debug_assert_eq!(
+            caught_up,
+            self.listeners
+                .iter()
+                .all(|l| l.read == self.log.end() && l.queue.is_empty()),
+            "the log holds unread entries exactly when some cursor is behind"
+        );
+        caught_up
+    }
+
     /// [`distribute`](Self::distribute) of a notification (not a resync) for a key that no
     /// handler has anything pending for, which the caller knows (no notification for `key` was
     /// ever distributed or pushed to a handler: a first population into an empty cache). Every
     /// handler reads it in the log, as `distribute` would decide, without looking the key up.
-    pub(crate) fn distribute_new(&mut self, key: &Key, n: Notification<K>) {
-        let end = self.log.end();
+    pub(crate) fn distribute_new(&mut self, key: Key, n: Notification<K>) {
         if self.listeners.is_empty() {
             return;
         }
-        if self
-            .listeners
-            .iter()
-            .all(|l| l.read == end && l.queue.is_empty())
-        {
+        if self.all_caught_up() {
             self.log.append_untracked(key, n, self.listeners.len());
             return;
         }
-        debug_assert!(self.listeners.iter().all(|l| !l.queue.contains(key)));
+        debug_assert!(self.listeners.iter().all(|l| !l.queue.contains(&key)));
         self.log.append_new(key, n, self.listeners.len());
     }
 
@@ -909,14 +970,14 @@ impl<K> Processor<K> {
     /// [`distribute`](Self::distribute) when some handler has unread entries or a queue (out
     /// of line, so that the common case stays small).
     #[inline(never)]
-    fn distribute_lagging(&mut self, key: &Key, n: Notification<K>) {
+    fn distribute_lagging(&mut self, key: Key, n: Notification<K>) {
         let end = self.log.end();
         // Where does `key` stand for each handler?
-        let newest = self.log.newest(key);
+        let newest = self.log.newest(&key);
         let mut readers = 0;
         let mut spilling = 0;
         for l in &mut self.listeners {
-            l.via_queue = newest.is_some_and(|seq| seq >= l.read) || l.queue.contains(key);
+            l.via_queue = newest.is_some_and(|seq| seq >= l.read) || l.queue.contains(&key);
             if l.via_queue {
                 spilling += 1;
             } else {
@@ -928,7 +989,7 @@ impl<K> Processor<K> {
             for l in self.listeners.iter_mut().filter(|l| l.via_queue) {
                 spilling -= 1;
                 let last = readers == 0 && spilling == 0;
-                spill_and_push(&mut self.log, &mut self.queued, l, key, &mut n, last);
+                spill_and_push(&mut self.log, &mut self.queued, l, &key, &mut n, last);
                 if readers > 0 {
                     // Skips the entry appended below.
                     l.read = end + 1;
@@ -1016,6 +1077,101 @@ impl<K> Processor<K> {
         let (notification, initial) = popped?;
         l.in_flight = Some(initial);
         Some(notification)
+    }
+
+    /// Up to `max` of handler `id`'s next notifications, in its order, appended to `out`, if
+    /// the handler is idle; returns how many. The handler is then busy with the whole batch
+    /// until [`handler_done`](Self::handler_done): what arrives meanwhile waits (and coalesces)
+    /// behind it, exactly as behind one notification in flight. A runtime that hands
+    /// notifications to another thread takes them in batches to pay its hand-over (a lock, a
+    /// wake-up) once per batch instead of once per notification.
+    pub fn poll_batch_for(
+        &mut self,
+        id: HandlerId,
+        max: usize,
+        out: &mut Vec<Notification<K>>,
+    ) -> usize {
+        let Some(i) = self.position(id) else {
+            return 0;
+        };
+        let l = &mut self.listeners[i];
+        if l.in_flight.is_some() || max == 0 {
+            return 0;
+        }
+        let was_empty = l.queue.is_empty();
+        let mut taken = 0;
+        let mut initial = false;
+        while taken < max {
+            let Some((n, is_initial)) = self.log.pop_for(l) else {
+                break;
+            };
+            out.push(n);
+            initial |= is_initial;
+            taken += 1;
+        }
+        account(&mut self.queued, was_empty, l.queue.is_empty());
+        if taken > 0 {
+            l.in_flight = Some(initial);
+        }
+        taken
+    }
+
+    /// Runs every pending notification of every idle handler through `f`, by reference, in
+    /// each handler's order; returns how many. For a driver that runs its handlers inline (on
+    /// its own thread, between inputs): what the loop of [`poll_notification`], the handler
+    /// and [`handler_done`](Self::handler_done) does, without a clone of the notification per
+    /// handler or a visit of the round robin per notification. A handler reading the shared
+    /// log gets the log's entry itself; the entry is dropped once every handler has read it.
+    /// Busy handlers (a notification taken with a `poll_*` call and not yet reported done) are
+    /// skipped.
+    ///
+    /// [`poll_notification`]: Self::poll_notification
+    pub fn deliver(&mut self, mut f: impl FnMut(HandlerId, &Notification<K>)) -> usize {
+        if self.queued == 0 && self.log.entries.is_empty() {
+            return 0;
+        }
+        let mut delivered = 0;
+        let start = self.log.start;
+        let fast = self.queued == 0
+            && self
+                .listeners
+                .iter()
+                .all(|l| l.in_flight.is_none() && l.read == start);
+        // Puts the bookkeeping right when delivery ends, also when `f` panics.
+        let guard = Delivering { p: self, fast };
+        let p = &mut *guard.p;
+        if fast {
+            // Every handler idle and at the log's start (they keep up): each reads every entry,
+            // so an entry is read by all of them in turn and leaves the log at once.
+            while let Some(e) = p.log.entries.front() {
+                if let Some(n) = &e.notification {
+                    for l in &p.listeners {
+                        f(l.id, n);
+                    }
+                    delivered += p.listeners.len();
+                }
+                p.log.entries.pop_front();
+                p.log.start += 1;
+            }
+            return delivered;
+        }
+        let end = p.log.end();
+        for l in &mut p.listeners {
+            if l.in_flight.is_some() {
+                continue;
+            }
+            while let Some((n, _)) = l.queue.pop() {
+                if l.queue.is_empty() {
+                    p.queued -= 1;
+                }
+                f(l.id, &n);
+                delivered += 1;
+            }
+            if l.read < end {
+                delivered += p.log.read_run(l, &mut f);
+            }
+        }
+        delivered
     }
 
     /// Reports that handler `id` finished its notification in flight.
@@ -1546,7 +1702,7 @@ mod tests {
                             for r in refs.values_mut() {
                                 r.queue.push(&ns_key(i), n.clone());
                             }
-                            p.distribute_new(&ns_key(i), n);
+                            p.distribute_new(ns_key(i), n);
                         }
                     }
                     // The initial list ends.
@@ -1598,10 +1754,55 @@ mod tests {
                             }
                         }
                     },
-                    80..=94 => {
+                    80..=89 => {
                         let Some(id) = pick(&mut rng) else { continue };
                         p.handler_done(id);
                         refs.get_mut(&id).unwrap().in_flight = None;
+                    }
+                    // A batch for one handler: its next notifications, in order, all in
+                    // flight until it is done.
+                    90..=92 => {
+                        let Some(id) = pick(&mut rng) else { continue };
+                        let r = refs.get_mut(&id).unwrap();
+                        let max = rng.below(8) as usize;
+                        let mut batch = Vec::new();
+                        let taken = p.poll_batch_for(id, max, &mut batch);
+                        assert_eq!(taken, batch.len(), "{what}");
+                        let busy = r.in_flight.is_some();
+                        if busy {
+                            assert_eq!(taken, 0, "{what}: a batch for a busy handler");
+                        }
+                        let mut initial = false;
+                        for n in &batch {
+                            r.pop(n, &what);
+                            initial |= r.in_flight == Some(true);
+                            r.in_flight = None;
+                        }
+                        // Short of `max` only when nothing more is pending.
+                        assert!(
+                            busy || taken == max || r.queue.is_empty(),
+                            "{what}: batch of {id:?} stopped at {taken} of {max}"
+                        );
+                        if taken > 0 {
+                            r.in_flight = Some(initial);
+                        }
+                    }
+                    // Inline delivery: every idle handler runs everything it has pending.
+                    93..=94 => {
+                        let mut seen = 0;
+                        let delivered = p.deliver(|id, n| {
+                            let r = refs.get_mut(&id).unwrap();
+                            r.pop(n, &what);
+                            r.in_flight = None;
+                            seen += 1;
+                        });
+                        assert_eq!(delivered, seen, "{what}");
+                        for (id, r) in &refs {
+                            assert!(
+                                r.in_flight.is_some() || r.queue.is_empty(),
+                                "{what}: {id:?} idle with pending after deliver"
+                            );
+                        }
                     }
                     95..=97 => add_with_reference(&mut p, &mut refs),
                     _ => {

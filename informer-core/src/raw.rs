@@ -450,6 +450,13 @@ impl<'de> Deserialize<'de> for RawText<'de> {
     }
 }
 
+/// Whether byte `b` is written escaped in a JSON string literal: `"`, `\\` and the control
+/// characters. All are ASCII, so a string splits into runs of plain text at them on character
+/// boundaries.
+fn needs_escape(b: u8) -> bool {
+    b == b'"' || b == b'\\' || b < 0x20
+}
+
 /// Bytes `s` takes as a JSON string literal written by [`push_json_string`].
 fn json_string_len(s: &str) -> usize {
     2 + s
@@ -462,25 +469,29 @@ fn json_string_len(s: &str) -> usize {
         .sum::<usize>()
 }
 
-/// Appends `s` as a JSON string literal.
+/// Appends `s` as a JSON string literal: its plain runs copied whole, the bytes between them
+/// escaped (most keys have none, and are one copy).
 fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
+    let mut rest = s;
+    while let Some(i) = rest.bytes().position(needs_escape) {
+        out.push_str(&rest[..i]);
+        match rest.as_bytes()[i] {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            c => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 out.push_str("\\u00");
-                out.push(HEX[(c as usize) >> 4] as char);
-                out.push(HEX[(c as usize) & 0xf] as char);
+                out.push(char::from(HEX[usize::from(c >> 4)]));
+                out.push(char::from(HEX[usize::from(c & 0xf)]));
             }
-            c => out.push(c),
         }
+        rest = &rest[i + 1..];
     }
+    out.push_str(rest);
     out.push('"');
 }
 
@@ -547,6 +558,53 @@ impl<'de> Visitor<'de> for EntriesVisitor {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Keys are written as JSON string literals in runs of plain text between the bytes to
+    /// escape: escapes first, last, side by side, every control character, next to multi-byte
+    /// characters, and none at all all read back as the same string, in the length computed.
+    #[test]
+    fn json_string_literals_escape_exactly_what_they_must() {
+        let mut cases: Vec<String> = [
+            "",
+            "plain",
+            "\"",
+            "\"lead",
+            "trail\\",
+            "mid\"dle",
+            "two\\\"side\n\r\tby side",
+            "é\"ü\\ß",
+            "\u{1}x\u{1f}",
+            "κλειδί",
+            "a/b:c",
+        ]
+        .iter()
+        .map(|s| String::from(*s))
+        .collect();
+        cases.push((0u8..0x20).map(char::from).collect());
+        cases.push((0u8..0x80).map(char::from).rev().collect());
+        for s in &cases {
+            let mut out = String::new();
+            push_json_string(&mut out, s);
+            assert_eq!(out.len(), json_string_len(s), "{s:?}");
+            assert_eq!(serde_json::from_str::<String>(&out).unwrap(), *s, "{out}");
+            let raw = out.as_bytes();
+            assert!(
+                raw[1..raw.len() - 1].iter().all(|&b| b >= 0x20),
+                "no raw control byte: {out:?}"
+            );
+        }
+        let mut out = String::new();
+        push_json_string(&mut out, "a\"b\\c\u{1}é");
+        assert_eq!(out, r#""a\"b\\c\u0001é""#);
+        let members = [
+            (Cow::Borrowed("k\"1"), Cow::Borrowed("1")),
+            ("é".into(), "[]".into()),
+        ];
+        let mut text = String::new();
+        write_members(&mut text, &members);
+        assert_eq!(text.len(), members_len(&members));
+        assert_eq!(text, r#"{"k\"1":1,"é":[]}"#);
+    }
 
     #[test]
     fn edit_members_in_place() {

@@ -691,13 +691,15 @@ impl<K: Object> Reflector<K> {
         match event {
             WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
                 if let Some(rv) = resource_version_of(&*obj) {
-                    s.rv = String::from(rv);
+                    s.rv.clear();
+                    s.rv.push_str(rv);
                 }
                 s.items.insert(Key::of(&*obj), obj);
             }
             WatchEvent::Deleted(obj) => {
                 if let Some(rv) = resource_version_of(&*obj) {
-                    s.rv = String::from(rv);
+                    s.rv.clear();
+                    s.rv.push_str(rv);
                 }
                 s.items.remove(&Key::of(&*obj));
             }
@@ -778,7 +780,9 @@ impl<K: Object> Reflector<K> {
     fn note_rv(&mut self, obj: &K) {
         if let Some(rv) = resource_version_of(obj) {
             if rv != self.last_sync_rv {
-                self.last_sync_rv = String::from(rv);
+                // Reuses the buffer: every watch event moves the resourceVersion.
+                self.last_sync_rv.clear();
+                self.last_sync_rv.push_str(rv);
             }
         }
     }

@@ -298,19 +298,23 @@ fn digits(mut n: usize) -> usize {
 
 /// Appends `<len>:<s>`.
 fn push_field(out: &mut String, s: &str) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
     let mut n = s.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
+    if n < 10 {
+        // Most keys and values of labels: one digit.
+        out.push(char::from(b'0' + n as u8));
+    } else {
+        let mut buf = [0u8; 20];
+        let mut i = buf.len();
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
         }
-    }
-    for &b in &buf[i..] {
-        out.push(char::from(b));
+        // ASCII digits: always UTF-8.
+        out.push_str(core::str::from_utf8(&buf[i..]).unwrap_or_default());
     }
     out.push(':');
     out.push_str(s);

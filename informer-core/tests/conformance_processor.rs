@@ -453,3 +453,69 @@ fn watch_events_with_nothing_queued_apply_at_once_and_queue_behind_anything_queu
         vec![Seen::Add("ns/c".into(), 1, false)]
     );
 }
+
+/// `deliver` with a handler that panics: the processor stays consistent, what was handed out
+/// before the panic stays delivered, the notification being handed out stays pending (a
+/// handler that already had it may get it once more), and nothing is lost. On both paths:
+/// every handler keeping up, and one handler busy (so the others read at their own cursors).
+#[test]
+fn deliver_survives_a_panicking_handler() {
+    use informer_core::HandlerId;
+    use std::collections::BTreeMap;
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    let want = |i: u64| Seen::Add(format!("ns/o{i}"), i, false);
+    for busy_one in [false, true] {
+        for panic_at in 0..15 {
+            let mut p = started(0);
+            let ids: Vec<HandlerId> = (0..3)
+                .map(|_| p.add_handler(Duration::ZERO, at(0)).0)
+                .collect();
+            let mut got: BTreeMap<HandlerId, Vec<Seen>> = BTreeMap::new();
+            let mut busy = None;
+            for i in 0..5 {
+                p.added(obj("ns", &format!("o{i}"), i));
+                if i == 0 && busy_one {
+                    // Handler 0 takes its first notification and is not done before delivery.
+                    let n = p.poll_notification_for(ids[0]).unwrap();
+                    got.entry(ids[0]).or_default().push(seen(&n));
+                    busy = Some(ids[0]);
+                }
+            }
+            let mut calls = 0;
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                p.deliver(|id, n| {
+                    got.entry(id).or_default().push(seen(n));
+                    calls += 1;
+                    if calls == panic_at + 1 {
+                        panic!("handler fails");
+                    }
+                })
+            }));
+            if let Some(id) = busy {
+                p.handler_done(id);
+            }
+            let again = p.deliver(|id, n| got.entry(id).or_default().push(seen(n)));
+            assert_eq!(p.deliver(|_, _| {}), 0, "everything delivered");
+            let total: usize = got.values().map(Vec::len).sum();
+            if outcome.is_ok() {
+                assert_eq!(total, 15, "no panic: each of 3 handlers got 5");
+                continue;
+            }
+            assert!(again > 0 || total == 15);
+            for id in &ids {
+                let mut seq = got.get(id).cloned().unwrap_or_default();
+                let len = seq.len();
+                seq.dedup();
+                assert!(
+                    len - seq.len() <= 1,
+                    "busy {busy_one} panic {panic_at}: {len} for {id:?}"
+                );
+                assert_eq!(
+                    seq,
+                    (0..5).map(want).collect::<Vec<_>>(),
+                    "busy {busy_one} panic at {panic_at}: handler {id:?}"
+                );
+            }
+        }
+    }
+}

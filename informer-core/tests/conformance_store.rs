@@ -96,6 +96,32 @@ fn conformance_02_index_buckets_follow_changes() {
         keys(store.index("labelvalues", &probe).unwrap().iter()).len(),
         1
     );
+
+    // Single-valued indices (a label index, the namespace index) follow the same changes.
+    let mut store = Indexer::new();
+    store.add_label_index("x").unwrap();
+    let by_x = informer_core::indexer::label_index_name("x");
+    store.add(obj_labels("ns", "a", 1, &[("x", "red")]));
+    store.add(obj_labels("ns", "b", 1, &[("x", "red")]));
+    store.add(obj_labels("other", "c", 1, &[]));
+    store.update(obj_labels("ns", "a", 2, &[("x", "green")]));
+    store.update(obj_labels("other", "c", 2, &[("x", "green")]));
+    store.update(obj_labels("ns", "b", 2, &[]));
+    assert_eq!(store.index_len(&by_x, "red").unwrap(), 0);
+    assert_eq!(store.index_len(&by_x, "green").unwrap(), 2);
+    assert_eq!(
+        values(store.list_index_values(&by_x).unwrap()),
+        ["green"].map(String::from).into()
+    );
+    store.delete(&obj("ns", "a", 0));
+    store.delete(&obj("ns", "b", 0));
+    assert_eq!(store.index_len(&by_x, "green").unwrap(), 1);
+    assert_eq!(store.index_len(NAMESPACE_INDEX, "ns").unwrap(), 0);
+    assert_eq!(
+        values(store.list_index_values(NAMESPACE_INDEX).unwrap()),
+        ["other"].map(String::from).into(),
+        "the emptied namespace bucket must disappear"
+    );
 }
 
 /// CONFORMANCE 3: unknown index name and duplicate index name are errors; an index added to a

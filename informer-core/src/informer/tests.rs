@@ -780,3 +780,82 @@ fn bulk_population_equals_replace_through_the_fifo() {
     assert_eq!(bulk, pipeline_run(false, &before, &items));
     assert!(bulk.notes.iter().any(|(_, n)| n == "delete gone tombstone"));
 }
+
+/// `deliver` (inline handlers by reference) and `poll_batch_for` (one handler's notifications
+/// in one step) give what `poll` + `handler_done` give, busy handlers excepted.
+#[test]
+fn deliver_and_batches_give_each_handler_what_poll_gives() {
+    let mut inf = informer(Duration::ZERO);
+    let (inline, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (batched, _) = inf.add_handler(Duration::ZERO, at(0));
+    inf.start(at(0));
+    let lid = drain(&mut inf).last_request();
+    inf.handle_input(
+        at(0),
+        lid,
+        Input::ListPage(page(
+            vec![obj("a", 1, 0), obj("b", 2, 0), obj("c", 3, 0)],
+            3,
+        )),
+    );
+    let mut seen: Vec<(HandlerId, String)> = Vec::new();
+    let delivered = inf.deliver(|h, n| seen.push((h, describe(n))));
+    assert_eq!(delivered, 6);
+    for h in [inline, batched] {
+        let got: Vec<&str> = seen
+            .iter()
+            .filter(|(id, _)| *id == h)
+            .map(|(_, s)| s.as_str())
+            .collect();
+        assert_eq!(
+            got,
+            ["add a 1 initial", "add b 2 initial", "add c 3 initial"]
+        );
+    }
+    let d = drain(&mut inf);
+    assert!(d.notes.is_empty(), "deliver left nothing to poll");
+    let wid = d.last_request();
+    assert!(inf.handler_has_synced(inline) && inf.handler_has_synced(batched));
+
+    // Three events; the batched handler takes two, is busy, and the third waits for it.
+    for (i, o) in [obj("a", 4, 1), obj("b", 5, 1), obj("c", 6, 1)]
+        .into_iter()
+        .enumerate()
+    {
+        inf.handle_input(
+            at(10 + i as u64),
+            wid,
+            Input::Event(WatchEvent::Modified(o)),
+        );
+    }
+    let mut batch = Vec::new();
+    assert_eq!(inf.poll_batch_for(batched, 2, &mut batch), 2);
+    let got: Vec<String> = batch.iter().map(describe).collect();
+    assert_eq!(got, ["update a 1->4", "update b 2->5"]);
+    assert_eq!(
+        inf.poll_batch_for(batched, 2, &mut batch),
+        0,
+        "busy with its batch"
+    );
+    seen.clear();
+    assert_eq!(inf.deliver(|h, n| seen.push((h, describe(n)))), 3);
+    assert!(
+        seen.iter().all(|(h, _)| *h == inline),
+        "a busy handler is skipped"
+    );
+    // While busy, a newer change of `c` coalesces behind the batch.
+    inf.handle_input(
+        at(20),
+        wid,
+        Input::Event(WatchEvent::Modified(obj("c", 7, 2))),
+    );
+    inf.handler_done(batched);
+    batch.clear();
+    assert_eq!(inf.poll_batch_for(batched, 10, &mut batch), 1);
+    assert_eq!(describe(&batch[0]), "update c 3->7");
+    inf.handler_done(batched);
+    seen.clear();
+    assert_eq!(inf.deliver(|h, n| seen.push((h, describe(n)))), 1);
+    assert_eq!(seen, [(inline, "update c 6->7".to_string())]);
+    assert!(drain(&mut inf).notes.is_empty());
+}

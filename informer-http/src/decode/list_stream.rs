@@ -10,7 +10,7 @@ use std::sync::Arc;
 use informer_core::protocol::ListPage;
 use serde::de::DeserializeOwned;
 
-use super::{DecodeError, ListMeta, object_error};
+use super::{DecodeError, ListMeta, object_error, straight_object};
 
 /// Deepest nesting of arrays and objects accepted (the top-level object included), as
 /// `serde_json`'s own recursion limit.
@@ -120,8 +120,10 @@ enum Target {
 /// Everything outside the items is checked byte by byte as JSON, as strictly as `serde_json`
 /// parses a `serde_json::Value`, even where nothing is kept: strings must be valid UTF-8 with
 /// paired surrogate escapes, numbers within `f64` range. An object item that lies wholly in
-/// the chunk being fed (and in its valid UTF-8) is decoded straight from the chunk, `serde_json`
-/// finding its end as it decodes it, so its bytes are read once. Any other item's end is found
+/// the chunk being fed (and in its valid UTF-8) is decoded straight from the chunk, the
+/// decoder finding its end as it decodes it, so its bytes are read once (a `DynamicObject` by
+/// [`DynamicObject::from_json_start`](informer_core::DynamicObject::from_json_start), which
+/// gives serde_json's result, anything else by `serde_json`). Any other item's end is found
 /// by counting brackets outside strings; the item must be UTF-8 and is then checked by
 /// `serde_json` as it decodes it. Both ways give the same item: a JSON object ends at the
 /// bracket that closes it.
@@ -183,7 +185,7 @@ pub struct ListDecoder<K> {
     last_item_len: usize,
 }
 
-impl<K: DeserializeOwned> Default for ListDecoder<K> {
+impl<K: DeserializeOwned + 'static> Default for ListDecoder<K> {
     fn default() -> Self {
         ListDecoder::new()
     }
@@ -269,7 +271,7 @@ fn check_syntax(bytes: &[u8]) -> Result<(), DecodeError> {
         .map_err(|e| malformed(format!("list item: {e}")))
 }
 
-impl<K: DeserializeOwned> ListDecoder<K> {
+impl<K: DeserializeOwned + 'static> ListDecoder<K> {
     /// A decoder at the start of a body.
     pub fn new() -> Self {
         ListDecoder {
@@ -381,15 +383,20 @@ impl<K: DeserializeOwned> ListDecoder<K> {
     /// changed) when the item goes on past `text` or does not decode: the scanner then reads it
     /// as before (buffering it across chunks, naming it if it does not decode), which also
     /// gives this item's result when it does decode, as a JSON object ends at the bracket
-    /// that closes it. Its bytes are then read once, by `serde_json`, instead of by the
-    /// scanner too.
+    /// that closes it. Its bytes are then read once, by the straight decoder
+    /// ([`straight_object`]) or `serde_json`, instead of by the scanner too.
     fn item_at_once(&mut self, text: &str) -> Option<usize> {
         if self.item_error.is_some() || text.len() < self.last_item_len {
             return None;
         }
-        let mut stream = serde_json::Deserializer::from_str(text).into_iter::<K>();
-        let obj = stream.next()?.ok()?;
-        let len = stream.byte_offset();
+        let (obj, len) = match straight_object::<K>(text) {
+            Some(decoded) => decoded,
+            None => {
+                let mut stream = serde_json::Deserializer::from_str(text).into_iter::<K>();
+                let obj = stream.next()?.ok()?;
+                (obj, stream.byte_offset())
+            }
+        };
         self.items.push(Arc::new(obj));
         self.last_item_len = len;
         Some(len)

@@ -394,3 +394,67 @@ fn deep_nesting_in_watch_lines() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The object an event carries.
+fn object_of<K>(r: &Result<WatchEvent<K>, DecodeError>) -> Option<&K> {
+    match r {
+        Ok(WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o)) => Some(o),
+        _ => None,
+    }
+}
+
+/// Events of `DynamicObject`s in kube-apiserver's form decode straight
+/// (`DynamicObject::from_json_start`) to the very event serde_json gives; any other form, any
+/// other type, and what serde_json refuses are left to serde_json.
+#[test]
+fn watch_events_decode_straight_as_serde_json_does() {
+    let obj = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7","labels":{"app":"ü"},"managedFields":[{"f":{"g":[]}}]},"data":{"k":"line1\nline2 {}"}}"#;
+    let cases = [
+        (format!(r#"{{"type":"ADDED","object":{obj}}}"#), true),
+        (format!(r#"{{"type":"MODIFIED","object":{obj}}}"#), true),
+        (format!(r#"{{"type":"DELETED","object":{obj}}}"#), true),
+        (
+            format!(" {{ \"type\" :\t\"ADDED\" ,\r\n \"object\" : {obj} }} \r"),
+            true,
+        ),
+        (format!(r#"{{"type":"ADDED","object":{obj}}}x"#), false),
+        (
+            format!(r#"{{"type":"ADDED","object":{obj},"extra":1}}"#),
+            false,
+        ),
+        (format!(r#"{{"object":{obj},"type":"ADDED"}}"#), false),
+        (format!(r#"{{"type":"BOOKMARK","object":{obj}}}"#), false),
+        (format!(r#"{{"type":"ADDEDX","object":{obj}}}"#), false),
+        (
+            format!("\u{c}{{\"type\":\"ADDED\",\"object\":{obj}}}"),
+            false,
+        ),
+        (format!(r#"{{"type":"ADDED","object":{obj}"#), false),
+        (r#"{"type":"ADDED","object":null}"#.to_string(), false),
+        (
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a\"b"}}}"#.to_string(),
+            false,
+        ),
+        (
+            r#"{"type":"ADDED","object":{"metadata":{"name":1}}}"#.to_string(),
+            false,
+        ),
+    ];
+    for (line, straight) in cases {
+        let ours = straight_event::<DynamicObject>(line.as_bytes());
+        assert_eq!(ours.is_some(), straight, "{line}");
+        let slow = decode_event_slow::<DynamicObject>(line.as_bytes());
+        let event = decode_event::<DynamicObject>(line.as_bytes());
+        assert_eq!(show(&event), show(&slow), "{line}");
+        assert_eq!(object_of(&event), object_of(&slow), "{line}");
+        if let Some(ev) = ours {
+            let ours = Ok(ev);
+            assert_eq!(show(&ours), show(&slow), "{line}");
+            assert_eq!(object_of(&ours), object_of(&slow), "{line}");
+            assert!(object_of(&ours).is_some());
+        }
+    }
+    let typed = format!(r#"{{"type":"ADDED","object":{obj}}}"#);
+    assert!(straight_event::<Strict>(typed.as_bytes()).is_none());
+    assert!(decode_event::<Strict>(typed.as_bytes()).is_ok());
+}

@@ -152,7 +152,10 @@ fn show<K: fmt::Debug>(r: &Result<ListPage<K>, DecodeError>) -> String {
 }
 
 /// Streams `body` cut at `cuts` (positions, any order) through a [`ListDecoder`].
-fn streamed<K: DeserializeOwned>(body: &[u8], cuts: &[usize]) -> Result<ListPage<K>, DecodeError> {
+fn streamed<K: DeserializeOwned + 'static>(
+    body: &[u8],
+    cuts: &[usize],
+) -> Result<ListPage<K>, DecodeError> {
     let mut points: Vec<usize> = cuts.iter().map(|&c| c.min(body.len())).collect();
     points.sort_unstable();
     let mut d = ListDecoder::<K>::new();
@@ -181,7 +184,9 @@ fn random_cuts(len: usize, seed: u64) -> Vec<usize> {
 
 /// Decodes `body` every way (serde_json, whole, byte by byte, in threes, in random chunks) and
 /// checks they agree; returns the streamed result.
-fn all_ways<K: DeserializeOwned + fmt::Debug>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
+fn all_ways<K: DeserializeOwned + fmt::Debug + 'static>(
+    body: &[u8],
+) -> Result<ListPage<K>, DecodeError> {
     let reference = show(&oracle::<K>(body));
     let whole = decode_list::<K>(body);
     assert_eq!(
