@@ -104,6 +104,7 @@ on_both_runtimes!(
     store_answers_label_selectors_with_and_without_a_label_index,
     a_sync_timeout_carries_the_last_failure,
     transform_mut_edits_in_place_without_cloning,
+    a_handler_removed_mid_batch_starts_nothing_more_and_sync_waits_for_the_last_add,
 );
 
 fn builder<E: Env>(fake: Fake) -> InformerBuilder<DynamicObject, E::R> {
@@ -298,6 +299,62 @@ async fn watch_events_reach_handlers_and_the_store<E: Env>() {
     assert_eq!(reg.delivered(), 4);
     assert!(reg.remove());
     inf.shutdown().await;
+}
+
+/// A handler's end takes its notifications from the core in batches (one locked step each):
+/// a handler removed while it runs one of a batch's notifications starts none of the rest, and
+/// a handler's sync turns true only once it has finished every initial add (the batch holding
+/// the last one done), not when the batch is taken.
+async fn a_handler_removed_mid_batch_starts_nothing_more_and_sync_waits_for_the_last_add<E: Env>() {
+    const N: usize = 1000;
+    const STOP_AT: usize = 10;
+    let items = (0..N)
+        .map(|i| obj(&format!("o{i}"), i as u64 + 1))
+        .collect();
+    let (fake, _tx) = Fake::new(items);
+    let inf = builder::<E>(fake).build().unwrap();
+    let (at_stop_tx, at_stop_rx) = std::sync::mpsc::channel::<()>();
+    let (go_on_tx, go_on_rx) = std::sync::mpsc::channel::<()>();
+    let go_on_rx = Mutex::new(go_on_rx);
+    let removed = Arc::new(AtomicUsize::new(0));
+    let seen = removed.clone();
+    let reg = inf
+        .add_handler(HandlerFns::new().on_add(move |_o: Arc<DynamicObject>, _| {
+            if seen.fetch_add(1, Ordering::SeqCst) + 1 == STOP_AT {
+                // Held here, mid-batch, until the test has removed this handler.
+                at_stop_tx.send(()).unwrap();
+                go_on_rx.lock().unwrap().recv().unwrap();
+            }
+        }))
+        .unwrap();
+    let counted = Arc::new(AtomicUsize::new(0));
+    let c = counted.clone();
+    let counting = inf
+        .add_handler(HandlerFns::new().on_add(move |_o: Arc<DynamicObject>, _| {
+            c.fetch_add(1, Ordering::SeqCst);
+        }))
+        .unwrap();
+    inf.start().unwrap();
+    counting
+        .wait_for_sync(Some(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert_eq!(counted.load(Ordering::SeqCst), N, "synced before every add");
+    eventually::<E>("the handler held at an add", || {
+        at_stop_rx.try_recv().is_ok()
+    })
+    .await;
+    assert!(reg.remove());
+    go_on_tx.send(()).unwrap();
+    // Shutdown waits for every handler worker to exit: the removed one has started what it
+    // was going to start by then.
+    inf.shutdown().await;
+    assert_eq!(
+        removed.load(Ordering::SeqCst),
+        STOP_AT,
+        "started after its removal"
+    );
+    assert_eq!(reg.delivered(), STOP_AT as u64);
 }
 
 #[test]
