@@ -1127,7 +1127,7 @@ impl<K> Processor<K> {
     ///
     /// [`poll_notification`]: Self::poll_notification
     pub fn deliver(&mut self, mut f: impl FnMut(HandlerId, &Notification<K>)) -> usize {
-        if self.queued == 0 && self.log.entries.is_empty() {
+        if self.all_caught_up() {
             return 0;
         }
         let mut delivered = 0;
