@@ -14,6 +14,7 @@ use crate::object::{Key, KeyRef, Object};
 use crate::selector::{Labels, Selector};
 
 mod copy;
+pub(crate) use copy::ChangeRef;
 pub use copy::ReadCopy;
 
 /// The values an index function returns for one object. Up to two values are stored inline,
@@ -784,18 +785,21 @@ impl<K: Object + Labels + 'static> Indexer<K> {
 }
 
 /// A label index chosen for a selection: objects to check, the index's buckets, the values.
-pub(crate) type LabelPlan<'a, B> = (usize, &'a HashMap<Box<str>, B>, &'a [Box<str>]);
+pub(crate) type LabelPlan<'a, Q, B> = (usize, &'a HashMap<Q, B>, &'a [Box<str>]);
 
 /// The cheapest label index for a selection, shared by [`Indexer::select`] and
 /// [`ReadCopy::select`]: among the selector's `key=v`, `key==v` and `key in (…)` terms whose
 /// label has an index (`index_of(key)`), the one whose buckets for the term's values hold the
 /// fewest objects (`len` of a bucket), with that count, the buckets and the values.
-pub(crate) fn cheapest_label_plan<'a, B>(
+pub(crate) fn cheapest_label_plan<'a, Q, B>(
     selector: &'a Selector,
-    index_of: impl Fn(&str) -> Option<&'a HashMap<Box<str>, B>>,
+    index_of: impl Fn(&str) -> Option<&'a HashMap<Q, B>>,
     len: impl Fn(&B) -> usize,
-) -> Option<LabelPlan<'a, B>> {
-    let mut best: Option<LabelPlan<'a, B>> = None;
+) -> Option<LabelPlan<'a, Q, B>>
+where
+    Q: core::borrow::Borrow<str> + core::hash::Hash + Eq,
+{
+    let mut best: Option<LabelPlan<'a, Q, B>> = None;
     for req in selector.requirements() {
         let Some(values) = req.required_values() else {
             continue;
@@ -841,7 +845,7 @@ enum Source<'a, K> {
     /// Every object of a [`ReadCopy`]: `objects` (the cluster-scoped, then each namespace's in
     /// turn) and the namespaces in `rest`.
     Partitions {
-        rest: hashbrown::hash_map::Values<'a, Box<str>, copy::Objects<K>>,
+        rest: hashbrown::hash_map::Values<'a, compact_str::CompactString, copy::Objects<K>>,
         objects: hashbrown::hash_table::Iter<'a, Arc<K>>,
     },
     /// The objects of one namespace, in a [`ReadCopy`].

@@ -34,13 +34,17 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
+use core::hash::BuildHasher;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use spin::RwLock;
 
-use crate::indexer::{Change, IndexError, IndexFunc, JOURNAL_KEEP, ReadCopy, SharedIndexFunc};
+use crate::hash::HashState;
+use crate::indexer::{
+    Change, ChangeRef, IndexError, IndexFunc, JOURNAL_KEEP, ReadCopy, SharedIndexFunc,
+};
 use crate::informer::SharedIndexInformer;
-use crate::object::Object;
+use crate::object::{Key, Object};
 
 /// One whole state of the cache as readers see it: the objects and indices, and whether and
 /// at which resourceVersion the informer was synced in that state.
@@ -61,9 +65,9 @@ impl<K> fmt::Debug for View<K> {
 }
 
 impl<K: Object + 'static> View<K> {
-    fn new() -> Self {
+    fn new(state: HashState) -> Self {
         View {
-            indexer: ReadCopy::new(),
+            indexer: ReadCopy::with_state(state),
             has_synced: false,
             resource_version: String::new(),
         }
@@ -88,9 +92,22 @@ impl<K: Object + 'static> View<K> {
 /// The two copies readers switch between; see the [module documentation](self). Shared by
 /// the [`Publisher`] and every reader (`Arc<Views<K>>`).
 pub struct Views<K> {
-    copies: [RwLock<View<K>>; 2],
+    copies: [Padded<RwLock<View<K>>>; 2],
     /// The copy readers use.
-    current: AtomicUsize,
+    current: Padded<AtomicUsize>,
+}
+
+/// A value on cache lines of its own (two, for CPUs that fetch lines in pairs): readers taking
+/// one copy's lock never share a line with the writer working on the other copy, nor with the
+/// index that says which copy is current.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+impl<T> core::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 impl<K> fmt::Debug for Views<K> {
@@ -116,13 +133,71 @@ impl<K: Object + 'static> Views<K> {
     }
 }
 
+/// A change in the [`Publisher`]'s log: its key's hash computed once for both copies (they
+/// hash with one state), and for an upsert only the object (the copies read its key from it)
+/// and, once the first copy applied it, the address of the object it replaced there, by which
+/// the second copy finds its entry without reading the old object's key.
+enum Logged<K> {
+    Upsert {
+        hash: u64,
+        obj: Arc<K>,
+        replaces: usize,
+    },
+    Delete {
+        hash: u64,
+        key: Key,
+    },
+    Clear,
+}
+
+impl<K: Object> Logged<K> {
+    fn new(change: Change<K>, state: &HashState) -> Self {
+        match change {
+            Change::Upsert { key, obj } => Logged::Upsert {
+                hash: state.hash_one(&key),
+                obj,
+                replaces: 0,
+            },
+            Change::Delete { key } => Logged::Delete {
+                hash: state.hash_one(&key),
+                key,
+            },
+            Change::Clear => Logged::Clear,
+        }
+    }
+
+    fn as_ref(&self) -> ChangeRef<'_, K> {
+        match self {
+            Logged::Upsert {
+                hash,
+                obj,
+                replaces,
+            } => ChangeRef::Upsert {
+                hash: *hash,
+                obj,
+                replaces: *replaces,
+            },
+            Logged::Delete { hash, key } => ChangeRef::Delete {
+                hash: *hash,
+                key: key.as_ref_parts(),
+            },
+            Logged::Clear => ChangeRef::Clear,
+        }
+    }
+}
+
 /// The writing side of [`Views`]: takes the changes of each step from the informer and
 /// publishes them to readers. One per informer, owned by whoever steps it.
 pub struct Publisher<K> {
     views: Arc<Views<K>>,
+    /// The hasher state of both copies' object tables.
+    state: HashState,
     /// Changes not yet in the standby copy: `log[..published]` are in the current copy,
-    /// `log[published..]` in neither.
-    log: Vec<Change<K>>,
+    /// `log[published..]` in neither. Each is applied by reference to one copy, then to the
+    /// other, and dropped.
+    log: Vec<Logged<K>>,
+    /// Where the informer's changes are taken to before they are logged (kept empty).
+    taken: Vec<Change<K>>,
     published: usize,
     has_synced: bool,
     resource_version: String,
@@ -152,12 +227,18 @@ impl<K: Object + 'static> Default for Publisher<K> {
 impl<K: Object + 'static> Publisher<K> {
     /// Two empty copies (the namespace index only).
     pub fn new() -> Self {
+        let state = HashState::default();
         Publisher {
             views: Arc::new(Views {
-                copies: [RwLock::new(View::new()), RwLock::new(View::new())],
-                current: AtomicUsize::new(0),
+                copies: [
+                    Padded(RwLock::new(View::new(state))),
+                    Padded(RwLock::new(View::new(state))),
+                ],
+                current: Padded(AtomicUsize::new(0)),
             }),
+            state,
             log: Vec::new(),
+            taken: Vec::new(),
             published: 0,
             has_synced: false,
             resource_version: String::new(),
@@ -176,7 +257,14 @@ impl<K: Object + 'static> Publisher<K> {
     /// it between inputs, when the informer's cache is whole.
     pub fn stage(&mut self, informer: &mut SharedIndexInformer<K>) {
         let before = self.log.len();
-        informer.take_changes(&mut self.log);
+        informer.take_changes(&mut self.taken);
+        let state = &self.state;
+        self.log
+            .extend(self.taken.drain(..).map(|c| Logged::new(c, state)));
+        // A relist grew it to the list's size: give that back.
+        if self.taken.capacity() > JOURNAL_KEEP {
+            self.taken.shrink_to(JOURNAL_KEEP);
+        }
         let rv = informer.last_sync_resource_version();
         if self.log.len() != before
             || self.has_synced != informer.has_synced()
@@ -192,7 +280,9 @@ impl<K: Object + 'static> Publisher<K> {
     /// Queues `changes` for the next publish, as if an informer had recorded them (e.g. the
     /// content of a cache that was filled before recording started).
     pub fn stage_changes(&mut self, changes: impl IntoIterator<Item = Change<K>>) {
-        self.log.extend(changes);
+        let state = &self.state;
+        self.log
+            .extend(changes.into_iter().map(|c| Logged::new(c, state)));
         self.dirty = true;
     }
 
@@ -300,13 +390,12 @@ impl<K: Object + 'static> Publisher<K> {
         Ok(())
     }
 
-    /// Brings `copy` (the standby) up to date with everything staged. The changes the current
-    /// copy already has are moved in; the others are cloned, since the current copy still
-    /// needs them.
+    /// Brings `copy` (the standby) up to date with everything staged, applying each change by
+    /// reference; then drops the changes both copies now have (those the current copy already
+    /// had).
     fn replay(&mut self, copy: &mut View<K>) {
         self.poisoned = true;
-        let (reserve_at, sizes) = reservation(&self.log);
-        let mut at = 0;
+        let (reserve_at, sizes) = reservation(&self.log, copy.indexer.is_empty());
         let reserve = |at: usize, copy: &mut View<K>| {
             if at == reserve_at {
                 for (ns, total) in &sizes {
@@ -314,20 +403,29 @@ impl<K: Object + 'static> Publisher<K> {
                 }
             }
         };
-        for change in self.log.drain(..self.published) {
-            reserve(at, copy);
-            copy.indexer.apply(change);
-            at += 1;
-        }
-        // The current copy lacks all that is left. (Were this copy not switched to after all,
+        // Each change is applied while the one `AHEAD` of it is touched, so that their cache
+        // misses overlap. The changes the current copy has too (the first `published`) are
+        // dropped once applied here; this copy applies the rest first and notes for the other
+        // which object each upsert replaced. (Were this copy not switched to after all,
         // replaying the rest on it again is harmless: a replayed suffix of a journal leaves a
         // copy that already has it as it was.)
-        self.published = 0;
-        for change in &self.log {
+        const AHEAD: usize = 6;
+        let len = self.log.len();
+        for at in 0..len {
             reserve(at, copy);
-            copy.indexer.apply(change.clone());
-            at += 1;
+            if let Some(ahead) = self.log.get(at + AHEAD) {
+                copy.indexer.touch(&ahead.as_ref());
+            }
+            let change = &mut self.log[at];
+            let replaced = copy.indexer.apply_ref(change.as_ref());
+            if at >= self.published {
+                if let Logged::Upsert { replaces, .. } = change {
+                    *replaces = replaced;
+                }
+            }
         }
+        self.log.drain(..self.published);
+        self.published = 0;
         copy.has_synced = self.has_synced;
         copy.resource_version.clear();
         copy.resource_version.push_str(&self.resource_version);
@@ -494,21 +592,24 @@ impl<K: Object + 'static> CacheReader<K> {
 const RESERVE_FROM: usize = 1024;
 
 /// Where in `log` a replay sizes the copy's tables, and to how many objects per namespace:
-/// right after its last `Clear` (which drops them) or at its start, for the upserts that
-/// follow, when there are many (an initial population, a relist). `usize::MAX`: nowhere.
+/// right after its last `Clear` (which drops them), or at its start when the copy is `empty`,
+/// for the upserts that follow, when there are many (a relist, an initial population).
+/// `usize::MAX`: nowhere (a long log of watch events, after publishes were retried, changes
+/// objects mostly in place: counting its namespaces would read every object for nothing).
 #[allow(clippy::type_complexity)]
-fn reservation<K: Object>(log: &[Change<K>]) -> (usize, Vec<(Option<String>, usize)>) {
-    let from = log
-        .iter()
-        .rposition(|c| matches!(c, Change::Clear))
-        .map_or(0, |i| i + 1);
+fn reservation<K: Object>(log: &[Logged<K>], empty: bool) -> (usize, Vec<(Option<String>, usize)>) {
+    let from = match log.iter().rposition(|c| matches!(c, Logged::Clear)) {
+        Some(i) => i + 1,
+        None if empty => 0,
+        None => return (usize::MAX, Vec::new()),
+    };
     if log.len() - from < RESERVE_FROM {
         return (usize::MAX, Vec::new());
     }
     let mut counts: crate::hash::HashMap<Option<&str>, usize> = Default::default();
     for change in &log[from..] {
-        if let Change::Upsert { key, .. } = change {
-            *counts.entry(key.as_ref_parts().namespace).or_default() += 1;
+        if let Logged::Upsert { obj, .. } = change {
+            *counts.entry(obj.key_ref().namespace).or_default() += 1;
         }
     }
     let sizes = counts
@@ -562,7 +663,10 @@ mod tests {
                 name,
             }
             .to_key(),
-            obj: obj(name, 1),
+            obj: Arc::new(SimObject {
+                namespace: ns.map(Into::into),
+                ..(*obj(name, 1)).clone()
+            }),
         };
         let mut log: Vec<Change<SimObject>> =
             (0..10).map(|i| up(Some("old"), &i.to_string())).collect();
@@ -578,7 +682,9 @@ mod tests {
             }
             .to_key(),
         });
-        let (at, mut sizes) = reservation(&log);
+        let state = HashState::default();
+        let log: Vec<Logged<SimObject>> = log.into_iter().map(|c| Logged::new(c, &state)).collect();
+        let (at, mut sizes) = reservation(&log, false);
         sizes.sort();
         assert_eq!(at, 11);
         let third = (RESERVE_FROM + 5) / 3;
@@ -590,7 +696,12 @@ mod tests {
                 (Some("b".into()), third)
             ]
         );
-        assert_eq!(reservation(&log[..RESERVE_FROM]).0, usize::MAX);
+        assert_eq!(reservation(&log[..RESERVE_FROM], true).0, usize::MAX);
+        // Without a `Clear`, only a copy still empty is sized: a long log of watch events on
+        // a full copy is not counted.
+        let upserts = &log[11..];
+        assert_eq!(reservation(upserts, true).0, 0);
+        assert_eq!(reservation(upserts, false).0, usize::MAX);
         // Published, both copies hold every object of a large population, whatever the
         // namespace.
         let locked = LockedInformer::new(SharedIndexInformer::new(InformerConfig::default()));
@@ -817,6 +928,137 @@ mod tests {
             assert_eq!(copy.indexer().index_len(NAMESPACE_INDEX, "ns"), Ok(5000));
             assert!(copy.has_synced());
         }
+    }
+
+    /// The parity of `data`, one value per object (the copies' single-value path).
+    struct Parity;
+
+    impl IndexFunc<SimObject> for Parity {
+        fn index_values<'a>(&self, o: &'a SimObject) -> crate::indexer::IndexValues<'a> {
+            self.single_value(o)
+                .flatten()
+                .map(Into::into)
+                .into_iter()
+                .collect()
+        }
+
+        fn single_value<'a>(&self, o: &'a SimObject) -> Option<Option<&'a str>> {
+            Some(match o.data % 3 {
+                0 => None,
+                1 => Some("odd"),
+                _ => Some("even"),
+            })
+        }
+    }
+
+    /// Both copies, each the second time it applies a change (found by the address the first
+    /// copy noted) and the first (found by key), end up answering as the indexer that
+    /// recorded the changes: the same object under every key, the same buckets in a
+    /// one-value index (values kept, changed, gained, lost) and in a many-value one, through
+    /// updates, deletes, re-adds of the stored object and relists.
+    #[test]
+    fn both_copies_answer_as_the_recording_indexer_after_every_publish() {
+        use crate::indexer::{IndexValues, Indexer};
+        let digits = || {
+            crate::indexer::index_fn(|o: &SimObject| -> IndexValues<'_> {
+                let mut v = IndexValues::new();
+                for d in ["d0", "d1", "d2", "d3"] {
+                    if o.data % 4 != 3 && d.ends_with(char::from(b'0' + (o.data % 4) as u8)) {
+                        v.push(alloc::borrow::Cow::Borrowed(d));
+                    }
+                }
+                if o.data % 5 == 0 {
+                    v.push(alloc::borrow::Cow::Borrowed("five"));
+                }
+                v
+            })
+        };
+        let mut oracle: Indexer<SimObject> = Indexer::new();
+        oracle.add_index("parity", Parity).unwrap();
+        oracle.add_index("digits", digits()).unwrap();
+        oracle.record_changes(true);
+        let mut publisher = Publisher::new();
+        publisher.add_index("parity", Parity).unwrap();
+        publisher.add_index("digits", digits()).unwrap();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut changes = Vec::new();
+        let mut checked = [0usize; 2];
+        for step in 0..3000u64 {
+            for _ in 0..1 + next(8) {
+                let name = alloc::format!("o{}", next(60));
+                let mut o = (*obj(&name, step)).clone();
+                o.namespace = [Some("a".into()), Some("b".into()), None][next(3) as usize].clone();
+                o.data = next(30);
+                match next(20) {
+                    0..=13 => {
+                        oracle.add(Arc::new(o));
+                    }
+                    14..=17 => {
+                        oracle.delete(&o);
+                    }
+                    18 => {
+                        let same = oracle.list().nth(next(5) as usize).cloned();
+                        if let Some(same) = same {
+                            oracle.add(same);
+                        }
+                    }
+                    _ => {
+                        let items: Vec<_> = (0..next(40))
+                            .map(|i| {
+                                let mut o = (*obj(&alloc::format!("o{i}"), step)).clone();
+                                o.data = next(30);
+                                Arc::new(o)
+                            })
+                            .collect();
+                        oracle.replace(items);
+                    }
+                }
+            }
+            oracle.take_changes(&mut changes);
+            publisher.stage_changes(changes.drain(..));
+            assert!(publisher.try_publish(), "no reader holds a copy");
+            let current = publisher.views().current.load(Ordering::Relaxed);
+            let copy = publisher.views().copies[current].read();
+            let copy = copy.indexer();
+            assert_eq!(copy.len(), oracle.len(), "step {step}");
+            for (key, o) in oracle.iter() {
+                let found = copy.get_by_key(key.as_str()).expect("a key the copy lacks");
+                assert!(
+                    Arc::ptr_eq(found, o),
+                    "step {step}: an old object under {key}"
+                );
+            }
+            for index in ["parity", "digits", NAMESPACE_INDEX] {
+                let mut values: Vec<_> = oracle.list_index_values(index).unwrap().collect();
+                let mut theirs: Vec<_> = copy.list_index_values(index).unwrap().collect();
+                values.sort_unstable();
+                theirs.sort_unstable();
+                assert_eq!(values, theirs, "step {step}: values of {index}");
+                for value in values {
+                    let mut want: Vec<_> = oracle
+                        .by_index(index, value)
+                        .unwrap()
+                        .map(Arc::as_ptr)
+                        .collect();
+                    let mut got: Vec<_> = copy
+                        .by_index(index, value)
+                        .unwrap()
+                        .map(Arc::as_ptr)
+                        .collect();
+                    want.sort_unstable();
+                    got.sort_unstable();
+                    assert_eq!(want, got, "step {step}: bucket {index}={value}");
+                }
+            }
+            checked[current] += 1;
+        }
+        assert!(checked[0] > 1000 && checked[1] > 1000, "{checked:?}");
     }
 
     /// An index added through the locked informer serves readers, on both copies.

@@ -401,6 +401,15 @@ impl<K> IndexFunc<K> for BoxedIndex<K> {
     fn label_key(&self) -> Option<&str> {
         self.0.label_key()
     }
+
+    // Forwarded so that the store's copies update a label index without building its values.
+    fn same_values(&self, old: &K, new: &K) -> bool {
+        self.0.same_values(old, new)
+    }
+
+    fn single_value<'a>(&self, obj: &'a K) -> Option<Option<&'a str>> {
+        self.0.single_value(obj)
+    }
 }
 
 impl<K: Object + Send + Sync + 'static, R: Runtime + Default> Informer<K, R> {

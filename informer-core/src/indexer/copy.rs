@@ -15,14 +15,17 @@ use crate::selector::{Labels, Selector};
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use compact_str::CompactString;
 use core::fmt;
 
 /// Objects hashed and compared by their own key ([`Object::key_ref`]): one pointer per entry,
 /// the key is read from the object.
 pub(super) type Objects<K> = HashTable<Arc<K>>;
 
-/// Value → the objects having that value. Empty buckets are removed.
-pub(super) type ObjectBuckets<K> = HashMap<Box<str>, Objects<K>>;
+/// Value → the objects having that value. Empty buckets are removed. A value of up to 24
+/// bytes (most label values and namespaces) is stored in the entry itself, so that finding a
+/// bucket reads no other cache line than the table's.
+pub(super) type ObjectBuckets<K> = HashMap<CompactString, Objects<K>>;
 
 struct CopyIndex<K> {
     label_key: Option<Box<str>>,
@@ -57,7 +60,7 @@ impl<K: Object> CopyIndex<K> {
             None => {
                 let mut set = HashTable::with_capacity(1);
                 set.insert_unique(hash, obj.clone(), rehash(state));
-                self.buckets.insert(Box::from(value), set);
+                self.buckets.insert(CompactString::new(value), set);
             }
         }
     }
@@ -95,11 +98,54 @@ impl<K: Object> CopyIndex<K> {
         }
     }
 
+    /// Puts `new` in place of `old` in the bucket of `value`; returns whether `old` was there.
+    fn replace_in(&mut self, value: &str, hash: u64, old: &Arc<K>, new: &Arc<K>) -> bool {
+        let Some(set) = self.buckets.get_mut(value) else {
+            return false;
+        };
+        match set.find_mut(hash, |o| Arc::ptr_eq(o, old)) {
+            Some(slot) => {
+                *slot = new.clone();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Updates the buckets for the object whose key hashes to `hash` going from `old` (if
     /// any) to `new` (if any). Buckets hold the objects themselves, so a bucket the object
     /// stays in gets the new object too; objects in a bucket are found by pointer, without
-    /// reading them.
+    /// reading them. A function with one value per object (a label) is asked for that value
+    /// ([`IndexFunc::single_value`]), without building [`IndexValues`]; and for an update, the
+    /// bucket of the new object's value is looked at first: finding the old object there
+    /// (the common case, a value that did not change) proves its value, which is then never
+    /// read from the old object (a cache line the update need not touch).
     fn update(&mut self, hash: u64, old: Option<&Arc<K>>, new: Option<&Arc<K>>, state: &HashState) {
+        fn one<'a, K>(func: &dyn IndexFunc<K>, o: Option<&'a Arc<K>>) -> Option<Option<&'a str>> {
+            match o {
+                Some(o) => func.single_value(o),
+                None => Some(None),
+            }
+        }
+        let is = one(&*self.func, new);
+        if let (Some(old), Some(new), Some(Some(v))) = (old, new, is) {
+            if self.replace_in(v, hash, old, new) {
+                return;
+            }
+        }
+        if let (Some(was), Some(is)) = (one(&*self.func, old), is) {
+            if was != is {
+                if let (Some(v), Some(old)) = (was, old) {
+                    self.replace(v, hash, old, None, state);
+                }
+                if let (Some(v), Some(new)) = (is, new) {
+                    self.insert(v, hash, new, state);
+                }
+            }
+            // The same value, and the old object not in its bucket (looked at above): not
+            // in a consistent copy; nothing to do, as the general path below would do.
+            return;
+        }
         let old_vals = old.map(|o| self.func.index_values(o)).unwrap_or_default();
         let new_vals = new.map(|o| self.func.index_values(o)).unwrap_or_default();
         if let Some(old) = old {
@@ -117,6 +163,34 @@ impl<K: Object> CopyIndex<K> {
             }
         }
     }
+}
+
+/// A change as a copy applies it by reference ([`ReadCopy::apply_ref`]): the key's hash comes
+/// with it, computed once by whoever keeps several copies with one hasher state
+/// ([`ReadCopy::hash_key`]), and an upsert's key is read from its object.
+#[cfg_attr(not(any(test, feature = "spin")), allow(dead_code))]
+pub(crate) enum ChangeRef<'a, K> {
+    /// [`Change::Upsert`]: `obj` stored under its key, which hashes to `hash`.
+    Upsert {
+        /// The hash of the object's key.
+        hash: u64,
+        /// The object now stored.
+        obj: &'a Arc<K>,
+        /// The address ([`Arc::as_ptr`]) of the object this upsert replaced in another copy
+        /// with the same content, which [`apply_ref`](ReadCopy::apply_ref) returned there
+        /// (0: unknown). The copy finds that object by its address instead of reading its
+        /// key: as long as the copy holds it, no other object has that address.
+        replaces: usize,
+    },
+    /// [`Change::Delete`].
+    Delete {
+        /// The hash of `key`.
+        hash: u64,
+        /// The removed object's key.
+        key: KeyRef<'a>,
+    },
+    /// [`Change::Clear`].
+    Clear,
 }
 
 /// The copy of an [`Indexer`](super::Indexer)'s content that readers query, kept up to date by
@@ -241,39 +315,125 @@ impl<K: Object + 'static> ReadCopy<K> {
     /// is shrunk, rarely); a [`Change::Clear`] drops the tables, so that the relist which
     /// follows leaves them sized to its content.
     pub fn apply(&mut self, change: Change<K>) {
-        match change {
-            Change::Upsert { key, obj } => {
+        match &change {
+            Change::Upsert { key, obj } => self.apply_ref(ChangeRef::Upsert {
+                hash: self.hash_key(key.as_ref_parts()),
+                obj,
+                replaces: 0,
+            }),
+            Change::Delete { key } => {
                 let key = key.as_ref_parts();
-                let hash = self.state.hash_one(key);
+                self.apply_ref(ChangeRef::Delete {
+                    hash: self.hash_key(key),
+                    key,
+                })
+            }
+            Change::Clear => self.apply_ref(ChangeRef::Clear),
+        };
+    }
+
+    /// An empty copy with the namespace index whose tables hash with `state`: copies made
+    /// with one state take the same hashes ([`hash_key`](Self::hash_key)), so that a change
+    /// replayed on several is hashed once.
+    #[cfg(any(test, feature = "spin"))]
+    pub(crate) fn with_state(state: HashState) -> Self {
+        ReadCopy {
+            state,
+            ..Self::new()
+        }
+    }
+
+    /// The hash of `key` in this copy's tables.
+    pub(crate) fn hash_key(&self, key: KeyRef<'_>) -> u64 {
+        self.state.hash_one(key)
+    }
+
+    /// Reads, changing nothing, what [`apply_ref`](Self::apply_ref) of `change` will read:
+    /// the table entry of its key and the index buckets of its object. A replay that touches
+    /// the change a few ahead of the one it applies has the cache misses of several changes
+    /// under way at once, rather than one after the other.
+    #[cfg(any(test, feature = "spin"))]
+    pub(crate) fn touch(&self, change: &ChangeRef<'_, K>) {
+        let (hash, key, obj, replaces) = match *change {
+            ChangeRef::Upsert {
+                hash,
+                obj,
+                replaces,
+            } => (hash, obj.key_ref(), Some(obj), replaces),
+            ChangeRef::Delete { hash, key } => (hash, key, None, 0),
+            ChangeRef::Clear => return,
+        };
+        let table = match key.namespace {
+            None => &self.cluster,
+            Some(ns) => match self.namespaces.get(ns) {
+                Some(table) => table,
+                None => return,
+            },
+        };
+        let old = if replaces != 0 {
+            table.find(hash, |o| Arc::as_ptr(o) as usize == replaces)
+        } else {
+            table.find(hash, same_key(key))
+        };
+        if let (Some(obj), Some(old)) = (obj, old) {
+            for index in &self.indices {
+                if let Some(Some(v)) = index.func.single_value(obj) {
+                    if let Some(set) = index.buckets.get(v) {
+                        core::hint::black_box(set.find(hash, |o| Arc::ptr_eq(o, old)));
+                    }
+                }
+            }
+        }
+        core::hint::black_box(old);
+    }
+
+    /// [`apply`](Self::apply) by reference: stores its own reference to an upserted object
+    /// (and one per index bucket it is in) and nothing else; `hash` must be
+    /// [`hash_key`](Self::hash_key)'s for the change's key. Returns, for an upsert that
+    /// replaced an object, that object's address (for another copy's `replaces`); else 0.
+    pub(crate) fn apply_ref(&mut self, change: ChangeRef<'_, K>) -> usize {
+        match change {
+            ChangeRef::Upsert {
+                hash,
+                obj,
+                replaces,
+            } => {
+                let key = obj.key_ref();
                 let table = match key.namespace {
                     None => &mut self.cluster,
                     Some(ns) => self.namespaces.entry_ref(ns).or_insert_with(HashTable::new),
                 };
-                let old = match table.find_mut(hash, same_key(key)) {
-                    Some(slot) if Arc::ptr_eq(slot, &obj) => return,
-                    Some(slot) => Some(core::mem::replace(slot, obj.clone())),
-                    None => {
-                        table.insert_unique(hash, obj.clone(), rehash(&self.state));
-                        self.len += 1;
-                        None
-                    }
+                let by_address = |o: &Arc<K>| Arc::as_ptr(o) as usize == replaces;
+                let mut old = match table.find_mut(hash, by_address) {
+                    Some(slot) if replaces != 0 => Some(core::mem::replace(slot, obj.clone())),
+                    _ => None,
                 };
-                for index in &mut self.indices {
-                    index.update(hash, old.as_ref(), Some(&obj), &self.state);
+                if old.is_none() {
+                    old = match table.find_mut(hash, same_key(key)) {
+                        Some(slot) if Arc::ptr_eq(slot, obj) => return 0,
+                        Some(slot) => Some(core::mem::replace(slot, obj.clone())),
+                        None => {
+                            table.insert_unique(hash, obj.clone(), rehash(&self.state));
+                            self.len += 1;
+                            None
+                        }
+                    };
                 }
+                for index in &mut self.indices {
+                    index.update(hash, old.as_ref(), Some(obj), &self.state);
+                }
+                old.as_ref().map_or(0, |o| Arc::as_ptr(o) as usize)
             }
-            Change::Delete { key } => {
-                let key = key.as_ref_parts();
-                let hash = self.state.hash_one(key);
+            ChangeRef::Delete { hash, key } => {
                 let table = match key.namespace {
                     None => &mut self.cluster,
                     Some(ns) => match self.namespaces.get_mut(ns) {
                         Some(table) => table,
-                        None => return,
+                        None => return 0,
                     },
                 };
                 let Ok(entry) = table.find_entry(hash, same_key(key)) else {
-                    return;
+                    return 0;
                 };
                 let (old, _) = entry.remove();
                 self.len -= 1;
@@ -286,14 +446,16 @@ impl<K: Object + 'static> ReadCopy<K> {
                 for index in &mut self.indices {
                     index.update(hash, Some(&old), None, &self.state);
                 }
+                0
             }
-            Change::Clear => {
+            ChangeRef::Clear => {
                 self.cluster = HashTable::new();
                 self.namespaces = HashMap::default();
                 self.len = 0;
                 for index in &mut self.indices {
                     index.buckets = HashMap::default();
                 }
+                0
             }
         }
     }
@@ -404,7 +566,7 @@ impl<K: Object + 'static> ReadCopy<K> {
     /// The values of the `name` index that have at least one object (client-go
     /// `ListIndexFuncValues`).
     pub fn list_index_values(&self, name: &str) -> Result<impl Iterator<Item = &str>, IndexError> {
-        Ok(self.buckets(name)?.keys().map(|v| &**v))
+        Ok(self.buckets(name)?.keys().map(CompactString::as_str))
     }
 
     /// Number of objects with value `value` in index `name`.
