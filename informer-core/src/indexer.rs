@@ -14,6 +14,7 @@ use crate::object::{Key, KeyRef, Object};
 use crate::selector::{Labels, Selector};
 
 mod copy;
+#[cfg(any(test, feature = "spin"))]
 pub(crate) use copy::ChangeRef;
 pub use copy::ReadCopy;
 

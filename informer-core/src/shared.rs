@@ -21,7 +21,10 @@
 //! Cost: a second and third set of tables (the copies' maps and index buckets, [`ReadCopy`]:
 //! one pointer per entry, the objects themselves are `Arc`s shared by every copy and the keys
 //! are read from them), and per change a reference count per copy and bucket plus the index
-//! updates of each copy.
+//! updates of each copy. The change's key is hashed once for both copies; the first copy to
+//! apply an update notes the address of the object it replaced, by which the second finds its
+//! entry without reading the old object; a replay touches the change a few ahead of the one it
+//! applies, so that the cache misses of both are under way at once.
 //!
 //! [`LockedInformer`] and [`CacheReader`] package this for an embedder without std (an RTOS,
 //! a unikernel, bare metal with an allocator): the owner steps the informer inside
