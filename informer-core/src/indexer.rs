@@ -853,9 +853,9 @@ enum Source<'a, K> {
     ObjectBucket(hashbrown::hash_table::Iter<'a, Arc<K>>),
     /// The objects in a [`ReadCopy`]'s label index's buckets for `values`.
     ObjectBuckets {
-        buckets: &'a copy::ObjectBuckets<K>,
+        buckets: &'a copy::LabelBuckets<K>,
         values: core::slice::Iter<'a, Box<str>>,
-        objects: Option<hashbrown::hash_table::Iter<'a, Arc<K>>>,
+        objects: Option<copy::BucketIter<'a, K>>,
     },
 }
 
@@ -909,7 +909,7 @@ impl<'a, K: Object + Labels> Iterator for Select<'a, K> {
                         break o;
                     }
                     let v = values.next()?;
-                    *objects = buckets.get(&**v).map(|set| set.iter());
+                    *objects = buckets.get(&**v).map(copy::Bucket::iter);
                 },
                 Source::Bucket(it) => {
                     let key = it.next()?;
