@@ -409,9 +409,10 @@ impl<K: Object + 'static> Publisher<K> {
         // Each change is applied while the one `AHEAD` of it is touched, so that their cache
         // misses overlap. The changes the current copy has too (the first `published`) are
         // dropped once applied here; this copy applies the rest first and notes for the other
-        // which object each upsert replaced. (Were this copy not switched to after all,
-        // replaying the rest on it again is harmless: a replayed suffix of a journal leaves a
-        // copy that already has it as it was.)
+        // which object each upsert replaced. Every replay is followed by a switch to this copy,
+        // so the other copy lacks exactly the rest and applies it next, second, finding each
+        // updated entry by the noted address: that copy still holds the object at it, so no
+        // other object can have it.
         const AHEAD: usize = 6;
         let len = self.log.len();
         for at in 0..len {

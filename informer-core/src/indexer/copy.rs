@@ -539,7 +539,10 @@ impl<K: Object + 'static> ReadCopy<K> {
                 };
                 let by_address = |o: &Arc<K>| Arc::as_ptr(o) as usize == replaces;
                 let mut old = match table.find_mut(hash, by_address) {
-                    Some(slot) if replaces != 0 => Some(core::mem::replace(slot, obj.clone())),
+                    Some(slot) if replaces != 0 => {
+                        debug_assert!(slot.key_ref() == key, "an address noted for another key");
+                        Some(core::mem::replace(slot, obj.clone()))
+                    }
                     _ => None,
                 };
                 if old.is_none() {
