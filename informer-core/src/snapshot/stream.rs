@@ -269,6 +269,19 @@ impl<K: SnapshotCodec> SnapshotStream<K> {
         })
     }
 
+    /// The snapshot's resourceVersion as its header gives it, while the stream has found
+    /// nothing against the snapshot yet (`None` once it has: another resource, selectors or
+    /// codec, a malformed table of shared strings, an object that does not decode). Not
+    /// checked until [`finish`](Self::finish) (the checksum): good for starting a watch while
+    /// the body is read ([`SharedIndexInformer::resume_at`](crate::SharedIndexInformer::resume_at)),
+    /// never for applying anything.
+    pub fn resource_version(&self) -> Option<&str> {
+        match (&self.failed, &self.framing) {
+            (None, None) => Some(&self.resource_version),
+            _ => None,
+        }
+    }
+
     /// Feeds the next bytes of the body (in order; pieces of any size; bytes beyond the body
     /// are an error). Decodes every object whose frame is whole.
     pub fn feed(&mut self, piece: &[u8]) -> Result<(), SnapshotError> {
