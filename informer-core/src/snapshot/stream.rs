@@ -20,8 +20,8 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::{
-    FORMAT_VERSION, Frames, Header, MAGIC, Reader, Snapshot, SnapshotCodec, SnapshotError,
-    SnapshotIdentity, corrupt,
+    Decoded, FORMAT_VERSION, Frames, Header, MAGIC, Reader, Snapshot, SnapshotCodec,
+    SnapshotError, SnapshotIdentity, corrupt,
 };
 
 /// Where the parts of a snapshot lie, in bytes from its start: read from its first bytes by
@@ -190,7 +190,7 @@ pub struct SnapshotStream<K> {
     body_left: u64,
     /// The start of a frame the last piece ended in.
     pub(super) carry: Vec<u8>,
-    items: Vec<Arc<K>>,
+    decoded: Decoded<K>,
     /// The first error found before the checksum could be checked (then nothing more is
     /// decoded).
     failed: Option<SnapshotError>,
@@ -204,7 +204,7 @@ impl<K> fmt::Debug for SnapshotStream<K> {
         f.debug_struct("SnapshotStream")
             .field("resource_version", &self.resource_version)
             .field("count", &self.count)
-            .field("decoded", &self.items.len())
+            .field("decoded", &self.decoded.len())
             .field("body_left", &self.body_left)
             .finish_non_exhaustive()
     }
@@ -263,7 +263,7 @@ impl<K: SnapshotCodec> SnapshotStream<K> {
             sum,
             body_left: body_len,
             carry: Vec::new(),
-            items: Vec::with_capacity(count),
+            decoded: Decoded::with_capacity(count),
             failed,
             framing: None,
         })
@@ -288,9 +288,9 @@ impl<K: SnapshotCodec> SnapshotStream<K> {
         self.take_body(piece)?;
         if self.failed.is_none() {
             let shared: Vec<&str> = self.shared.iter().map(String::as_str).collect();
-            let items = &mut self.items;
+            let decoded = &mut self.decoded;
             let r = split_frames(&mut self.carry, self.body_left, piece, |run| {
-                decode_run(run, &shared, items)
+                decode_run(run, &shared, &mut |o| decoded.push(o))
             });
             self.fail(r);
         }
@@ -336,7 +336,7 @@ impl<K: SnapshotCodec> SnapshotStream<K> {
             return;
         }
         match objects {
-            Ok(objects) => self.items.extend(objects),
+            Ok(objects) => objects.into_iter().for_each(|o| self.decoded.push(o)),
             Err(e) => self.failed = Some(e),
         }
     }
@@ -380,7 +380,7 @@ impl<K: SnapshotCodec> SnapshotStream<K> {
             body: &[],
             shared: Vec::new(),
         };
-        frames.finish(self.items)
+        frames.finish(self.decoded)
     }
 }
 
@@ -441,16 +441,16 @@ fn check_carry(carry: &[u8], body_left: u64) -> Result<(), SnapshotError> {
     }
 }
 
-/// Decodes `run`, whole frames, into `items`.
+/// Decodes `run`, whole frames, handing each object to `push`.
 fn decode_run<K: SnapshotCodec>(
     run: &[u8],
     shared: &[&str],
-    items: &mut Vec<Arc<K>>,
+    push: &mut impl FnMut(Arc<K>),
 ) -> Result<(), SnapshotError> {
     let mut r = Reader(run);
     while !r.0.is_empty() {
         let n = r.u32()? as usize;
-        items.push(Frames::decode_frame(r.take(n)?, shared)?);
+        push(Frames::decode_frame(r.take(n)?, shared)?);
     }
     Ok(())
 }
@@ -466,7 +466,7 @@ impl FrameDecoder {
     pub fn decode<K: SnapshotCodec>(&self, run: &[u8]) -> Result<Vec<Arc<K>>, SnapshotError> {
         let shared: Vec<&str> = self.shared.iter().map(String::as_str).collect();
         let mut items = Vec::new();
-        decode_run(run, &shared, &mut items)?;
+        decode_run(run, &shared, &mut |o| items.push(o))?;
         Ok(items)
     }
 }
