@@ -20,8 +20,8 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::{
-    Decoded, FORMAT_VERSION, Frames, Header, MAGIC, Reader, Snapshot, SnapshotCodec,
-    SnapshotError, SnapshotIdentity, corrupt,
+    Decoded, FORMAT_VERSION, Frames, Header, MAGIC, Reader, Snapshot, SnapshotCodec, SnapshotError,
+    SnapshotIdentity, corrupt,
 };
 
 /// Where the parts of a snapshot lie, in bytes from its start: read from its first bytes by
