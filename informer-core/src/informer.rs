@@ -276,9 +276,11 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     }
 
     /// The snapshot [`resume_at`](Self::resume_at) announced cannot be used (corrupt, refused,
-    /// unreadable): what its watch or list brought is dropped and the informer lists as on a
-    /// start without a snapshot. Returns false (and changes nothing) when the informer is not
-    /// waiting for a snapshot's objects.
+    /// unreadable): what its watch or list brought is dropped and the informer lists at once,
+    /// with a consistent read (resourceVersion `""`: nothing asked of the snapshot's
+    /// resourceVersion), its result the initial population as on a start without a snapshot.
+    /// Returns false (and changes nothing) when the informer is not waiting for a snapshot's
+    /// objects.
     pub fn resume_failed(&mut self, now: Instant) -> bool {
         if self.awaiting.take().is_none() {
             return false;
