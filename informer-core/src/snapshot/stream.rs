@@ -47,20 +47,19 @@ impl SnapshotLayout {
             return Err(corrupt("not a snapshot (wrong magic)"));
         }
         let mut r = Reader(head);
-        let fixed = (|| {
-            r.take(MAGIC.len())?;
-            let version = r.u32()?;
-            let header_len = r.u32()? as usize;
-            Ok::<_, SnapshotError>((version, header_len))
-        })();
-        let (version, header_len) = match fixed {
-            Ok(v) => v,
-            Err(_) => return Ok(None),
+        // In `decode`'s order: the version is judged as soon as it is there, before the
+        // header's length (a 12-byte file of another version is of an unknown format, not
+        // truncated).
+        let (Ok(_), Ok(version)) = (r.take(MAGIC.len()), r.u32()) else {
+            return Ok(None);
         };
         if version != FORMAT_VERSION {
             return Err(SnapshotError::UnknownFormat(version));
         }
-        let Ok(header) = r.take(header_len) else {
+        let Ok(header_len) = r.u32() else {
+            return Ok(None);
+        };
+        let Ok(header) = r.take(header_len as usize) else {
             return Ok(None);
         };
         Header::read(&mut Reader(header))?;
