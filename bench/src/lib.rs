@@ -13,8 +13,9 @@
 //! objects are cached, as client-go users often do), `--metadata-only` (`sync-tokio`: an
 //! informer of `PartialObjectMetadata`, the server sending metadata only), `--snapshot PATH` (warm restarts through
 //! that file: after the sync and the updates the client also prints a `resume` line — how it started, how many
-//! lists it made — and a `formats` line comparing the snapshot with JSON). The API server comes from `$KUBECONFIG`
-//! (or in-cluster configuration).
+//! lists it made — and a `formats` line comparing the snapshot with JSON), `--log` (the informer's
+//! info and debug log on stderr, each line with the seconds since process start: where a start's
+//! time goes). The API server comes from `$KUBECONFIG` (or in-cluster configuration).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -121,6 +122,9 @@ impl Run {
                 .and_then(|v| v.parse::<u64>().ok())
         };
         let (done_tx, done_rx) = mpsc::sync_channel(1);
+        if args.iter().any(|a| a == "--log") {
+            let _ = tracing::subscriber::set_global_default(StderrLog { started });
+        }
         Run {
             started,
             updates: flag("--updates").unwrap_or(0),
@@ -288,4 +292,47 @@ fn load_in_pieces(
         left -= n as u64;
     }
     stream.finish().ok()
+}
+
+/// `--log`: the informer's log (info and debug) on stderr, each line with the seconds since
+/// process start.
+struct StderrLog {
+    started: Instant,
+}
+
+/// An event's fields as `message field=value ...`.
+struct Fields(String);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        let _ = if field.name() == "message" {
+            write!(self.0, " {value:?}")
+        } else {
+            write!(self.0, " {}={value:?}", field.name())
+        };
+    }
+}
+
+impl tracing::Subscriber for StderrLog {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() <= tracing::Level::DEBUG
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = Fields(String::new());
+        event.record(&mut fields);
+        eprintln!(
+            "    log {:.4} s {}:{}",
+            self.started.elapsed().as_secs_f64(),
+            event.metadata().level(),
+            fields.0
+        );
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
 }

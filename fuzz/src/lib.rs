@@ -704,10 +704,13 @@ pub fn workqueue(data: &[u8]) {
 /// Snapshot decoding (the file a warm restart loads): the first byte picks the object type
 /// and its codec (`0` DynamicObject, binary; `1` PartialObjectMetadata, binary; else a JSON
 /// type) and, with its top bit clear, has the checksum recomputed so that the fuzzer gets past
-/// it; the second byte the number of parts decoded at once. Whatever the bytes: a typed error
-/// or a whole snapshot, never a panic; decoding in parts gives what decoding at once gives;
-/// a decoded snapshot has unique, valid keys, and encodes to bytes that decode to equal
-/// objects and encode again to the same bytes.
+/// it; the second byte the number of parts decoded at once and, with the length, the cuts of
+/// the streamed decode. Whatever the bytes: a typed error or a whole snapshot, never a panic;
+/// decoding in parts gives what decoding at once gives; so does decoding the same bytes as a
+/// file is loaded ([`SnapshotStream`](informer_http::core::snapshot::SnapshotStream), its
+/// start read until the layout is known, its body fed in random cuts, decoded by the stream or
+/// handed out as runs of frames and decoded aside); a decoded snapshot has unique, valid keys,
+/// and encodes to bytes that decode to equal objects and encode again to the same bytes.
 pub fn snapshot_decode(data: &[u8]) {
     let (Some(&pick), Some(&parts)) = (data.first(), data.get(1)) else {
         return;
@@ -718,15 +721,107 @@ pub fn snapshot_decode(data: &[u8]) {
         let sum = informer_http::core::snapshot::checksum(&bytes[..n]);
         bytes[n..].copy_from_slice(&sum.to_le_bytes());
     }
+    let cuts = u64::from(parts) | (bytes.len() as u64) << 8;
     let parts = 1 + usize::from(parts % 5);
     match pick & 0x7f {
-        0 => snapshot_round_trip::<DynamicObject>(&bytes, parts),
-        1 => snapshot_round_trip::<informer_http::core::PartialObjectMetadata>(&bytes, parts),
-        _ => snapshot_round_trip::<informer_http::core::sim::SimObject>(&bytes, parts),
+        0 => snapshot_round_trip::<DynamicObject>(&bytes, parts, cuts),
+        1 => snapshot_round_trip::<informer_http::core::PartialObjectMetadata>(&bytes, parts, cuts),
+        _ => snapshot_round_trip::<informer_http::core::sim::SimObject>(&bytes, parts, cuts),
     }
 }
 
-fn snapshot_round_trip<K>(bytes: &[u8], parts: usize)
+/// The outcome of [`Snapshot::decode`](informer_http::core::snapshot::Snapshot::decode) and
+/// of the streamed decode of the same bytes must be the same: the same objects, or the same
+/// error.
+fn assert_same_outcome<K: PartialEq + Debug>(
+    once: &Result<
+        informer_http::core::snapshot::Snapshot<K>,
+        informer_http::core::snapshot::SnapshotError,
+    >,
+    streamed: &Result<
+        informer_http::core::snapshot::Snapshot<K>,
+        informer_http::core::snapshot::SnapshotError,
+    >,
+    how: &str,
+) {
+    match (once, streamed) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(a.resource_version, b.resource_version, "{how}");
+            assert!(a.items.iter().eq(b.items.iter()), "{how}: other objects");
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b, "{how}: fails otherwise"),
+        (a, b) => panic!(
+            "decode {:?} but {how} {:?}",
+            a.as_ref().err(),
+            b.as_ref().err()
+        ),
+    }
+}
+
+/// Piece sizes for a streamed decode: from empty pieces to whole 64 KiB ones.
+struct Cuts(informer_http::core::rng::SplitMix64);
+
+impl Cuts {
+    fn next(&mut self) -> usize {
+        let r = self.0.next_u64();
+        let max = [4u64, 64, 4096, 65536][(r & 3) as usize];
+        ((r >> 2) % max) as usize
+    }
+}
+
+/// Decodes `bytes` as the runtime loads a snapshot file, in pieces cut by `seed`: the start
+/// grown until [`SnapshotLayout::read`](informer_http::core::snapshot::SnapshotLayout::read)
+/// knows the layout, the tail, then the body. `frames`: the stream hands out runs of whole
+/// frames ([`SnapshotStream::feed_frames`](informer_http::core::snapshot::SnapshotStream::feed_frames)),
+/// decoded here with its `FrameDecoder`, instead of decoding them itself.
+fn decode_streamed<K>(
+    bytes: &[u8],
+    identity: &informer_http::core::snapshot::SnapshotIdentity,
+    seed: u64,
+    frames: bool,
+) -> Result<informer_http::core::snapshot::Snapshot<K>, informer_http::core::snapshot::SnapshotError>
+where
+    K: informer_http::core::SnapshotCodec,
+{
+    use informer_http::core::snapshot::{SnapshotError, SnapshotLayout, SnapshotStream};
+    let mut cuts = Cuts(informer_http::core::rng::SplitMix64::new(seed));
+    let mut head = 0;
+    let layout = loop {
+        head = (head + cuts.next()).min(bytes.len());
+        match SnapshotLayout::read(&bytes[..head])? {
+            Some(layout) => break layout,
+            None if head == bytes.len() => return Err(SnapshotError::Truncated),
+            None => {}
+        }
+    };
+    let (start, end) = (layout.body_start, layout.body_end);
+    // `read` saw the whole start: it lies within `head`.
+    assert!(start <= head as u64, "the layout points past what was read");
+    if end > bytes.len() as u64 {
+        return Err(SnapshotError::Truncated);
+    }
+    let (start, end) = (start as usize, end as usize);
+    let mut stream = SnapshotStream::<K>::new(layout, &bytes[..start], &bytes[end..], identity)?;
+    let decoder = stream.frame_decoder();
+    let mut at = start;
+    while at < end {
+        let to = (at + cuts.next()).min(end);
+        let piece = &bytes[at..to];
+        if frames {
+            let mut runs = Vec::new();
+            stream.feed_frames(piece, |run| runs.push(run.to_vec()))?;
+            for run in runs {
+                stream.decoded(decoder.decode::<K>(&run));
+            }
+        } else {
+            stream.feed(piece)?;
+        }
+        at = to;
+    }
+    stream.finish()
+}
+
+fn snapshot_round_trip<K>(bytes: &[u8], parts: usize, cuts: u64)
 where
     K: informer_http::core::SnapshotCodec + PartialEq + Debug + Send + Sync,
 {
@@ -736,11 +831,28 @@ where
         Ok((identity, _)) => identity,
         Err(e) => {
             let r = Snapshot::<K>::decode(bytes, &SnapshotIdentity::default());
-            assert_eq!(r.err(), Some(e), "peek and decode disagree");
+            assert_eq!(r.as_ref().err(), Some(&e), "peek and decode disagree");
+            for frames in [false, true] {
+                let streamed =
+                    decode_streamed::<K>(bytes, &SnapshotIdentity::default(), cuts, frames);
+                assert_same_outcome(&r, &streamed, "streamed");
+            }
             return;
         }
     };
     let once = Snapshot::<K>::decode(bytes, &identity);
+    for frames in [false, true] {
+        let streamed = decode_streamed::<K>(bytes, &identity, cuts, frames);
+        assert_same_outcome(
+            &once,
+            &streamed,
+            if frames {
+                "streamed as frames"
+            } else {
+                "streamed"
+            },
+        );
+    }
     let in_parts = Snapshot::<K>::decode_parallel(bytes, &identity, parts, |jobs| {
         for j in jobs.iter_mut() {
             j.run();

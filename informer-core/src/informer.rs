@@ -115,6 +115,20 @@ pub struct SharedIndexInformer<K> {
     outputs: VecDeque<Output<K>>,
     started: bool,
     resume: Option<Snapshot<K>>,
+    /// [`resume_at`](Self::resume_at): the resourceVersion to watch from at start, the
+    /// snapshot's objects to come.
+    resume_rv: Option<alloc::string::String>,
+    /// Started with [`resume_at`](Self::resume_at) and the snapshot's objects not in yet.
+    awaiting: Option<Awaiting<K>>,
+}
+
+/// A snapshot announced by [`SharedIndexInformer::resume_at`] whose objects are not in yet.
+struct Awaiting<K> {
+    /// The snapshot's resourceVersion.
+    resource_version: alloc::string::String,
+    /// The store changes the reflector handed out meanwhile, in order: applied after the
+    /// objects.
+    held: VecDeque<StoreOp<K>>,
 }
 
 impl<K> fmt::Debug for SharedIndexInformer<K> {
@@ -136,6 +150,8 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
             outputs: VecDeque::new(),
             started: false,
             resume: None,
+            resume_rv: None,
+            awaiting: None,
         }
     }
 
@@ -180,17 +196,14 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.started = true;
         self.pipeline.start(now);
         if let Some(snapshot) = self.resume.take() {
-            let mut items = Vec::with_capacity(snapshot.items.len());
-            for o in snapshot.items {
-                // Already transformed when it was cached: only the key is checked.
-                if let Some(o) = self.check_key(o) {
-                    items.push(o);
-                }
-            }
             self.reflector.resume_at(snapshot.resource_version);
-            // Straight into the empty store and to the handlers (no DeltaFIFO round trip):
-            // the same notifications and store as a Replace of these items.
-            self.pipeline.populate(items);
+            self.populate_resumed(snapshot.items);
+        } else if let Some(rv) = self.resume_rv.take() {
+            self.reflector.resume_at(rv.clone());
+            self.awaiting = Some(Awaiting {
+                resource_version: rv,
+                held: VecDeque::new(),
+            });
         }
         // The reflector's outputs are drained after every input (apply_reflector_outputs), so
         // the drain rule always holds here.
@@ -214,8 +227,93 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         if self.started {
             return false;
         }
+        self.resume_rv = None;
         self.resume = Some(snapshot);
         true
+    }
+
+    /// [`resume`](Self::resume) in two steps, for a snapshot still being loaded: its
+    /// resourceVersion now (a file's header has it before its objects are read), its objects
+    /// later ([`resume_objects`](Self::resume_objects)), or word that it turned out unusable
+    /// ([`resume_failed`](Self::resume_failed)). [`start`](Self::start) then watches from
+    /// `resource_version` at once, so the watch (and, on a 410, the list) is under way while
+    /// the objects load. Until they are in, nothing is applied: the store changes the watch or
+    /// the list bring wait, in order, and are applied right after the objects (a relist's
+    /// `Replace` then turns into the difference, as with `resume`); the informer has not
+    /// synced, and [`is_watching`](Self::is_watching) is false.
+    ///
+    /// Only before start, with a non-empty resourceVersion: returns false (and changes
+    /// nothing) otherwise. Replaces an earlier `resume`, as `resume` replaces this.
+    pub fn resume_at(&mut self, resource_version: alloc::string::String) -> bool {
+        if self.started || resource_version.is_empty() {
+            return false;
+        }
+        self.resume = None;
+        self.resume_rv = Some(resource_version);
+        true
+    }
+
+    /// The objects of the snapshot whose resourceVersion [`resume_at`](Self::resume_at) was
+    /// given: they become the initial population (as with [`resume`](Self::resume)), then
+    /// every store change that waited for them is applied. A snapshot of another
+    /// resourceVersion is not used: as [`resume_failed`](Self::resume_failed). Returns false
+    /// (and changes nothing) when the informer is not waiting for a snapshot's objects.
+    pub fn resume_objects(&mut self, now: Instant, snapshot: Snapshot<K>) -> bool {
+        let Some(awaiting) = &self.awaiting else {
+            return false;
+        };
+        if snapshot.resource_version != awaiting.resource_version {
+            self.resume_failed(now);
+            return true;
+        }
+        let held = self.awaiting.take().map(|a| a.held).unwrap_or_default();
+        self.populate_resumed(snapshot.items);
+        for op in held {
+            self.apply_store_op(op);
+        }
+        while self.pipeline.process_one() {}
+        true
+    }
+
+    /// The snapshot [`resume_at`](Self::resume_at) announced cannot be used (corrupt, refused,
+    /// unreadable): what its watch or list brought is dropped and the informer lists at once,
+    /// with a consistent read (resourceVersion `""`: nothing asked of the snapshot's
+    /// resourceVersion), its result the initial population as on a start without a snapshot.
+    /// Returns false (and changes nothing) when the informer is not waiting for a snapshot's
+    /// objects.
+    pub fn resume_failed(&mut self, now: Instant) -> bool {
+        if self.awaiting.take().is_none() {
+            return false;
+        }
+        let relisted = self.reflector.relist_from_scratch(now);
+        debug_assert!(relisted.is_ok());
+        self.apply_reflector_outputs();
+        true
+    }
+
+    /// Whether the informer started with [`resume_at`](Self::resume_at) and awaits the
+    /// snapshot's objects.
+    pub fn awaiting_snapshot(&self) -> bool {
+        self.awaiting.is_some()
+    }
+
+    /// A snapshot's objects into the empty store and to the handlers (no DeltaFIFO round
+    /// trip): the same notifications and store as a Replace of these items. They were
+    /// transformed when they were cached: only their keys are checked.
+    fn populate_resumed(&mut self, mut items: Vec<Arc<K>>) {
+        let mut refused = Vec::new();
+        items.retain(|o| match invalid_key(&**o) {
+            None => true,
+            Some(why) => {
+                refused.push(invalid_key_message(&**o, why));
+                false
+            }
+        });
+        for message in refused {
+            self.outputs
+                .push_back(Output::WatchError(Failure::InvalidObject(message)));
+        }
+        self.pipeline.populate(items);
     }
 
     /// A snapshot of the cache for a warm restart: every cached object (shared, not copied)
@@ -371,7 +469,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     /// the quiet moment at which the consistency check compares (see
     /// [`consistency`](crate::consistency)).
     pub fn is_watching(&self) -> bool {
-        self.reflector.is_watching()
+        self.awaiting.is_none() && self.reflector.is_watching()
     }
 
     /// The id of the list or watch in flight, if any.
@@ -420,13 +518,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         match invalid_key(&*obj) {
             None => Some(obj),
             Some(why) => {
-                let k = obj.key_ref();
-                let shown = |s: &str| -> alloc::string::String { s.chars().take(80).collect() };
-                let message = alloc::format!(
-                    "namespace {:?}, name {:?}: {why}; not stored",
-                    shown(k.namespace.unwrap_or("")),
-                    shown(k.name),
-                );
+                let message = invalid_key_message(&*obj, why);
                 self.outputs
                     .push_back(Output::WatchError(Failure::InvalidObject(message)));
                 None
@@ -442,45 +534,67 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
                     self.outputs.push_back(Output::Request { id, request })
                 }
                 reflector::Output::Error(f) => self.outputs.push_back(Output::WatchError(f)),
-                reflector::Output::Store(op) => match op {
-                    StoreOp::Replace { items, .. } => {
-                        // Collected in place: a relist of 100k objects allocates no second list.
-                        let admitted = items.into_iter().filter_map(|o| self.admit(o)).collect();
-                        // The first list into an empty cache goes straight to the store and the
-                        // handlers (the same notifications as through the DeltaFIFO, without its
-                        // per-key tables); any later list is a Replace and its diff.
-                        self.pipeline.populate(admitted);
-                    }
-                    StoreOp::Added(o) => {
-                        if let Some(o) = self.admit(o) {
-                            self.pipeline.added(o)
-                        }
-                    }
-                    StoreOp::Modified(o) => {
-                        if let Some(o) = self.admit(o) {
-                            self.pipeline.modified(o)
-                        }
-                    }
-                    StoreOp::Deleted(o) => {
-                        if let Some(o) = self.admit(o) {
-                            self.pipeline.deleted(o)
-                        }
-                    }
+                reflector::Output::Store(op) => match &mut self.awaiting {
+                    Some(a) => a.held.push_back(op),
+                    None => self.apply_store_op(op),
                 },
             }
         }
         while self.pipeline.process_one() {}
     }
+
+    /// Applies one store change of the reflector (the caller runs the FIFO to empty).
+    fn apply_store_op(&mut self, op: StoreOp<K>) {
+        match op {
+            StoreOp::Replace { items, .. } => {
+                // Collected in place: a relist of 100k objects allocates no second list.
+                let admitted = items.into_iter().filter_map(|o| self.admit(o)).collect();
+                // The first list into an empty cache goes straight to the store and the
+                // handlers (the same notifications as through the DeltaFIFO, without its
+                // per-key tables); any later list is a Replace and its diff.
+                self.pipeline.populate(admitted);
+            }
+            StoreOp::Added(o) => {
+                if let Some(o) = self.admit(o) {
+                    self.pipeline.added(o)
+                }
+            }
+            StoreOp::Modified(o) => {
+                if let Some(o) = self.admit(o) {
+                    self.pipeline.modified(o)
+                }
+            }
+            StoreOp::Deleted(o) => {
+                if let Some(o) = self.admit(o) {
+                    self.pipeline.deleted(o)
+                }
+            }
+        }
+    }
+}
+
+/// What is reported about an object refused for its key.
+fn invalid_key_message<K: Object + ?Sized>(obj: &K, why: &str) -> alloc::string::String {
+    let k = obj.key_ref();
+    let shown = |s: &str| -> alloc::string::String { s.chars().take(80).collect() };
+    alloc::format!(
+        "namespace {:?}, name {:?}: {why}; not stored",
+        shown(k.namespace.unwrap_or("")),
+        shown(k.name),
+    )
 }
 
 /// Why an object cannot be keyed without ambiguity, if it cannot.
 pub(crate) fn invalid_key<K: Object + ?Sized>(obj: &K) -> Option<&'static str> {
     let k = obj.key_ref();
+    // `/` is ASCII, whose byte UTF-8 never uses inside another character: a plain byte loop
+    // (names are short: `memchr`'s set-up cost more than the search).
+    let slash = |s: &str| s.bytes().any(|b| b == b'/');
     if k.name.is_empty() {
         Some("the name is empty")
-    } else if k.name.contains('/') {
+    } else if slash(k.name) {
         Some("the name contains '/'")
-    } else if k.namespace.is_some_and(|ns| ns.contains('/')) {
+    } else if k.namespace.is_some_and(slash) {
         Some("the namespace contains '/'")
     } else {
         None

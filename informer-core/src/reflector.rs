@@ -487,6 +487,23 @@ impl<K: Object> Reflector<K> {
         }
     }
 
+    /// Gives up a resume ([`resume_at`](Self::resume_at)) after start: the snapshot turned
+    /// out unusable, and with it the resourceVersion it gave. Whatever is in flight is
+    /// abandoned and the Reflector lists at once (no backoff, even if one was under way) with
+    /// a consistent read (resourceVersion `""`), which asks nothing of that resourceVersion:
+    /// [`last_sync_resource_version`](Self::last_sync_resource_version) keeps its value until
+    /// the list's replaces it, never going back. Does nothing before start or once stopped.
+    pub fn relist_from_scratch(&mut self, now: Instant) -> Result<(), Undrained> {
+        self.check_drained(())?;
+        if matches!(self.phase, Phase::Idle | Phase::Stopped) {
+            return Ok(());
+        }
+        self.resuming = false;
+        self.last_sync_rv_unavailable = true;
+        self.begin_sync(now);
+        Ok(())
+    }
+
     /// Refuses an input while outputs are pending (the drain rule).
     fn check_drained<I>(&self, input: I) -> Result<I, Undrained<I>> {
         if self.outputs.is_empty() {

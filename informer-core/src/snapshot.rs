@@ -213,9 +213,9 @@ impl<K: SnapshotCodec> Snapshot<K> {
     /// selectors).
     pub fn decode(bytes: &[u8], expected: &SnapshotIdentity) -> Result<Self, SnapshotError> {
         let frames = Frames::parse::<K>(bytes, expected)?;
-        let mut items = Vec::with_capacity(frames.count);
-        frames.decode_into(frames.body, &mut items)?;
-        frames.finish(items)
+        let mut decoded = Decoded::with_capacity(frames.count);
+        frames.decode_into(frames.body, &mut |o| decoded.push(o))?;
+        frames.finish(decoded)
     }
 
     /// [`decode`](Self::decode) with the objects decoded by `parts` workers at once: `run` is
@@ -238,15 +238,15 @@ impl<K: SnapshotCodec> Snapshot<K> {
             })
             .collect();
         run(&mut jobs);
-        let mut items = Vec::with_capacity(frames.count);
+        let mut decoded = Decoded::with_capacity(frames.count);
         for job in jobs {
             match job.out {
-                Some(Ok(part)) => items.extend(part),
+                Some(Ok(part)) => part.into_iter().for_each(|o| decoded.push(o)),
                 Some(Err(e)) => return Err(e),
-                None => frames.decode_into(job.part, &mut items)?,
+                None => frames.decode_into(job.part, &mut |o| decoded.push(o))?,
             }
         }
-        frames.finish(items)
+        frames.finish(decoded)
     }
 }
 
@@ -261,7 +261,7 @@ impl<K: SnapshotCodec> DecodeJob<'_, K> {
     /// Decodes this part (a job not run is decoded by `decode_parallel` itself).
     pub fn run(&mut self) {
         let mut items = Vec::new();
-        let r = self.frames.decode_into(self.part, &mut items);
+        let r = self.frames.decode_into(self.part, &mut |o| items.push(o));
         self.out = Some(r.map(|()| items));
     }
 }
@@ -332,17 +332,17 @@ impl<'a> Frames<'a> {
         })
     }
 
-    /// Decodes the frames of `part` (whole frames of the body) into `items`.
+    /// Decodes the frames of `part` (whole frames of the body), handing each object to `push`.
     fn decode_into<K: SnapshotCodec>(
         &self,
         part: &[u8],
-        items: &mut Vec<Arc<K>>,
+        push: &mut impl FnMut(Arc<K>),
     ) -> Result<(), SnapshotError> {
         let mut r = Reader(part);
         while !r.0.is_empty() {
             let n = r.u32()? as usize;
             let frame = r.take(n)?;
-            items.push(Self::decode_frame(frame, &self.shared)?);
+            push(Self::decode_frame(frame, &self.shared)?);
         }
         Ok(())
     }
@@ -364,25 +364,62 @@ impl<'a> Frames<'a> {
     }
 
     /// Checks the count and that no key appears twice.
-    fn finish<K: SnapshotCodec>(&self, items: Vec<Arc<K>>) -> Result<Snapshot<K>, SnapshotError> {
+    fn finish<K: SnapshotCodec>(&self, decoded: Decoded<K>) -> Result<Snapshot<K>, SnapshotError> {
+        let Decoded {
+            items, mut hashes, ..
+        } = decoded;
         if items.len() != self.count {
             return Err(corrupt("object count does not match the body"));
         }
-        let mut keys: HashSet<crate::object::KeyRef<'_>> =
-            HashSet::with_capacity_and_hasher(items.len(), Default::default());
-        for o in &items {
-            if !keys.insert(o.key_ref()) {
-                return Err(SnapshotError::Corrupt(alloc::format!(
-                    "key {} appears twice",
-                    Key::of(&**o)
-                )));
+        // The keys' hashes, sorted, tell whether any two keys may be equal without touching
+        // the objects again; only then are the keys themselves compared.
+        hashes.sort_unstable();
+        if hashes.windows(2).any(|w| w[0] == w[1]) {
+            let mut keys: HashSet<crate::object::KeyRef<'_>> =
+                HashSet::with_capacity_and_hasher(items.len(), Default::default());
+            for o in &items {
+                if !keys.insert(o.key_ref()) {
+                    return Err(SnapshotError::Corrupt(alloc::format!(
+                        "key {} appears twice",
+                        Key::of(&**o)
+                    )));
+                }
             }
         }
-        drop(keys);
         Ok(Snapshot {
             resource_version: self.resource_version.into(),
             items,
         })
+    }
+}
+
+/// Decoded objects and the hashes of their keys, taken as each object is decoded (while it is
+/// in the cache): the duplicate check then sorts numbers instead of hashing every object again.
+pub(crate) struct Decoded<K> {
+    items: Vec<Arc<K>>,
+    hashes: Vec<u64>,
+    hasher: crate::hash::HashState,
+}
+
+impl<K> Decoded<K> {
+    fn with_capacity(n: usize) -> Self {
+        Decoded {
+            items: Vec::with_capacity(n),
+            hashes: Vec::with_capacity(n),
+            hasher: Default::default(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+}
+
+impl<K: crate::object::Object> Decoded<K> {
+    fn push(&mut self, obj: Arc<K>) {
+        use core::hash::BuildHasher;
+        self.hashes.push(self.hasher.hash_one(obj.key_ref()));
+        self.items.push(obj);
     }
 }
 

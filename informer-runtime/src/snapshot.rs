@@ -59,11 +59,33 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
         Ok(true)
     }
 
+    /// Loads the snapshot file and starts the core from it. As soon as the file's start is
+    /// read (and nothing speaks against it yet), the core starts watching from the
+    /// snapshot's resourceVersion (`resume_at`): the watch, and on a 410 the relist, are
+    /// under way while the objects load; whatever they bring waits in the core until the
+    /// objects are in (`resume_objects`), or is dropped for a normal list should the file
+    /// turn out unusable (`resume_failed`).
     fn load_and_start(&self) {
         let Some(file) = &self.snapshot else {
             return;
         };
-        let (load, snapshot) = file.load();
+        let mut started_early = false;
+        let (load, snapshot) = file.load(&mut |resource_version| {
+            {
+                let mut state = self.state.write();
+                if state.stopped || !state.core.resume_at(resource_version.into()) {
+                    return;
+                }
+                state.core.start(self.now());
+            }
+            started_early = true;
+            tracing::debug!(
+                informer = %self.name,
+                resource_version,
+                "watching from the snapshot's resourceVersion while it loads"
+            );
+            self.wake();
+        });
         match &load {
             SnapshotLoad::Resumed {
                 resource_version,
@@ -90,11 +112,22 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
         *file.loaded.lock().unwrap_or_else(PoisonError::into_inner) = Some(load);
         {
             let mut state = self.state.write();
+            let now = self.now();
             if !state.stopped {
-                if let Some(s) = snapshot {
-                    state.core.resume(s);
+                match (started_early, snapshot) {
+                    (true, Some(s)) => {
+                        state.core.resume_objects(now, s);
+                    }
+                    (true, None) => {
+                        state.core.resume_failed(now);
+                    }
+                    (false, s) => {
+                        if let Some(s) = s {
+                            state.core.resume(s);
+                        }
+                        state.core.start(now);
+                    }
                 }
-                state.core.start(self.now());
             }
         }
         tracing::info!(informer = %self.name, "informer started");

@@ -17,9 +17,12 @@ use crate::error::Error;
 
 type EncodeFn<K> = fn(&Snapshot<K>, &SnapshotIdentity, &mut Vec<u8>) -> Result<(), SnapshotError>;
 /// Reads and decodes a snapshot file: its size and the outcome (an I/O error, or the decode's).
+/// Calls the function it is given with the snapshot's resourceVersion as soon as its start has
+/// been read and nothing speaks against it yet (see [`SnapshotStream::resource_version`]).
 type ReadFn<K> = fn(
     &mut fs::File,
     &SnapshotIdentity,
+    &mut dyn FnMut(&str),
 ) -> std::io::Result<(u64, Result<Snapshot<K>, SnapshotError>)>;
 
 /// What became of the snapshot file at start.
@@ -103,9 +106,13 @@ impl<K> SnapshotFile<K> {
         self.poisoned.store(true, Ordering::Release);
     }
 
-    pub(crate) fn load(&self) -> (SnapshotLoad, Option<Snapshot<K>>) {
+    /// Reads and decodes the file. `early` is called with the snapshot's resourceVersion as
+    /// soon as the file's start has been read and nothing speaks against it yet (the rest is
+    /// still to read and check: whatever is started from it must wait for the outcome).
+    pub(crate) fn load(&self, early: &mut dyn FnMut(&str)) -> (SnapshotLoad, Option<Snapshot<K>>) {
         remove_stale_temporaries(&self.path);
-        let read = fs::File::open(&self.path).and_then(|mut f| (self.read)(&mut f, &self.identity));
+        let read =
+            fs::File::open(&self.path).and_then(|mut f| (self.read)(&mut f, &self.identity, early));
         match read {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (SnapshotLoad::Missing, None),
             Err(e) => (SnapshotLoad::Unreadable(e.to_string()), None),
@@ -157,6 +164,7 @@ const PIECE: usize = 64 * 1024;
 fn read_in_pieces<K: SnapshotCodec>(
     file: &mut fs::File,
     identity: &SnapshotIdentity,
+    early: &mut dyn FnMut(&str),
 ) -> std::io::Result<(u64, Result<Snapshot<K>, SnapshotError>)> {
     use std::io::{Read, Seek, SeekFrom};
     let len = file.metadata()?.len();
@@ -193,6 +201,9 @@ fn read_in_pieces<K: SnapshotCodec>(
         Ok(s) => s,
         Err(e) => return Ok((len, Err(e))),
     };
+    if let Some(rv) = stream.resource_version() {
+        early(rv);
+    }
     // The start of the body read with the head.
     let read = (head.len() as u64).min(body_end);
     if let Err(e) = stream.feed(&head[body_start..read as usize]) {
@@ -398,7 +409,9 @@ mod tests {
             bytes.len()
         );
         let file = file_with("whole", &bytes);
-        let (load, snapshot) = file.load();
+        let mut early = Vec::new();
+        let (load, snapshot) = file.load(&mut |rv| early.push(rv.to_string()));
+        assert_eq!(early, ["77"], "the resourceVersion before the body is read");
         assert_eq!(load, decoded(&bytes));
         let snapshot = snapshot.unwrap();
         assert_eq!(snapshot.resource_version, "77");
@@ -423,7 +436,7 @@ mod tests {
         flips.extend([end + 3, bytes.len() - 1]);
         for cut in cuts {
             let file = file_with("cut", &bytes[..cut]);
-            let (load, snapshot) = file.load();
+            let (load, snapshot) = file.load(&mut |_| {});
             assert_eq!(load, decoded(&bytes[..cut]), "cut at {cut}");
             assert_eq!(load, SnapshotLoad::Refused(SnapshotError::Truncated));
             assert!(snapshot.is_none());
@@ -432,7 +445,7 @@ mod tests {
             let mut b = bytes.clone();
             b[at] ^= 0x20;
             let file = file_with("flip", &b);
-            let (load, snapshot) = file.load();
+            let (load, snapshot) = file.load(&mut |_| {});
             assert_eq!(load, decoded(&b), "byte {at} changed");
             assert!(matches!(load, SnapshotLoad::Refused(_)), "{load:?}");
             assert!(snapshot.is_none());
@@ -440,10 +453,13 @@ mod tests {
         // Garbage after the end; no file at all.
         let mut longer = bytes.clone();
         longer.extend_from_slice(b"xx");
-        assert_eq!(file_with("longer", &longer).load().0, decoded(&longer));
+        assert_eq!(
+            file_with("longer", &longer).load(&mut |_| {}).0,
+            decoded(&longer)
+        );
         let file = file_with("missing", &bytes);
         fs::remove_file(&file.path).unwrap();
-        assert_eq!(file.load().0, SnapshotLoad::Missing);
+        assert_eq!(file.load(&mut |_| {}).0, SnapshotLoad::Missing);
         let _ = fs::remove_dir_all(dir());
     }
 }

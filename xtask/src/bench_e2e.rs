@@ -21,8 +21,8 @@
 //! 5. Full objects against metadata only (`--metadata yes`, the default): `sync-tokio` with and
 //!    without `--metadata-only` (an informer of `PartialObjectMetadata`) through a TCP relay
 //!    that counts the bytes the API server sends; prints bytes, RSS and the ratios.
-//! 6. Warm restarts (`--restart yes`, the default): per runtime, the client with
-//!    `--snapshot FILE` three times — a cold start (no file; it writes one), a restart with the
+//! 6. Warm restarts (`--restart yes`, the default): per run and runtime, the client with
+//!    `--snapshot FILE` four times — a cold start (no file; it writes one), a restart with the
 //!    fresh snapshot, a restart with a snapshot made stale (updates, etcd compacted,
 //!    kube-apiserver restarted so its watch cache no longer reaches back: the watch gets 410),
 //!    and a cold start after another kube-apiserver restart (the stale restart's baseline);
@@ -314,8 +314,10 @@ pub fn main(args: &[&str]) -> super::Result {
     }
     if o.restart {
         let mut restarts = Vec::new();
-        for &rt in &o.runtimes {
-            restarts.push(restart_runs(&bins, &mut cluster, &api, &o, rt)?);
+        for run in 0..o.runs {
+            for &rt in &o.runtimes {
+                restarts.push(restart_runs(&bins, &mut cluster, &api, &o, rt, run)?);
+            }
         }
         print_restarts(&restarts);
     }
@@ -646,6 +648,7 @@ fn relay(cluster: &TestCluster) -> Result<Relay, String> {
 /// The three starts of one runtime, and the format figures of its snapshot.
 struct Restarts {
     runtime: &'static str,
+    run: usize,
     cold: Start,
     fresh: Start,
     stale: Start,
@@ -718,6 +721,7 @@ fn restart_runs(
     api: &Api,
     o: &Options,
     runtime: &'static str,
+    run: usize,
 ) -> Result<Restarts, String> {
     let name = format!("sync-{runtime}");
     let bin = bins
@@ -732,7 +736,10 @@ fn restart_runs(
     ));
     let _ = std::fs::remove_file(&path);
     let relay = relay(cluster)?;
-    eprintln!("==> {runtime}: cold start with a snapshot file");
+    eprintln!(
+        "==> {runtime} (restart run {}): cold start with a snapshot file",
+        run + 1
+    );
     let (cold, formats) = snapshot_start(&bin, &relay, &path, 0)?;
     eprintln!("==> {runtime}: restart with the fresh snapshot");
     let (fresh, _) = snapshot_start(&bin, &relay, &path, 0)?;
@@ -746,7 +753,7 @@ fn restart_runs(
                 "/api/v1/namespaces/bench-{}/configmaps/cm-{i}",
                 i % o.namespaces
             ),
-            &format!(r#"{{"data":{{"round":"stale-{runtime}"}}}}"#),
+            &format!(r#"{{"data":{{"round":"stale-{runtime}-{run}"}}}}"#),
         )
     })?;
     cluster.compact().map_err(|e| e.to_string())?;
@@ -772,6 +779,7 @@ fn restart_runs(
     let _ = std::fs::remove_file(&relay.kubeconfig);
     Ok(Restarts {
         runtime,
+        run,
         cold,
         fresh,
         stale,
@@ -783,8 +791,8 @@ fn restart_runs(
 fn print_restarts(all: &[Restarts]) {
     println!("\nwarm restart (client with --snapshot FILE):");
     println!(
-        "{:<7} {:<26} | {:>8} {:>9} {:>11} {:>6}  how it started",
-        "client", "start", "sync s", "current s", "server MB", "lists"
+        "{:<7} {:>3} {:<26} | {:>8} {:>9} {:>11} {:>6}  how it started",
+        "client", "run", "start", "sync s", "current s", "server MB", "lists"
     );
     for r in all {
         for (what, s) in [
@@ -794,8 +802,9 @@ fn print_restarts(all: &[Restarts]) {
             ("cold, API server restarted", &r.cold_after_restart),
         ] {
             println!(
-                "{:<7} {:<26} | {:>8.3} {:>9.3} {:>11.3} {:>6}  {}",
+                "{:<7} {:>3} {:<26} | {:>8.3} {:>9.3} {:>11.3} {:>6}  {}",
                 r.runtime,
+                r.run + 1,
                 what,
                 s.sync_s,
                 s.current_s,
@@ -816,10 +825,11 @@ fn print_restarts(all: &[Restarts]) {
     for r in all {
         let f = |k: &str| r.formats[k].as_f64().unwrap_or(f64::NAN);
         println!(
-            "  {} format: {} objects; snapshot {:.0} B/object, JSON {:.0} B/object ({:.2}x); \
+            "  {} run {} format: {} objects; snapshot {:.0} B/object, JSON {:.0} B/object ({:.2}x); \
              decode: snapshot {:.3} s, JSON array {:.3} s ({:.2}x); load as the informer does \
              (read + decode in 64 KiB pieces, one thread): {:.3} s; write (encode + fsync + rename): {:.3} s",
             r.runtime,
+            r.run + 1,
             f("objects"),
             f("snapshot_per_object"),
             f("json_per_object"),
@@ -836,10 +846,11 @@ fn print_restarts(all: &[Restarts]) {
         // Both started right after a kube-apiserver restart.
         let stale_limit = r.cold_after_restart.current_s + f("load_s");
         println!(
-            "  {} targets: fresh restart {:.3}x the cold sync time (<= 0.1x: {}), {:.2}% of its \
+            "  {} run {} targets: fresh restart {:.3}x the cold sync time (<= 0.1x: {}), {:.2}% of its \
              bytes (<= 1%: {}); stale restart {:.3} s vs cold + load {:.3} s, both after an API \
              server restart ({}){}",
             r.runtime,
+            r.run + 1,
             time,
             ok(time <= 0.1),
             bytes * 100.0,

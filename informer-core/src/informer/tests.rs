@@ -667,6 +667,168 @@ fn resume_from_compacted_snapshot_relists_and_delivers_the_difference() {
     assert_eq!(keys.len(), 3);
 }
 
+/// A resume in two steps (a snapshot file still loading): the watch from the snapshot's
+/// resourceVersion goes out at start, its 410 relists at once, and the list and a later watch
+/// event wait until the objects are in; then the snapshot is applied as the initial
+/// population, the list as its difference and the event, in that order, in one step. Nothing
+/// is applied or synced before.
+#[test]
+fn resume_at_watches_while_the_snapshot_loads_and_applies_what_came_after_its_objects() {
+    let mut inf = informer(Duration::ZERO);
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    assert!(!inf.resume_at(String::new()), "an empty resourceVersion");
+    assert!(inf.resume_at("10".into()));
+    assert!(
+        !inf.resume_objects(
+            at(0),
+            Snapshot {
+                resource_version: "10".into(),
+                items: vec![]
+            }
+        ),
+        "not started"
+    );
+    inf.start(at(0));
+    assert!(!inf.resume_at("11".into()), "started");
+    assert!(inf.awaiting_snapshot());
+    let d = drain(&mut inf);
+    assert_eq!(watch_rv(&d).as_deref(), Some("10"), "{:?}", d.requests);
+    assert!(d.notes.is_empty());
+    assert!(!inf.has_synced());
+    assert!(!inf.is_watching(), "the cache is not the state at 10 yet");
+    let status = Status {
+        code: 410,
+        ..Status::default()
+    };
+    inf.handle_input(
+        at(1),
+        d.last_request(),
+        Input::Event(WatchEvent::Error(Failure::Expired(status))),
+    );
+    let d = drain(&mut inf);
+    assert!(inf.backing_off_until().is_none(), "no backoff");
+    let (lid, req) = d.requests.last().cloned().expect("a list");
+    match req {
+        Request::List(l) => assert_eq!(l.resource_version.as_deref(), Some("10")),
+        other => panic!("expected a list, got {other:?}"),
+    }
+    inf.handle_input(
+        at(2),
+        lid,
+        Input::ListPage(page(
+            vec![obj("same", 3, 0), obj("changed", 20, 1), obj("new", 21, 0)],
+            22,
+        )),
+    );
+    let d = drain(&mut inf);
+    assert_eq!(watch_rv(&d).as_deref(), Some("22"));
+    inf.handle_input(
+        at(3),
+        d.last_request(),
+        Input::Event(WatchEvent::Modified(obj("new", 23, 2))),
+    );
+    let d = drain(&mut inf);
+    assert!(d.notes.is_empty(), "nothing applied before the objects");
+    assert_eq!(inf.indexer().len(), 0);
+    assert!(!inf.has_synced());
+    assert!(!inf.is_watching());
+    assert!(inf.snapshot().is_none());
+
+    assert!(inf.resume_objects(
+        at(4),
+        Snapshot {
+            resource_version: "10".into(),
+            items: vec![obj("same", 3, 0), obj("changed", 4, 0), obj("gone", 5, 0)],
+        }
+    ));
+    assert!(!inf.awaiting_snapshot());
+    assert!(inf.has_synced());
+    assert!(inf.is_watching());
+    let d = drain(&mut inf);
+    assert!(d.requests.is_empty(), "the watch from 22 goes on");
+    // Everything is applied in one step, before the handler could take any of it: its
+    // pending notifications coalesce per key (CONFORMANCE 11), so it hears each object once,
+    // in its latest state, and nothing of the object deleted while down it never saw. (Had it
+    // taken the initial adds first, as when the objects load before the list is in, it
+    // would hear the update, the add and a tombstone: the test above.)
+    let mut got = d.for_handler(h);
+    got.extend(drain(&mut inf).for_handler(h));
+    got.sort();
+    assert_eq!(
+        got,
+        ["add changed 20 initial", "add new 23", "add same 3 initial"]
+    );
+    let mut store: Vec<_> = inf
+        .indexer()
+        .list()
+        .map(|o| alloc::format!("{} {}", o.name, o.resource_version))
+        .collect();
+    store.sort();
+    assert_eq!(store, ["changed 20", "new 23", "same 3"]);
+    assert_eq!(inf.last_sync_resource_version(), "23");
+    assert!(!inf.resume_objects(
+        at(5),
+        Snapshot {
+            resource_version: "10".into(),
+            items: vec![]
+        }
+    ));
+}
+
+/// A snapshot announced with `resume_at` that turns out unusable (`resume_failed`, or objects
+/// of another resourceVersion): what its watch brought is dropped and the informer lists at
+/// once with a consistent read, whose result is the initial population as without a snapshot;
+/// late inputs of the abandoned watch are ignored.
+#[test]
+fn resume_at_then_failed_lists_from_scratch() {
+    for other_rv in [false, true] {
+        let mut inf = informer(Duration::ZERO);
+        let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+        assert!(inf.resume_at("10".into()));
+        inf.start(at(0));
+        let d = drain(&mut inf);
+        let wid = d.last_request();
+        inf.handle_input(
+            at(1),
+            wid,
+            Input::Event(WatchEvent::Added(obj("early", 11, 0))),
+        );
+        assert!(drain(&mut inf).notes.is_empty());
+        if other_rv {
+            assert!(inf.resume_objects(
+                at(2),
+                Snapshot {
+                    resource_version: "9".into(),
+                    items: vec![obj("stale", 3, 0)],
+                }
+            ));
+        } else {
+            assert!(inf.resume_failed(at(2)));
+        }
+        assert!(!inf.resume_failed(at(2)), "only once");
+        assert!(!inf.awaiting_snapshot());
+        assert!(!inf.has_synced());
+        let d = drain(&mut inf);
+        let (lid, req) = d.requests.last().cloned().expect("a list");
+        match req {
+            Request::List(l) => assert_eq!(l.resource_version, None, "a consistent read"),
+            other => panic!("expected a list, got {other:?}"),
+        }
+        assert!(inf.backing_off_until().is_none());
+        inf.handle_input(
+            at(3),
+            wid,
+            Input::Event(WatchEvent::Added(obj("late", 12, 0))),
+        );
+        inf.handle_input(at(4), lid, Input::ListPage(page(vec![obj("a", 8, 0)], 15)));
+        let d = drain(&mut inf);
+        assert_eq!(d.for_handler(h), ["add a 8 initial"]);
+        assert!(inf.has_synced());
+        assert_eq!(inf.indexer().len(), 1);
+        assert_eq!(watch_rv(&d).as_deref(), Some("15"));
+    }
+}
+
 /// Everything one pipeline run shows from outside: each handler's notifications in order,
 /// the store, and the sync flags before and after the stalled handler finishes.
 #[derive(Debug, PartialEq)]

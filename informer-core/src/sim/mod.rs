@@ -374,6 +374,11 @@ struct Sim {
     snapshot_at: Option<Instant>,
     restart_at: Option<Instant>,
     snapshot: Option<Vec<u8>>,
+    /// The resourceVersion in the snapshot's header (readable even when the file is cut).
+    snapshot_rv: Option<String>,
+    /// A restarted informer started with `resume_at`: when its snapshot's objects are in (or
+    /// it is found unusable: `None`).
+    loading: Option<(Instant, Option<crate::snapshot::Snapshot<SimObject>>)>,
     quiet_since: Option<Instant>,
     next_check: Instant,
     last_sync_seen: u64,
@@ -423,6 +428,8 @@ impl Sim {
         Sim {
             snapshot_at,
             restart_at: None,
+            snapshot_rv: None,
+            loading: None,
             snapshot: None,
             mutations_left: cfg.mutations,
             next_mutation: Some(Instant::ZERO + ms(rng_work.below(3000))),
@@ -519,6 +526,7 @@ impl Sim {
         let (n, rv) = (snap.items.len(), snap.resource_version.clone());
         self.log(|| format!("SNAPSHOT {n} objects at rv {rv}"));
         self.snapshot = Some(bytes);
+        self.snapshot_rv = Some(rv);
     }
 
     fn identity() -> crate::snapshot::SnapshotIdentity {
@@ -532,9 +540,18 @@ impl Sim {
     /// informer resumes from the snapshot (or lists, if there is none or it is refused).
     fn restart(&mut self) -> Result<(), String> {
         self.restart_at = None;
+        self.loading = None;
         self.inf.stop();
         self.flight = Flight::Idle;
         let seed = self.rng_work.next_u64();
+        // Half the restarts load the snapshot as a runtime does: the watch from its
+        // resourceVersion starts at once, the objects (or the verdict that the file is
+        // unusable) come up to 400 ms later. Drawn from the restart's own seed, so the
+        // other draws of a seed stay as they were.
+        let mut load_rng = SplitMix64::new(seed ^ 0x9E37_79B9_7F4A_7C15);
+        let split = load_rng.chance(0.5);
+        let loaded_at = self.now + ms(load_rng.below(400));
+        let header_rv = self.snapshot_rv.take();
         self.inf = Self::informer(&self.cfg, seed);
         self.handlers =
             Self::first_handlers(&self.cfg, &mut self.inf, &mut self.rng_handlers, self.now);
@@ -556,7 +573,13 @@ impl Sim {
                 if snap.resource_version.parse::<u64>().unwrap_or(0) < self.server.compacted {
                     self.fault("warm restart, snapshot compacted");
                 }
-                self.inf.resume(snap);
+                if split {
+                    self.fault("warm restart, objects loaded after start");
+                    self.inf.resume_at(snap.resource_version.clone());
+                    self.loading = Some((loaded_at, Some(snap)));
+                } else {
+                    self.inf.resume(snap);
+                }
             }
             Some(Err(e)) => {
                 if !truncated {
@@ -564,6 +587,11 @@ impl Sim {
                 }
                 self.log(|| format!("RESTART snapshot refused ({e}): cold start"));
                 self.fault("warm restart, snapshot refused");
+                if let Some(rv) = header_rv.filter(|_| split) {
+                    self.fault("warm restart, refused after start");
+                    self.inf.resume_at(rv);
+                    self.loading = Some((loaded_at, None));
+                }
             }
             None => {
                 self.log(|| "RESTART without a snapshot: cold start".into());
@@ -649,6 +677,26 @@ impl Sim {
             && self.removal_at.is_none()
             && self.snapshot_at.is_none()
             && self.restart_at.is_none()
+            && self.loading.is_none()
+    }
+
+    /// The restarted informer's snapshot is loaded (or found unusable).
+    fn finish_load(&mut self) {
+        let Some((_, snapshot)) = self.loading.take() else {
+            return;
+        };
+        let now = self.now;
+        let applied = match snapshot {
+            Some(s) => {
+                self.log(|| "LOADED the snapshot's objects".into());
+                self.inf.resume_objects(now, s)
+            }
+            None => {
+                self.log(|| "LOADED: the snapshot is unusable, listing".into());
+                self.inf.resume_failed(now)
+            }
+        };
+        debug_assert!(applied);
     }
 
     /// After every input: drain the informer's outputs until none are left.
@@ -898,6 +946,7 @@ impl Sim {
             self.removal_at,
             self.snapshot_at,
             self.restart_at,
+            self.loading.as_ref().map(|l| l.0),
             if self.quiet_since.is_none() {
                 self.next_compaction
             } else {
@@ -932,7 +981,9 @@ impl Sim {
             return Ok(());
         }
         if work_t.is_some_and(|t| t <= now) {
-            if self.snapshot_at.is_some_and(|t| t <= now) {
+            if self.loading.as_ref().is_some_and(|l| l.0 <= now) {
+                self.finish_load();
+            } else if self.snapshot_at.is_some_and(|t| t <= now) {
                 self.take_snapshot();
             } else if self.restart_at.is_some_and(|t| t <= now) {
                 self.restart()?;

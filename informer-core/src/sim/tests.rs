@@ -62,6 +62,8 @@ fn conformance_25_sim_many_seeds_converge() {
             "warm restart",
             "warm restart, snapshot compacted",
             "warm restart, snapshot refused",
+            "warm restart, objects loaded after start",
+            "warm restart, refused after start",
             "restart, no snapshot",
         ] {
             assert!(

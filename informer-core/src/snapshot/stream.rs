@@ -20,7 +20,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::{
-    FORMAT_VERSION, Frames, Header, MAGIC, Reader, Snapshot, SnapshotCodec, SnapshotError,
+    Decoded, FORMAT_VERSION, Frames, Header, MAGIC, Reader, Snapshot, SnapshotCodec, SnapshotError,
     SnapshotIdentity, corrupt,
 };
 
@@ -47,20 +47,19 @@ impl SnapshotLayout {
             return Err(corrupt("not a snapshot (wrong magic)"));
         }
         let mut r = Reader(head);
-        let fixed = (|| {
-            r.take(MAGIC.len())?;
-            let version = r.u32()?;
-            let header_len = r.u32()? as usize;
-            Ok::<_, SnapshotError>((version, header_len))
-        })();
-        let (version, header_len) = match fixed {
-            Ok(v) => v,
-            Err(_) => return Ok(None),
+        // In `decode`'s order: the version is judged as soon as it is there, before the
+        // header's length (a 12-byte file of another version is of an unknown format, not
+        // truncated).
+        let (Ok(_), Ok(version)) = (r.take(MAGIC.len()), r.u32()) else {
+            return Ok(None);
         };
         if version != FORMAT_VERSION {
             return Err(SnapshotError::UnknownFormat(version));
         }
-        let Ok(header) = r.take(header_len) else {
+        let Ok(header_len) = r.u32() else {
+            return Ok(None);
+        };
+        let Ok(header) = r.take(header_len as usize) else {
             return Ok(None);
         };
         Header::read(&mut Reader(header))?;
@@ -190,7 +189,7 @@ pub struct SnapshotStream<K> {
     body_left: u64,
     /// The start of a frame the last piece ended in.
     pub(super) carry: Vec<u8>,
-    items: Vec<Arc<K>>,
+    decoded: Decoded<K>,
     /// The first error found before the checksum could be checked (then nothing more is
     /// decoded).
     failed: Option<SnapshotError>,
@@ -204,7 +203,7 @@ impl<K> fmt::Debug for SnapshotStream<K> {
         f.debug_struct("SnapshotStream")
             .field("resource_version", &self.resource_version)
             .field("count", &self.count)
-            .field("decoded", &self.items.len())
+            .field("decoded", &self.decoded.len())
             .field("body_left", &self.body_left)
             .finish_non_exhaustive()
     }
@@ -263,10 +262,23 @@ impl<K: SnapshotCodec> SnapshotStream<K> {
             sum,
             body_left: body_len,
             carry: Vec::new(),
-            items: Vec::with_capacity(count),
+            decoded: Decoded::with_capacity(count),
             failed,
             framing: None,
         })
+    }
+
+    /// The snapshot's resourceVersion as its header gives it, while the stream has found
+    /// nothing against the snapshot yet (`None` once it has: another resource, selectors or
+    /// codec, a malformed table of shared strings, an object that does not decode). Not
+    /// checked until [`finish`](Self::finish) (the checksum): good for starting a watch while
+    /// the body is read ([`SharedIndexInformer::resume_at`](crate::SharedIndexInformer::resume_at)),
+    /// never for applying anything.
+    pub fn resource_version(&self) -> Option<&str> {
+        match (&self.failed, &self.framing) {
+            (None, None) => Some(&self.resource_version),
+            _ => None,
+        }
     }
 
     /// Feeds the next bytes of the body (in order; pieces of any size; bytes beyond the body
@@ -275,9 +287,9 @@ impl<K: SnapshotCodec> SnapshotStream<K> {
         self.take_body(piece)?;
         if self.failed.is_none() {
             let shared: Vec<&str> = self.shared.iter().map(String::as_str).collect();
-            let items = &mut self.items;
+            let decoded = &mut self.decoded;
             let r = split_frames(&mut self.carry, self.body_left, piece, |run| {
-                decode_run(run, &shared, items)
+                decode_run(run, &shared, &mut |o| decoded.push(o))
             });
             self.fail(r);
         }
@@ -323,7 +335,7 @@ impl<K: SnapshotCodec> SnapshotStream<K> {
             return;
         }
         match objects {
-            Ok(objects) => self.items.extend(objects),
+            Ok(objects) => objects.into_iter().for_each(|o| self.decoded.push(o)),
             Err(e) => self.failed = Some(e),
         }
     }
@@ -367,7 +379,7 @@ impl<K: SnapshotCodec> SnapshotStream<K> {
             body: &[],
             shared: Vec::new(),
         };
-        frames.finish(self.items)
+        frames.finish(self.decoded)
     }
 }
 
@@ -428,16 +440,16 @@ fn check_carry(carry: &[u8], body_left: u64) -> Result<(), SnapshotError> {
     }
 }
 
-/// Decodes `run`, whole frames, into `items`.
+/// Decodes `run`, whole frames, handing each object to `push`.
 fn decode_run<K: SnapshotCodec>(
     run: &[u8],
     shared: &[&str],
-    items: &mut Vec<Arc<K>>,
+    push: &mut impl FnMut(Arc<K>),
 ) -> Result<(), SnapshotError> {
     let mut r = Reader(run);
     while !r.0.is_empty() {
         let n = r.u32()? as usize;
-        items.push(Frames::decode_frame(r.take(n)?, shared)?);
+        push(Frames::decode_frame(r.take(n)?, shared)?);
     }
     Ok(())
 }
@@ -453,7 +465,7 @@ impl FrameDecoder {
     pub fn decode<K: SnapshotCodec>(&self, run: &[u8]) -> Result<Vec<Arc<K>>, SnapshotError> {
         let shared: Vec<&str> = self.shared.iter().map(String::as_str).collect();
         let mut items = Vec::new();
-        decode_run(run, &shared, &mut items)?;
+        decode_run(run, &shared, &mut |o| items.push(o))?;
         Ok(items)
     }
 }
