@@ -10,7 +10,7 @@ use core::fmt;
 use crate::hash::{HashMap, HashSet};
 use smallvec::SmallVec;
 
-use crate::object::{Key, KeyRef, Object};
+use crate::object::{Key, KeyRef, Object, same_state};
 use crate::selector::{Labels, Selector};
 
 mod copy;
@@ -519,6 +519,47 @@ impl<K: Object + 'static> Indexer<K> {
         let key = obj.key_ref().to_key();
         self.insert(key.clone(), obj);
         (key, None)
+    }
+
+    /// [`upsert`](Self::upsert) for an object of a list (a `Replaced` delta). When the stored
+    /// object is the same state of the same object (the same uid and resourceVersion: every
+    /// write to an object changes its resourceVersion), it stays stored and `obj` is dropped,
+    /// so a relist changes nothing for the objects that did not change: no index update, no
+    /// journal entry for the readers' copies, the listed duplicate freed at once instead of
+    /// the cached object. Returns the stored key, the previous object and the object stored
+    /// now (the previous one, when kept).
+    pub fn upsert_listed(&mut self, obj: Arc<K>) -> (Key, Option<Arc<K>>, Arc<K>) {
+        if let Some((key, slot)) = self.items.get_key_value_mut(&obj.key_ref()) {
+            let key = key.clone();
+            if same_state(&**slot, &*obj) {
+                let kept = slot.clone();
+                return (key, Some(kept.clone()), kept);
+            }
+            let old = replace_stored(
+                &mut self.indices,
+                &mut self.journal,
+                &key,
+                slot,
+                obj.clone(),
+            );
+            return (key, Some(old), obj);
+        }
+        let key = obj.key_ref().to_key();
+        self.insert(key.clone(), obj.clone());
+        (key, None, obj)
+    }
+
+    /// [`insert`](Self::insert) for an object of a list, keeping a stored object in the same
+    /// state as [`upsert_listed`](Self::upsert_listed) does. Returns the previous object and
+    /// the object stored now.
+    pub fn insert_listed(&mut self, key: Key, obj: Arc<K>) -> (Option<Arc<K>>, Arc<K>) {
+        if let Some(stored) = self.items.get(&key.as_ref_parts()) {
+            if same_state(&**stored, &*obj) {
+                let kept = stored.clone();
+                return (Some(kept.clone()), kept);
+            }
+        }
+        (self.insert(key, obj.clone()), obj)
     }
 
     /// Removes the object stored under `key`; returns the stored key and the object.

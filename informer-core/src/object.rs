@@ -51,6 +51,17 @@ pub trait Object {
     }
 }
 
+/// Whether `a` and `b` are the same state of one object: the same uid and the same non-empty
+/// resourceVersion. The server changes an object's resourceVersion on every write, so two such
+/// values have the same content (a listed object that equals the cached one). Without a
+/// resourceVersion nothing can be told: false.
+pub(crate) fn same_state<K: Object + ?Sized>(a: &K, b: &K) -> bool {
+    matches!(
+        (a.resource_version(), b.resource_version()),
+        (Some(x), Some(y)) if !x.is_empty() && x == y
+    ) && a.uid() == b.uid()
+}
+
 impl<T: Object + ?Sized> Object for Arc<T> {
     fn name(&self) -> &str {
         (**self).name()

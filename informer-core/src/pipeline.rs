@@ -140,9 +140,10 @@ impl<K: Object + 'static> Pipeline<K> {
             }
         }
         for obj in items {
-            // Not an initial-list add: the FIFO has synced.
-            let (key, old) = self.indexer.upsert(obj.clone());
-            self.notify_upsert(key, DeltaType::Replaced, old, obj, false);
+            // Not an initial-list add: the FIFO has synced. An object listed unchanged stays
+            // as cached (its update is a resync).
+            let (key, old, stored) = self.indexer.upsert_listed(obj);
+            self.notify_upsert(key, DeltaType::Replaced, old, stored, false);
         }
         for t in tombstones {
             if self.indexer.delete_key(t.key.as_ref_parts()).is_some() {
@@ -270,8 +271,13 @@ impl<K: Object + 'static> Pipeline<K> {
             }
             (kind, ObjectOrTombstone::Object(obj))
             | (kind, ObjectOrTombstone::Tombstone(Tombstone { obj, .. })) => {
-                let old = self.indexer.insert(key.clone(), obj.clone());
-                self.notify_upsert(key.clone(), kind, old, obj, in_initial_list);
+                let (old, stored) = if kind == DeltaType::Replaced {
+                    // A listed object unchanged stays as cached, as in `replace_now`.
+                    self.indexer.insert_listed(key.clone(), obj)
+                } else {
+                    (self.indexer.insert(key.clone(), obj.clone()), obj)
+                };
+                self.notify_upsert(key.clone(), kind, old, stored, in_initial_list);
             }
         }
     }
@@ -552,6 +558,57 @@ mod tests {
                     "seed {seed} round {round}"
                 );
             }
+        }
+    }
+
+    /// A relist keeps the cached object of one listed unchanged (the same uid and
+    /// resourceVersion, another allocation): nothing changes for it (no journal entry for the
+    /// readers' copies), its update is a resync (nobody due here), and the duplicate is
+    /// dropped. A changed resourceVersion, or the same one under another uid, replaces it.
+    /// Applied at once and through the FIFO alike.
+    #[test]
+    fn a_relist_keeps_the_cached_object_of_one_listed_unchanged() {
+        for through_fifo in [false, true] {
+            let mut p: Pipeline<SimObject> = Pipeline::new(Duration::ZERO);
+            p.add_handler(Duration::ZERO, Instant::ZERO);
+            let (a, b, c) = (obj(0, 1, 2), obj(0, 2, 3), obj(1, 3, 4));
+            p.populate(alloc::vec![a.clone(), b.clone(), c.clone()]);
+            drain(&mut p, 1);
+            p.record_changes(true);
+            let same_a = Arc::new((*a).clone());
+            let newer_b = obj(0, 2, 9);
+            let other_c = Arc::new(SimObject {
+                uid: "recreated".into(),
+                ..(*c).clone()
+            });
+            let list = alloc::vec![same_a.clone(), newer_b.clone(), other_c.clone()];
+            if through_fifo {
+                p.fifo.replace(list, &p.indexer);
+            } else {
+                p.replace(list);
+                assert!(p.fifo().is_empty(), "applied at once");
+            }
+            let got = drain(&mut p, 1);
+            assert_eq!(
+                got[0],
+                ["update o2 3->9"],
+                "fifo {through_fifo}: only a changed resourceVersion reaches a handler not due"
+            );
+            let stored = |o: &Arc<SimObject>| p.indexer().get(o).unwrap().clone();
+            assert!(Arc::ptr_eq(&stored(&a), &a), "fifo {through_fifo}: kept");
+            assert_eq!(Arc::strong_count(&same_a), 1, "the duplicate is dropped");
+            assert!(Arc::ptr_eq(&stored(&b), &newer_b));
+            assert!(Arc::ptr_eq(&stored(&c), &other_c), "another uid replaces");
+            let mut changes = Vec::new();
+            p.take_changes(&mut changes);
+            let changed: Vec<&str> = changes
+                .iter()
+                .map(|c| match c {
+                    Change::Upsert { obj, .. } => obj.name.as_str(),
+                    _ => "other",
+                })
+                .collect();
+            assert_eq!(changed, ["o2", "o3"], "fifo {through_fifo}: journal");
         }
     }
 
