@@ -261,6 +261,11 @@ impl<K: Object + 'static> Publisher<K> {
     pub fn stage(&mut self, informer: &mut SharedIndexInformer<K>) {
         let before = self.log.len();
         informer.take_changes(&mut self.taken);
+        if self.poisoned {
+            // Nothing is published again: what is staged would only pile up.
+            self.drop_log();
+            return;
+        }
         let state = &self.state;
         self.log
             .extend(self.taken.drain(..).map(|c| Logged::new(c, state)));
@@ -283,10 +288,22 @@ impl<K: Object + 'static> Publisher<K> {
     /// Queues `changes` for the next publish, as if an informer had recorded them (e.g. the
     /// content of a cache that was filled before recording started).
     pub fn stage_changes(&mut self, changes: impl IntoIterator<Item = Change<K>>) {
+        if self.poisoned {
+            self.drop_log();
+            return;
+        }
         let state = &self.state;
         self.log
             .extend(changes.into_iter().map(|c| Logged::new(c, state)));
         self.dirty = true;
+    }
+
+    /// A poisoned publisher's staged changes (and the objects they hold) are given back:
+    /// nothing will be published again (readers keep the last whole state).
+    fn drop_log(&mut self) {
+        self.taken = Vec::new();
+        self.log = Vec::new();
+        self.published = 0;
     }
 
     /// Whether everything staged has been published.
@@ -932,6 +949,45 @@ mod tests {
             assert_eq!(copy.indexer().index_len(NAMESPACE_INDEX, "ns"), Ok(5000));
             assert!(copy.has_synced());
         }
+    }
+
+    /// A replay that panics (an index function) poisons the publisher: readers keep the last
+    /// whole state, and what is staged afterwards is dropped instead of piling up in a log
+    /// nothing drains.
+    #[test]
+    fn a_poisoned_publisher_keeps_no_log() {
+        let mut publisher: Publisher<SimObject> = Publisher::new();
+        publisher
+            .add_index(
+                "boom",
+                crate::indexer::index_fn(|o: &SimObject| -> crate::indexer::IndexValues<'_> {
+                    assert!(o.data != 13, "index function panics");
+                    crate::indexer::IndexValues::new()
+                }),
+            )
+            .unwrap();
+        let up = |name: &str, rv: u64| Change::Upsert {
+            key: obj(name, rv).key_ref().to_key(),
+            obj: obj(name, rv),
+        };
+        publisher.stage_changes([up("a", 1)]);
+        assert!(publisher.try_publish());
+        publisher.stage_changes([up("b", 13)]);
+        let panicked =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| publisher.try_publish()));
+        assert!(panicked.is_err());
+        assert!(!publisher.try_publish(), "poisoned: never published again");
+        let kept = obj("c", 2);
+        publisher.stage_changes((0..1000).map(|i| Change::Upsert {
+            key: kept.key_ref().to_key(),
+            obj: obj("c", 100 + i),
+        }));
+        assert_eq!(publisher.log.len(), 0, "nothing piles up");
+        assert_eq!(
+            publisher.views().read(|v| v.indexer.len()),
+            1,
+            "readers keep the last whole state"
+        );
     }
 
     /// The parity of `data`, one value per object (the copies' single-value path).
