@@ -172,6 +172,12 @@ struct CopyIndex<K> {
     name: Box<str>,
     func: Box<dyn IndexFunc<K>>,
     buckets: LabelBuckets<K>,
+    /// [`IndexFunc::single_value`] answered for every object this index was given: an object
+    /// it holds has at most the one value that answer gives, so that finding the old object
+    /// in the new one's bucket proves its values. A function may answer `None` for some
+    /// objects only (several values): from the first such object on, an update reads the old
+    /// object's values.
+    every_single: bool,
 }
 
 fn same_key<K: Object>(key: KeyRef<'_>) -> impl Fn(&Arc<K>) -> bool + '_ {
@@ -253,7 +259,8 @@ impl<K: Object> CopyIndex<K> {
     /// ([`IndexFunc::single_value`]), without building [`IndexValues`]; and for an update, the
     /// bucket of the new object's value is looked at first: finding the old object there
     /// (the common case, a value that did not change) proves its value, which is then never
-    /// read from the old object (a cache line the update need not touch).
+    /// read from the old object (a cache line the update need not touch), as long as every
+    /// object the index was given had one value at most (`every_single`).
     fn update(&mut self, hash: u64, old: Option<&Arc<K>>, new: Option<&Arc<K>>, state: &HashState) {
         fn one<'a, K>(func: &dyn IndexFunc<K>, o: Option<&'a Arc<K>>) -> Option<Option<&'a str>> {
             match o {
@@ -262,7 +269,10 @@ impl<K: Object> CopyIndex<K> {
             }
         }
         let is = one(&*self.func, new);
-        if let (Some(old), Some(new), Some(Some(v))) = (old, new, is) {
+        if is.is_none() {
+            self.every_single = false;
+        }
+        if let (true, Some(old), Some(new), Some(Some(v))) = (self.every_single, old, new, is) {
             if self.replace_in(v, hash, old, new) {
                 return;
             }
@@ -390,6 +400,7 @@ impl<K: Object + 'static> ReadCopy<K> {
             name: name.into(),
             func: Box::new(func),
             buckets: HashMap::default(),
+            every_single: true,
         };
         for obj in self.list() {
             let key = obj.key_ref();
@@ -422,6 +433,7 @@ impl<K: Object + 'static> ReadCopy<K> {
         self.len = other.len;
         for (mine, theirs) in self.indices.iter_mut().zip(&other.indices) {
             mine.buckets.clone_from(&theirs.buckets);
+            mine.every_single &= theirs.every_single;
         }
         true
     }
@@ -844,6 +856,53 @@ mod tests {
             (NAMESPACE_INDEX, "ns1"),
         ] {
             assert_eq!(a.index_len(index, value), b.index_len(index, value));
+        }
+    }
+
+    /// An index function that answers [`IndexFunc::single_value`] for the objects with one
+    /// value and `None` for those with several (a per-object answer the trait allows and the
+    /// indexer honours): an object going from two values to one of them leaves the other
+    /// value's bucket, in the copy as in the indexer.
+    #[test]
+    fn a_function_single_for_some_objects_only_updates_as_the_indexer() {
+        struct Tags;
+        impl IndexFunc<SimObject> for Tags {
+            fn index_values<'a>(&self, o: &'a SimObject) -> IndexValues<'a> {
+                let mut v = IndexValues::new();
+                if o.data % 3 != 2 {
+                    v.push(Cow::Borrowed("x"));
+                }
+                if o.data % 3 != 1 {
+                    v.push(Cow::Borrowed("y"));
+                }
+                v
+            }
+            fn single_value<'a>(&self, o: &'a SimObject) -> Option<Option<&'a str>> {
+                match o.data % 3 {
+                    0 => None,
+                    1 => Some(Some("x")),
+                    _ => Some(Some("y")),
+                }
+            }
+        }
+        let mut oracle: super::super::Indexer<SimObject> = super::super::Indexer::new();
+        oracle.add_index("tags", Tags).unwrap();
+        oracle.record_changes(true);
+        let mut c = ReadCopy::new();
+        c.add_index("tags", Tags).unwrap();
+        // Two values, then one of them (x, then y), then two again, then deleted.
+        for data in [0u64, 1, 3, 2, 6] {
+            oracle.add(obj(Some("ns0"), "o", data));
+            let mut changes = Vec::new();
+            oracle.take_changes(&mut changes);
+            for change in changes {
+                c.apply(change);
+            }
+            for value in ["x", "y"] {
+                let want = oracle.by_index("tags", value).unwrap().count();
+                assert_eq!(c.index_len("tags", value), Ok(want), "data {data}, {value}");
+                assert_eq!(c.by_index("tags", value).unwrap().count(), want);
+            }
         }
     }
 
