@@ -272,7 +272,8 @@ impl<K: Object> CopyIndex<K> {
         if is.is_none() {
             self.every_single = false;
         }
-        if let (true, Some(old), Some(new), Some(Some(v))) = (self.every_single, old, new, is) {
+        let looked = self.every_single;
+        if let (true, Some(old), Some(new), Some(Some(v))) = (looked, old, new, is) {
             if self.replace_in(v, hash, old, new) {
                 return;
             }
@@ -285,9 +286,12 @@ impl<K: Object> CopyIndex<K> {
                 if let (Some(v), Some(new)) = (is, new) {
                     self.insert(v, hash, new, state);
                 }
+            } else if let (false, Some(v), Some(old), Some(new)) = (looked, is, old, new) {
+                // The same value, not looked at above: the new object takes the old's place.
+                self.replace_in(v, hash, old, new);
             }
-            // The same value, and the old object not in its bucket (looked at above): not
-            // in a consistent copy; nothing to do, as the general path below would do.
+            // (The same value, looked at above and the old object not in its bucket: not in
+            // a consistent copy; nothing to do, as the general path below would do.)
             return;
         }
         let old_vals = old.map(|o| self.func.index_values(o)).unwrap_or_default();
@@ -890,8 +894,9 @@ mod tests {
         oracle.record_changes(true);
         let mut c = ReadCopy::new();
         c.add_index("tags", Tags).unwrap();
-        // Two values, then one of them (x, then y), then two again, then deleted.
-        for data in [0u64, 1, 3, 2, 6] {
+        // Two values, then one of them (x), the same one, two again, the other one (y), two
+        // again.
+        for data in [0u64, 1, 4, 3, 2, 5, 6] {
             oracle.add(obj(Some("ns0"), "o", data));
             let mut changes = Vec::new();
             oracle.take_changes(&mut changes);
@@ -899,9 +904,17 @@ mod tests {
                 c.apply(change);
             }
             for value in ["x", "y"] {
-                let want = oracle.by_index("tags", value).unwrap().count();
-                assert_eq!(c.index_len("tags", value), Ok(want), "data {data}, {value}");
-                assert_eq!(c.by_index("tags", value).unwrap().count(), want);
+                let want: Vec<_> = oracle
+                    .by_index("tags", value)
+                    .unwrap()
+                    .map(Arc::as_ptr)
+                    .collect();
+                let got: Vec<_> = c
+                    .by_index("tags", value)
+                    .unwrap()
+                    .map(Arc::as_ptr)
+                    .collect();
+                assert_eq!(got, want, "data {data}, {value}");
             }
         }
     }
