@@ -489,6 +489,10 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     }
 
     /// The resourceVersion of the last list or event applied; empty before the first list.
+    /// Before [`has_synced`](Self::has_synced), after [`resume_at`](Self::resume_at), it is
+    /// the resourceVersion the watch or list under way has reached, although nothing of it is
+    /// applied yet (it waits for the snapshot's objects, or is dropped on
+    /// [`resume_failed`](Self::resume_failed)): the cache is the state at it only once synced.
     pub fn last_sync_resource_version(&self) -> &str {
         self.reflector.last_sync_resource_version()
     }

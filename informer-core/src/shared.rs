@@ -1121,6 +1121,163 @@ mod tests {
         assert!(checked[0] > 1000 && checked[1] > 1000, "{checked:?}");
     }
 
+    /// The differential test above through every path a publish can take: publishes refused
+    /// while a reader holds the standby copy (retried with more changes), the copy readers
+    /// left caught up at once after a relist longer than the kept journal (by copying or,
+    /// with a reader still on it, at the next publish), the copies' tables sized for a large
+    /// step, indices added to both copies between publishes, and an index function that
+    /// gives some objects one value and others several. After every publish, the current
+    /// copy answers as the indexer.
+    #[test]
+    fn both_copies_answer_as_the_indexer_through_retries_relists_and_added_indices() {
+        use crate::indexer::{IndexValues, Indexer};
+        /// One value for `data % 3` of 1 or 2, two values for 0: `single_value` answers for
+        /// some objects only.
+        struct Tags;
+        impl IndexFunc<SimObject> for Tags {
+            fn index_values<'a>(&self, o: &'a SimObject) -> IndexValues<'a> {
+                let mut v = IndexValues::new();
+                if o.data % 3 != 2 {
+                    v.push(alloc::borrow::Cow::Borrowed("x"));
+                }
+                if o.data % 3 != 1 {
+                    v.push(alloc::borrow::Cow::Borrowed("y"));
+                }
+                v
+            }
+            fn single_value<'a>(&self, o: &'a SimObject) -> Option<Option<&'a str>> {
+                match o.data % 3 {
+                    0 => None,
+                    1 => Some(Some("x")),
+                    _ => Some(Some("y")),
+                }
+            }
+        }
+        let mut oracle: Indexer<SimObject> = Indexer::new();
+        oracle.add_index("parity", Parity).unwrap();
+        oracle.record_changes(true);
+        let mut publisher = Publisher::new();
+        publisher.add_index("parity", Parity).unwrap();
+        let mut indices = alloc::vec!["parity", NAMESPACE_INDEX];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut changes = Vec::new();
+        let (mut refused, mut published, mut caught_up_later) = (0, 0, 0);
+        for step in 0..1500u64 {
+            if step == 300 {
+                oracle.add_index("tags", Tags).unwrap();
+                publisher.add_index("tags", Tags).unwrap();
+                indices.push("tags");
+            }
+            for _ in 0..1 + next(8) {
+                let name = alloc::format!("o{}", next(60));
+                let mut o = (*obj(&name, step)).clone();
+                o.namespace = [Some("a".into()), Some("b".into()), None][next(3) as usize].clone();
+                o.data = next(30);
+                match next(100) {
+                    0..=69 => {
+                        oracle.add(Arc::new(o));
+                    }
+                    70..=89 => {
+                        oracle.delete(&o);
+                    }
+                    90..=94 => {
+                        let same = oracle.list().nth(next(5) as usize).cloned();
+                        if let Some(same) = same {
+                            oracle.delete(&same);
+                            oracle.add(same);
+                        }
+                    }
+                    95..=97 => {
+                        let same = oracle.list().nth(next(5) as usize).cloned();
+                        if let Some(same) = same {
+                            oracle.add(same);
+                        }
+                    }
+                    _ => {
+                        // Now and then a relist longer than the journal kept.
+                        let n = if next(3) == 0 {
+                            1100 + next(200)
+                        } else {
+                            next(40)
+                        };
+                        let items: Vec<_> = (0..n)
+                            .map(|i| {
+                                let mut o = (*obj(&alloc::format!("o{i}"), step)).clone();
+                                o.namespace = [Some("a".into()), None][(i % 2) as usize].clone();
+                                o.data = next(30);
+                                Arc::new(o)
+                            })
+                            .collect();
+                        oracle.replace(items);
+                    }
+                }
+            }
+            oracle.take_changes(&mut changes);
+            publisher.stage_changes(changes.drain(..));
+            let views = publisher.views().clone();
+            let current = views.current.load(Ordering::Relaxed);
+            // A reader still on the standby copy: the publish is refused, the changes wait.
+            if next(5) == 0 {
+                let _reader = views.copies[1 - current].read();
+                assert!(!publisher.try_publish());
+                refused += 1;
+                continue;
+            }
+            // A reader on the current copy: published, but that copy catches up only later.
+            let holding = next(4) == 0;
+            let reader = holding.then(|| views.copies[current].read());
+            assert!(publisher.try_publish(), "no reader holds the standby copy");
+            if holding && publisher.log.len() > JOURNAL_KEEP {
+                caught_up_later += 1;
+            }
+            drop(reader);
+            published += 1;
+            let current = views.current.load(Ordering::Relaxed);
+            let copy = views.copies[current].read();
+            let copy = copy.indexer();
+            assert_eq!(copy.len(), oracle.len(), "step {step}");
+            for (key, o) in oracle.iter() {
+                let found = copy.get_by_key(key.as_str()).expect("a key the copy lacks");
+                assert!(
+                    Arc::ptr_eq(found, o),
+                    "step {step}: an old object under {key}"
+                );
+            }
+            for index in &indices {
+                let mut values: Vec<_> = oracle.list_index_values(index).unwrap().collect();
+                let mut theirs: Vec<_> = copy.list_index_values(index).unwrap().collect();
+                values.sort_unstable();
+                theirs.sort_unstable();
+                assert_eq!(values, theirs, "step {step}: values of {index}");
+                for value in values {
+                    let mut want: Vec<_> = oracle
+                        .by_index(index, value)
+                        .unwrap()
+                        .map(Arc::as_ptr)
+                        .collect();
+                    let mut got: Vec<_> = copy
+                        .by_index(index, value)
+                        .unwrap()
+                        .map(Arc::as_ptr)
+                        .collect();
+                    want.sort_unstable();
+                    got.sort_unstable();
+                    assert_eq!(want, got, "step {step}: bucket {index}={value}");
+                }
+            }
+        }
+        assert!(
+            refused > 100 && published > 1000 && caught_up_later > 0,
+            "{refused} {published} {caught_up_later}"
+        );
+    }
+
     /// An index added through the locked informer serves readers, on both copies.
     #[test]
     fn indices_added_to_the_locked_informer_serve_readers() {

@@ -325,6 +325,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
     }
 
     /// The resourceVersion of the last list or event applied (empty before the first list).
+    /// While a snapshot file loads, it may already be the resourceVersion the watch from the
+    /// snapshot has reached, nothing of it applied yet: the store is the state at it only
+    /// once [`has_synced`](Self::has_synced).
     pub fn last_sync_resource_version(&self) -> String {
         self.store().last_sync_resource_version()
     }

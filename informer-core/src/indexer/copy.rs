@@ -172,6 +172,12 @@ struct CopyIndex<K> {
     name: Box<str>,
     func: Box<dyn IndexFunc<K>>,
     buckets: LabelBuckets<K>,
+    /// [`IndexFunc::single_value`] answered for every object this index was given: an object
+    /// it holds has at most the one value that answer gives, so that finding the old object
+    /// in the new one's bucket proves its values. A function may answer `None` for some
+    /// objects only (several values): from the first such object on, an update reads the old
+    /// object's values.
+    every_single: bool,
 }
 
 fn same_key<K: Object>(key: KeyRef<'_>) -> impl Fn(&Arc<K>) -> bool + '_ {
@@ -253,7 +259,8 @@ impl<K: Object> CopyIndex<K> {
     /// ([`IndexFunc::single_value`]), without building [`IndexValues`]; and for an update, the
     /// bucket of the new object's value is looked at first: finding the old object there
     /// (the common case, a value that did not change) proves its value, which is then never
-    /// read from the old object (a cache line the update need not touch).
+    /// read from the old object (a cache line the update need not touch), as long as every
+    /// object the index was given had one value at most (`every_single`).
     fn update(&mut self, hash: u64, old: Option<&Arc<K>>, new: Option<&Arc<K>>, state: &HashState) {
         fn one<'a, K>(func: &dyn IndexFunc<K>, o: Option<&'a Arc<K>>) -> Option<Option<&'a str>> {
             match o {
@@ -262,7 +269,11 @@ impl<K: Object> CopyIndex<K> {
             }
         }
         let is = one(&*self.func, new);
-        if let (Some(old), Some(new), Some(Some(v))) = (old, new, is) {
+        if is.is_none() {
+            self.every_single = false;
+        }
+        let looked = self.every_single;
+        if let (true, Some(old), Some(new), Some(Some(v))) = (looked, old, new, is) {
             if self.replace_in(v, hash, old, new) {
                 return;
             }
@@ -275,9 +286,12 @@ impl<K: Object> CopyIndex<K> {
                 if let (Some(v), Some(new)) = (is, new) {
                     self.insert(v, hash, new, state);
                 }
+            } else if let (false, Some(v), Some(old), Some(new)) = (looked, is, old, new) {
+                // The same value, not looked at above: the new object takes the old's place.
+                self.replace_in(v, hash, old, new);
             }
-            // The same value, and the old object not in its bucket (looked at above): not
-            // in a consistent copy; nothing to do, as the general path below would do.
+            // (The same value, looked at above and the old object not in its bucket: not in
+            // a consistent copy; nothing to do, as the general path below would do.)
             return;
         }
         let old_vals = old.map(|o| self.func.index_values(o)).unwrap_or_default();
@@ -390,6 +404,7 @@ impl<K: Object + 'static> ReadCopy<K> {
             name: name.into(),
             func: Box::new(func),
             buckets: HashMap::default(),
+            every_single: true,
         };
         for obj in self.list() {
             let key = obj.key_ref();
@@ -422,6 +437,7 @@ impl<K: Object + 'static> ReadCopy<K> {
         self.len = other.len;
         for (mine, theirs) in self.indices.iter_mut().zip(&other.indices) {
             mine.buckets.clone_from(&theirs.buckets);
+            mine.every_single &= theirs.every_single;
         }
         true
     }
@@ -844,6 +860,62 @@ mod tests {
             (NAMESPACE_INDEX, "ns1"),
         ] {
             assert_eq!(a.index_len(index, value), b.index_len(index, value));
+        }
+    }
+
+    /// An index function that answers [`IndexFunc::single_value`] for the objects with one
+    /// value and `None` for those with several (a per-object answer the trait allows and the
+    /// indexer honours): an object going from two values to one of them leaves the other
+    /// value's bucket, in the copy as in the indexer.
+    #[test]
+    fn a_function_single_for_some_objects_only_updates_as_the_indexer() {
+        struct Tags;
+        impl IndexFunc<SimObject> for Tags {
+            fn index_values<'a>(&self, o: &'a SimObject) -> IndexValues<'a> {
+                let mut v = IndexValues::new();
+                if o.data % 3 != 2 {
+                    v.push(Cow::Borrowed("x"));
+                }
+                if o.data % 3 != 1 {
+                    v.push(Cow::Borrowed("y"));
+                }
+                v
+            }
+            fn single_value<'a>(&self, o: &'a SimObject) -> Option<Option<&'a str>> {
+                match o.data % 3 {
+                    0 => None,
+                    1 => Some(Some("x")),
+                    _ => Some(Some("y")),
+                }
+            }
+        }
+        let mut oracle: super::super::Indexer<SimObject> = super::super::Indexer::new();
+        oracle.add_index("tags", Tags).unwrap();
+        oracle.record_changes(true);
+        let mut c = ReadCopy::new();
+        c.add_index("tags", Tags).unwrap();
+        // Two values, then one of them (x), the same one, two again, the other one (y), two
+        // again.
+        for data in [0u64, 1, 4, 3, 2, 5, 6] {
+            oracle.add(obj(Some("ns0"), "o", data));
+            let mut changes = Vec::new();
+            oracle.take_changes(&mut changes);
+            for change in changes {
+                c.apply(change);
+            }
+            for value in ["x", "y"] {
+                let want: Vec<_> = oracle
+                    .by_index("tags", value)
+                    .unwrap()
+                    .map(Arc::as_ptr)
+                    .collect();
+                let got: Vec<_> = c
+                    .by_index("tags", value)
+                    .unwrap()
+                    .map(Arc::as_ptr)
+                    .collect();
+                assert_eq!(got, want, "data {data}, {value}");
+            }
         }
     }
 
