@@ -17,6 +17,8 @@ mod copy;
 #[cfg(any(test, feature = "spin"))]
 pub(crate) use copy::ChangeRef;
 pub use copy::ReadCopy;
+#[cfg(test)]
+pub(crate) use copy::tests as copy_tests;
 
 /// The values an index function returns for one object. Up to two values are stored inline,
 /// and values borrowed from the object cost no allocation.

@@ -990,6 +990,55 @@ mod tests {
         );
     }
 
+    /// `copy` holds what `oracle` holds: the same object (by address) under every key, the
+    /// same values and buckets in each of `indices`.
+    fn assert_answers_as(
+        copy: &ReadCopy<SimObject>,
+        oracle: &crate::indexer::Indexer<SimObject>,
+        indices: &[&str],
+        step: u64,
+    ) {
+        assert_eq!(copy.len(), oracle.len(), "step {step}");
+        for (key, o) in oracle.iter() {
+            let found = copy.get_by_key(key.as_str()).expect("a key the copy lacks");
+            assert!(
+                Arc::ptr_eq(found, o),
+                "step {step}: an old object under {key}"
+            );
+        }
+        for &index in indices {
+            let mut values: Vec<_> = oracle.list_index_values(index).unwrap().collect();
+            let mut theirs: Vec<_> = copy.list_index_values(index).unwrap().collect();
+            values.sort_unstable();
+            theirs.sort_unstable();
+            assert_eq!(values, theirs, "step {step}: values of {index}");
+            for value in values {
+                let mut want: Vec<_> = oracle
+                    .by_index(index, value)
+                    .unwrap()
+                    .map(Arc::as_ptr)
+                    .collect();
+                let mut got: Vec<_> = copy
+                    .by_index(index, value)
+                    .unwrap()
+                    .map(Arc::as_ptr)
+                    .collect();
+                want.sort_unstable();
+                got.sort_unstable();
+                assert_eq!(want, got, "step {step}: bucket {index}={value}");
+            }
+        }
+    }
+
+    /// One of 60 names, in namespace `a`, `b` or none, with `data` below 30.
+    fn random_object(step: u64, next: &mut impl FnMut(u64) -> u64) -> SimObject {
+        let name = alloc::format!("o{}", next(60));
+        let mut o = (*obj(&name, step)).clone();
+        o.namespace = [Some("a".into()), Some("b".into()), None][next(3) as usize].clone();
+        o.data = next(30);
+        o
+    }
+
     /// The parity of `data`, one value per object (the copies' single-value path).
     struct Parity;
 
@@ -1051,10 +1100,7 @@ mod tests {
         let mut checked = [0usize; 2];
         for step in 0..3000u64 {
             for _ in 0..1 + next(8) {
-                let name = alloc::format!("o{}", next(60));
-                let mut o = (*obj(&name, step)).clone();
-                o.namespace = [Some("a".into()), Some("b".into()), None][next(3) as usize].clone();
-                o.data = next(30);
+                let o = random_object(step, &mut next);
                 match next(20) {
                     0..=13 => {
                         oracle.add(Arc::new(o));
@@ -1085,37 +1131,12 @@ mod tests {
             assert!(publisher.try_publish(), "no reader holds a copy");
             let current = publisher.views().current.load(Ordering::Relaxed);
             let copy = publisher.views().copies[current].read();
-            let copy = copy.indexer();
-            assert_eq!(copy.len(), oracle.len(), "step {step}");
-            for (key, o) in oracle.iter() {
-                let found = copy.get_by_key(key.as_str()).expect("a key the copy lacks");
-                assert!(
-                    Arc::ptr_eq(found, o),
-                    "step {step}: an old object under {key}"
-                );
-            }
-            for index in ["parity", "digits", NAMESPACE_INDEX] {
-                let mut values: Vec<_> = oracle.list_index_values(index).unwrap().collect();
-                let mut theirs: Vec<_> = copy.list_index_values(index).unwrap().collect();
-                values.sort_unstable();
-                theirs.sort_unstable();
-                assert_eq!(values, theirs, "step {step}: values of {index}");
-                for value in values {
-                    let mut want: Vec<_> = oracle
-                        .by_index(index, value)
-                        .unwrap()
-                        .map(Arc::as_ptr)
-                        .collect();
-                    let mut got: Vec<_> = copy
-                        .by_index(index, value)
-                        .unwrap()
-                        .map(Arc::as_ptr)
-                        .collect();
-                    want.sort_unstable();
-                    got.sort_unstable();
-                    assert_eq!(want, got, "step {step}: bucket {index}={value}");
-                }
-            }
+            assert_answers_as(
+                copy.indexer(),
+                &oracle,
+                &["parity", "digits", NAMESPACE_INDEX],
+                step,
+            );
             checked[current] += 1;
         }
         assert!(checked[0] > 1000 && checked[1] > 1000, "{checked:?}");
@@ -1130,29 +1151,8 @@ mod tests {
     /// copy answers as the indexer.
     #[test]
     fn both_copies_answer_as_the_indexer_through_retries_relists_and_added_indices() {
-        use crate::indexer::{IndexValues, Indexer};
-        /// One value for `data % 3` of 1 or 2, two values for 0: `single_value` answers for
-        /// some objects only.
-        struct Tags;
-        impl IndexFunc<SimObject> for Tags {
-            fn index_values<'a>(&self, o: &'a SimObject) -> IndexValues<'a> {
-                let mut v = IndexValues::new();
-                if o.data % 3 != 2 {
-                    v.push(alloc::borrow::Cow::Borrowed("x"));
-                }
-                if o.data % 3 != 1 {
-                    v.push(alloc::borrow::Cow::Borrowed("y"));
-                }
-                v
-            }
-            fn single_value<'a>(&self, o: &'a SimObject) -> Option<Option<&'a str>> {
-                match o.data % 3 {
-                    0 => None,
-                    1 => Some(Some("x")),
-                    _ => Some(Some("y")),
-                }
-            }
-        }
+        use crate::indexer::Indexer;
+        use crate::indexer::copy_tests::Tags;
         let mut oracle: Indexer<SimObject> = Indexer::new();
         oracle.add_index("parity", Parity).unwrap();
         oracle.record_changes(true);
@@ -1175,10 +1175,7 @@ mod tests {
                 indices.push("tags");
             }
             for _ in 0..1 + next(8) {
-                let name = alloc::format!("o{}", next(60));
-                let mut o = (*obj(&name, step)).clone();
-                o.namespace = [Some("a".into()), Some("b".into()), None][next(3) as usize].clone();
-                o.data = next(30);
+                let o = random_object(step, &mut next);
                 match next(100) {
                     0..=69 => {
                         oracle.add(Arc::new(o));
@@ -1240,37 +1237,7 @@ mod tests {
             published += 1;
             let current = views.current.load(Ordering::Relaxed);
             let copy = views.copies[current].read();
-            let copy = copy.indexer();
-            assert_eq!(copy.len(), oracle.len(), "step {step}");
-            for (key, o) in oracle.iter() {
-                let found = copy.get_by_key(key.as_str()).expect("a key the copy lacks");
-                assert!(
-                    Arc::ptr_eq(found, o),
-                    "step {step}: an old object under {key}"
-                );
-            }
-            for index in &indices {
-                let mut values: Vec<_> = oracle.list_index_values(index).unwrap().collect();
-                let mut theirs: Vec<_> = copy.list_index_values(index).unwrap().collect();
-                values.sort_unstable();
-                theirs.sort_unstable();
-                assert_eq!(values, theirs, "step {step}: values of {index}");
-                for value in values {
-                    let mut want: Vec<_> = oracle
-                        .by_index(index, value)
-                        .unwrap()
-                        .map(Arc::as_ptr)
-                        .collect();
-                    let mut got: Vec<_> = copy
-                        .by_index(index, value)
-                        .unwrap()
-                        .map(Arc::as_ptr)
-                        .collect();
-                    want.sort_unstable();
-                    got.sort_unstable();
-                    assert_eq!(want, got, "step {step}: bucket {index}={value}");
-                }
-            }
+            assert_answers_as(copy.indexer(), &oracle, &indices, step);
         }
         assert!(
             refused > 100 && published > 1000 && caught_up_later > 0,

@@ -803,7 +803,7 @@ impl<K: Object + Labels + 'static> ReadCopy<K> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::indexer::index_fn;
     use crate::key::Key;
@@ -863,32 +863,36 @@ mod tests {
         }
     }
 
+    /// One value for `data % 3` of 1 or 2 (`x`, `y`), both for 0: [`IndexFunc::single_value`]
+    /// answers for some objects only (a per-object answer the trait allows and the indexer
+    /// honours).
+    pub(crate) struct Tags;
+    impl IndexFunc<SimObject> for Tags {
+        fn index_values<'a>(&self, o: &'a SimObject) -> IndexValues<'a> {
+            let mut v = IndexValues::new();
+            if o.data % 3 != 2 {
+                v.push(Cow::Borrowed("x"));
+            }
+            if o.data % 3 != 1 {
+                v.push(Cow::Borrowed("y"));
+            }
+            v
+        }
+        fn single_value<'a>(&self, o: &'a SimObject) -> Option<Option<&'a str>> {
+            match o.data % 3 {
+                0 => None,
+                1 => Some(Some("x")),
+                _ => Some(Some("y")),
+            }
+        }
+    }
+
     /// An index function that answers [`IndexFunc::single_value`] for the objects with one
     /// value and `None` for those with several (a per-object answer the trait allows and the
     /// indexer honours): an object going from two values to one of them leaves the other
     /// value's bucket, in the copy as in the indexer.
     #[test]
     fn a_function_single_for_some_objects_only_updates_as_the_indexer() {
-        struct Tags;
-        impl IndexFunc<SimObject> for Tags {
-            fn index_values<'a>(&self, o: &'a SimObject) -> IndexValues<'a> {
-                let mut v = IndexValues::new();
-                if o.data % 3 != 2 {
-                    v.push(Cow::Borrowed("x"));
-                }
-                if o.data % 3 != 1 {
-                    v.push(Cow::Borrowed("y"));
-                }
-                v
-            }
-            fn single_value<'a>(&self, o: &'a SimObject) -> Option<Option<&'a str>> {
-                match o.data % 3 {
-                    0 => None,
-                    1 => Some(Some("x")),
-                    _ => Some(Some("y")),
-                }
-            }
-        }
         let mut oracle: super::super::Indexer<SimObject> = super::super::Indexer::new();
         oracle.add_index("tags", Tags).unwrap();
         oracle.record_changes(true);
