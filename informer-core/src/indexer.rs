@@ -347,16 +347,33 @@ impl<K> Index<K> {
     }
 }
 
+/// Whether an object given to the store replaces the stored one under its key.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Stored {
+    /// Always (a watch event, a resync).
+    Always,
+    /// Unless the stored object is the same state of the same object (the same uid and
+    /// resourceVersion: every write to an object changes its resourceVersion): an object of a
+    /// list (a `Replaced` delta). A relist then changes nothing for the objects that did not
+    /// change (no index update, no journal entry for the readers' copies), and the listed
+    /// duplicate is freed at once instead of the cached object.
+    UnlessSameState,
+}
+
 /// Puts `obj` into `slot`, the stored entry of `key`, and updates the indices (the namespace
 /// index aside: the key holds the namespace) and the journal, unless it is the very object
-/// stored. Returns what was stored.
-fn replace_stored<K>(
+/// stored, or `how` keeps the stored one. Returns what was stored and what is stored now.
+fn store_over<K: Object>(
     indices: &mut [Index<K>],
     journal: &mut Option<Vec<Change<K>>>,
     key: &Key,
     slot: &mut Arc<K>,
     obj: Arc<K>,
-) -> Arc<K> {
+    how: Stored,
+) -> (Option<Arc<K>>, Arc<K>) {
+    if how == Stored::UnlessSameState && same_state(&**slot, &*obj) {
+        return (Some(slot.clone()), slot.clone());
+    }
     let old = core::mem::replace(slot, obj);
     let new = &*slot;
     if !Arc::ptr_eq(&old, new) {
@@ -370,7 +387,7 @@ fn replace_stored<K>(
             });
         }
     }
-    old
+    (Some(old), new.clone())
 }
 
 /// A thread-unsafe store of objects by [`Key`] with named indices, as client-go's
@@ -481,17 +498,29 @@ impl<K: Object + 'static> Indexer<K> {
     /// Stores `obj` under `key` (which must be the object's key), reusing `key`'s allocation.
     /// Returns the previous object.
     pub fn insert(&mut self, key: Key, obj: Arc<K>) -> Option<Arc<K>> {
+        self.insert_with(key, obj, Stored::Always).0
+    }
+
+    /// [`insert`](Self::insert), keeping the stored object when `how` says so. Returns the
+    /// previous object and the object stored now.
+    pub(crate) fn insert_with(
+        &mut self,
+        key: Key,
+        obj: Arc<K>,
+        how: Stored,
+    ) -> (Option<Arc<K>>, Arc<K>) {
         // One hash of the key, whether it is stored or not.
         match self.items.entry(key) {
             hashbrown::hash_map::Entry::Occupied(mut e) => {
                 let key = e.key().clone();
-                Some(replace_stored(
+                store_over(
                     &mut self.indices,
                     &mut self.journal,
                     &key,
                     e.get_mut(),
                     obj,
-                ))
+                    how,
+                )
             }
             hashbrown::hash_map::Entry::Vacant(v) => {
                 for index in &mut self.indices {
@@ -503,8 +532,8 @@ impl<K: Object + 'static> Indexer<K> {
                         obj: obj.clone(),
                     });
                 }
-                v.insert(obj);
-                None
+                v.insert(obj.clone());
+                (None, obj)
             }
         }
     }
@@ -513,55 +542,25 @@ impl<K: Object + 'static> Indexer<K> {
     /// for an object whose key has nothing queued); returns the stored key and the previous
     /// object. A new key is allocated only for an object not stored yet.
     pub fn upsert(&mut self, obj: Arc<K>) -> (Key, Option<Arc<K>>) {
-        if let Some((key, slot)) = self.items.get_key_value_mut(&obj.key_ref()) {
-            let key = key.clone();
-            let old = replace_stored(&mut self.indices, &mut self.journal, &key, slot, obj);
-            return (key, Some(old));
-        }
-        let key = obj.key_ref().to_key();
-        self.insert(key.clone(), obj);
-        (key, None)
+        let (key, old, _) = self.upsert_with(obj, Stored::Always);
+        (key, old)
     }
 
-    /// [`upsert`](Self::upsert) for an object of a list (a `Replaced` delta). When the stored
-    /// object is the same state of the same object (the same uid and resourceVersion: every
-    /// write to an object changes its resourceVersion), it stays stored and `obj` is dropped,
-    /// so a relist changes nothing for the objects that did not change: no index update, no
-    /// journal entry for the readers' copies, the listed duplicate freed at once instead of
-    /// the cached object. Returns the stored key, the previous object and the object stored
-    /// now (the previous one, when kept).
-    pub fn upsert_listed(&mut self, obj: Arc<K>) -> (Key, Option<Arc<K>>, Arc<K>) {
+    /// [`upsert`](Self::upsert), keeping the stored object when `how` says so. Returns the
+    /// stored key, the previous object and the object stored now.
+    pub(crate) fn upsert_with(
+        &mut self,
+        obj: Arc<K>,
+        how: Stored,
+    ) -> (Key, Option<Arc<K>>, Arc<K>) {
         if let Some((key, slot)) = self.items.get_key_value_mut(&obj.key_ref()) {
             let key = key.clone();
-            if same_state(&**slot, &*obj) {
-                let kept = slot.clone();
-                return (key, Some(kept.clone()), kept);
-            }
-            let old = replace_stored(
-                &mut self.indices,
-                &mut self.journal,
-                &key,
-                slot,
-                obj.clone(),
-            );
-            return (key, Some(old), obj);
+            let (old, now) = store_over(&mut self.indices, &mut self.journal, &key, slot, obj, how);
+            return (key, old, now);
         }
         let key = obj.key_ref().to_key();
-        self.insert(key.clone(), obj.clone());
+        let (_, obj) = self.insert_with(key.clone(), obj, how);
         (key, None, obj)
-    }
-
-    /// [`insert`](Self::insert) for an object of a list, keeping a stored object in the same
-    /// state as [`upsert_listed`](Self::upsert_listed) does. Returns the previous object and
-    /// the object stored now.
-    pub fn insert_listed(&mut self, key: Key, obj: Arc<K>) -> (Option<Arc<K>>, Arc<K>) {
-        if let Some(stored) = self.items.get(&key.as_ref_parts()) {
-            if same_state(&**stored, &*obj) {
-                let kept = stored.clone();
-                return (Some(kept.clone()), kept);
-            }
-        }
-        (self.insert(key, obj.clone()), obj)
     }
 
     /// Removes the object stored under `key`; returns the stored key and the object.

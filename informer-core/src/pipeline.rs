@@ -6,7 +6,7 @@ use core::time::Duration;
 
 use crate::fifo::{Delta, DeltaFifo, DeltaType};
 use crate::hash::HashSet;
-use crate::indexer::{Change, IndexError, IndexFunc, Indexer};
+use crate::indexer::{Change, IndexError, IndexFunc, Indexer, Stored};
 use crate::object::{Key, KeyRef, Object, ObjectOrTombstone, Tombstone};
 use crate::processor::{HandlerId, Notification, Processor, ResyncPeriods};
 use crate::time::Instant;
@@ -142,7 +142,7 @@ impl<K: Object + 'static> Pipeline<K> {
         for obj in items {
             // Not an initial-list add: the FIFO has synced. An object listed unchanged stays
             // as cached (its update is a resync).
-            let (key, old, stored) = self.indexer.upsert_listed(obj);
+            let (key, old, stored) = self.indexer.upsert_with(obj, Stored::UnlessSameState);
             self.notify_upsert(key, DeltaType::Replaced, old, stored, false);
         }
         for t in tombstones {
@@ -175,10 +175,14 @@ impl<K: Object + 'static> Pipeline<K> {
         self.processor.reserve(items.len());
         for obj in items {
             let key = obj.key_ref().to_key();
-            match self.indexer.insert(key.clone(), obj.clone()) {
+            // A listed object, as through the FIFO.
+            match self
+                .indexer
+                .insert_with(key.clone(), obj, Stored::UnlessSameState)
+            {
                 // Nothing was distributed before this first population, and the key is new to
                 // the store, so no handler has anything pending for it.
-                None => self.processor.distribute_new(
+                (None, obj) => self.processor.distribute_new(
                     key,
                     Notification::Add {
                         obj,
@@ -186,7 +190,9 @@ impl<K: Object + 'static> Pipeline<K> {
                     },
                 ),
                 // A repeated key: an update, as the FIFO's second `Replaced` delta would give.
-                old @ Some(_) => self.notify_upsert(key, DeltaType::Replaced, old, obj, true),
+                (old @ Some(_), obj) => {
+                    self.notify_upsert(key, DeltaType::Replaced, old, obj, true)
+                }
             }
         }
     }
@@ -234,7 +240,7 @@ impl<K: Object + 'static> Pipeline<K> {
     fn apply_now(&mut self, kind: DeltaType, obj: Arc<K>) {
         // The FIFO is empty, so every item of the initial list has been popped.
         let in_initial_list = !self.fifo.has_synced();
-        let (key, old) = self.indexer.upsert(obj.clone());
+        let (key, old, obj) = self.indexer.upsert_with(obj, Stored::Always);
         self.notify_upsert(key, kind, old, obj, in_initial_list);
     }
 
@@ -271,12 +277,12 @@ impl<K: Object + 'static> Pipeline<K> {
             }
             (kind, ObjectOrTombstone::Object(obj))
             | (kind, ObjectOrTombstone::Tombstone(Tombstone { obj, .. })) => {
-                let (old, stored) = if kind == DeltaType::Replaced {
-                    // A listed object unchanged stays as cached, as in `replace_now`.
-                    self.indexer.insert_listed(key.clone(), obj)
-                } else {
-                    (self.indexer.insert(key.clone(), obj.clone()), obj)
+                // A listed object unchanged stays as cached, as in `replace_now`.
+                let how = match kind {
+                    DeltaType::Replaced => Stored::UnlessSameState,
+                    _ => Stored::Always,
                 };
+                let (old, stored) = self.indexer.insert_with(key.clone(), obj, how);
                 self.notify_upsert(key.clone(), kind, old, stored, in_initial_list);
             }
         }
