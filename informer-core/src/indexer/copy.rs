@@ -553,14 +553,16 @@ impl<K: Object + 'static> ReadCopy<K> {
                     None => &mut self.cluster,
                     Some(ns) => self.namespaces.entry_ref(ns).or_insert_with(HashTable::new),
                 };
-                let by_address = |o: &Arc<K>| Arc::as_ptr(o) as usize == replaces;
-                let mut old = match table.find_mut(hash, by_address) {
-                    Some(slot) if replaces != 0 => {
+                // Found by the noted address when there is one (0: none; the first copy to
+                // apply the change), else, or should it not be found, by key.
+                let mut old = None;
+                if replaces != 0 {
+                    let by_address = |o: &Arc<K>| Arc::as_ptr(o) as usize == replaces;
+                    if let Some(slot) = table.find_mut(hash, by_address) {
                         debug_assert!(slot.key_ref() == key, "an address noted for another key");
-                        Some(core::mem::replace(slot, obj.clone()))
+                        old = Some(core::mem::replace(slot, obj.clone()));
                     }
-                    _ => None,
-                };
+                }
                 if old.is_none() {
                     old = match table.find_mut(hash, same_key(key)) {
                         Some(slot) if Arc::ptr_eq(slot, obj) => return 0,
