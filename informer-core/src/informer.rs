@@ -114,12 +114,19 @@ pub struct SharedIndexInformer<K> {
     transform: Option<Transform<K>>,
     outputs: VecDeque<Output<K>>,
     started: bool,
-    resume: Option<Snapshot<K>>,
-    /// [`resume_at`](Self::resume_at): the resourceVersion to watch from at start, the
-    /// snapshot's objects to come.
-    resume_rv: Option<alloc::string::String>,
+    /// What [`start`](Self::start) resumes from, if anything.
+    resume: Option<Resume<K>>,
     /// Started with [`resume_at`](Self::resume_at) and the snapshot's objects not in yet.
     awaiting: Option<Awaiting<K>>,
+}
+
+/// What a start resumes from.
+enum Resume<K> {
+    /// A whole snapshot ([`SharedIndexInformer::resume`]).
+    Snapshot(Snapshot<K>),
+    /// A snapshot's resourceVersion, its objects to come
+    /// ([`SharedIndexInformer::resume_at`]).
+    At(alloc::string::String),
 }
 
 /// A snapshot announced by [`SharedIndexInformer::resume_at`] whose objects are not in yet.
@@ -150,7 +157,6 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
             outputs: VecDeque::new(),
             started: false,
             resume: None,
-            resume_rv: None,
             awaiting: None,
         }
     }
@@ -195,15 +201,19 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         }
         self.started = true;
         self.pipeline.start(now);
-        if let Some(snapshot) = self.resume.take() {
-            self.reflector.resume_at(snapshot.resource_version);
-            self.populate_resumed(snapshot.items);
-        } else if let Some(rv) = self.resume_rv.take() {
-            self.reflector.resume_at(rv.clone());
-            self.awaiting = Some(Awaiting {
-                resource_version: rv,
-                held: VecDeque::new(),
-            });
+        match self.resume.take() {
+            Some(Resume::Snapshot(snapshot)) => {
+                self.reflector.resume_at(snapshot.resource_version);
+                self.populate_resumed(snapshot.items);
+            }
+            Some(Resume::At(rv)) => {
+                self.reflector.resume_at(rv.clone());
+                self.awaiting = Some(Awaiting {
+                    resource_version: rv,
+                    held: VecDeque::new(),
+                });
+            }
+            None => {}
         }
         // The reflector's outputs are drained after every input (apply_reflector_outputs), so
         // the drain rule always holds here.
@@ -227,8 +237,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         if self.started {
             return false;
         }
-        self.resume_rv = None;
-        self.resume = Some(snapshot);
+        self.resume = Some(Resume::Snapshot(snapshot));
         true
     }
 
@@ -248,8 +257,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         if self.started || resource_version.is_empty() {
             return false;
         }
-        self.resume = None;
-        self.resume_rv = Some(resource_version);
+        self.resume = Some(Resume::At(resource_version));
         true
     }
 
@@ -301,18 +309,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     /// trip): the same notifications and store as a Replace of these items. They were
     /// transformed when they were cached: only their keys are checked.
     fn populate_resumed(&mut self, mut items: Vec<Arc<K>>) {
-        let mut refused = Vec::new();
-        items.retain(|o| match invalid_key(&**o) {
-            None => true,
-            Some(why) => {
-                refused.push(invalid_key_message(&**o, why));
-                false
-            }
-        });
-        for message in refused {
-            self.outputs
-                .push_back(Output::WatchError(Failure::InvalidObject(message)));
-        }
+        items.retain(|o| self.key_is_valid(o));
         self.pipeline.populate(items);
     }
 
@@ -519,15 +516,24 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 
     /// Checks that the object can be keyed; a refused object is reported.
     fn check_key(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
-        match invalid_key(&*obj) {
-            None => Some(obj),
-            Some(why) => {
-                let message = invalid_key_message(&*obj, why);
-                self.outputs
-                    .push_back(Output::WatchError(Failure::InvalidObject(message)));
-                None
-            }
-        }
+        self.key_is_valid(&obj).then_some(obj)
+    }
+
+    /// Whether the object can be keyed; a refused object is reported.
+    fn key_is_valid(&mut self, obj: &K) -> bool {
+        let Some(why) = invalid_key(obj) else {
+            return true;
+        };
+        let k = obj.key_ref();
+        let shown = |s: &str| -> alloc::string::String { s.chars().take(80).collect() };
+        let message = alloc::format!(
+            "namespace {:?}, name {:?}: {why}; not stored",
+            shown(k.namespace.unwrap_or("")),
+            shown(k.name),
+        );
+        self.outputs
+            .push_back(Output::WatchError(Failure::InvalidObject(message)));
+        false
     }
 
     /// Moves the Reflector's outputs into the pipeline and runs the FIFO to empty.
@@ -575,17 +581,6 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
             }
         }
     }
-}
-
-/// What is reported about an object refused for its key.
-fn invalid_key_message<K: Object + ?Sized>(obj: &K, why: &str) -> alloc::string::String {
-    let k = obj.key_ref();
-    let shown = |s: &str| -> alloc::string::String { s.chars().take(80).collect() };
-    alloc::format!(
-        "namespace {:?}, name {:?}: {why}; not stored",
-        shown(k.namespace.unwrap_or("")),
-        shown(k.name),
-    )
 }
 
 /// Why an object cannot be keyed without ambiguity, if it cannot.
