@@ -1089,13 +1089,8 @@ mod tests {
         let mut publisher = Publisher::new();
         publisher.add_index("parity", Parity).unwrap();
         publisher.add_index("digits", digits()).unwrap();
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = crate::rng::SplitMix64::new(0x2545_f491_4f6c_dd1du64);
+        let mut next = |n: u64| rng.below(n);
         let mut changes = Vec::new();
         let mut checked = [0usize; 2];
         for step in 0..3000u64 {
@@ -1159,13 +1154,8 @@ mod tests {
         let mut publisher = Publisher::new();
         publisher.add_index("parity", Parity).unwrap();
         let mut indices = alloc::vec!["parity", NAMESPACE_INDEX];
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = crate::rng::SplitMix64::new(0x9e37_79b9_7f4a_7c15u64);
+        let mut next = |n: u64| rng.below(n);
         let mut changes = Vec::new();
         let (mut refused, mut published, mut caught_up_later) = (0, 0, 0);
         for step in 0..1500u64 {
