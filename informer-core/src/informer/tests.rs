@@ -110,6 +110,25 @@ fn page(items: Vec<Arc<SimObject>>, rv: u64) -> ListPage<SimObject> {
     }
 }
 
+/// Answers the list `d` ends with, which must ask for resourceVersion `rv` (`None`: a
+/// consistent read), with what the server holds after a warm restart's downtime: `same`
+/// unchanged, `changed`, `new`, at 22.
+fn answer_relist(inf: &mut Inf, d: &Drained, rv: Option<&str>, now: Instant) {
+    let (lid, req) = d.requests.last().cloned().expect("a list");
+    match req {
+        Request::List(l) => assert_eq!(l.resource_version.as_deref(), rv, "the list's rv"),
+        other => panic!("expected a list, got {other:?}"),
+    }
+    inf.handle_input(
+        now,
+        lid,
+        Input::ListPage(page(
+            vec![obj("same", 3, 0), obj("changed", 20, 1), obj("new", 21, 0)],
+            22,
+        )),
+    );
+}
+
 fn informer(check: Duration) -> Inf {
     Inf::new(InformerConfig {
         resync_check_period: check,
@@ -638,19 +657,7 @@ fn resume_from_compacted_snapshot_relists_and_delivers_the_difference() {
         inf.backing_off_until().is_none(),
         "no backoff before the retry"
     );
-    let (lid, req) = d.requests.last().cloned().expect("a list");
-    match req {
-        Request::List(l) => assert_eq!(l.resource_version, None, "a consistent read"),
-        other => panic!("expected a list, got {other:?}"),
-    }
-    inf.handle_input(
-        at(6),
-        lid,
-        Input::ListPage(page(
-            vec![obj("same", 3, 0), obj("changed", 20, 1), obj("new", 21, 0)],
-            22,
-        )),
-    );
+    answer_relist(&mut inf, &d, None, at(6));
     let d = drain(&mut inf);
     let mut got = d.for_handler(h);
     got.sort();
@@ -707,19 +714,7 @@ fn resume_at_watches_while_the_snapshot_loads_and_applies_what_came_after_its_ob
     );
     let d = drain(&mut inf);
     assert!(inf.backing_off_until().is_none(), "no backoff");
-    let (lid, req) = d.requests.last().cloned().expect("a list");
-    match req {
-        Request::List(l) => assert_eq!(l.resource_version.as_deref(), Some("10")),
-        other => panic!("expected a list, got {other:?}"),
-    }
-    inf.handle_input(
-        at(2),
-        lid,
-        Input::ListPage(page(
-            vec![obj("same", 3, 0), obj("changed", 20, 1), obj("new", 21, 0)],
-            22,
-        )),
-    );
+    answer_relist(&mut inf, &d, Some("10"), at(2));
     let d = drain(&mut inf);
     assert_eq!(watch_rv(&d).as_deref(), Some("22"));
     inf.handle_input(
