@@ -899,8 +899,13 @@ fn median(mut values: Vec<f64>) -> f64 {
 /// The targets judged on each runtime's medians over its runs: a start's spread from run to
 /// run is wider than the margins, so one run's pair of starts says little.
 fn print_restart_medians(all: &[Restarts]) {
-    let mut runtimes: Vec<&str> = all.iter().map(|r| r.runtime).collect();
-    runtimes.dedup();
+    // The runs interleave the runtimes: each once, in the order they ran.
+    let mut runtimes: Vec<&str> = Vec::new();
+    for r in all {
+        if !runtimes.contains(&r.runtime) {
+            runtimes.push(r.runtime);
+        }
+    }
     for runtime in runtimes {
         let runs: Vec<&Restarts> = all.iter().filter(|r| r.runtime == runtime).collect();
         let m = |f: &dyn Fn(&Restarts) -> f64| median(runs.iter().map(|r| f(r)).collect());
