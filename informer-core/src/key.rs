@@ -2,20 +2,22 @@
 //! joined), which hash and compare alike so lookups allocate nothing.
 
 use alloc::string::String;
-use alloc::sync::Arc;
 use core::fmt;
 use core::hash::{Hash, Hasher};
+use smol_str::SmolStr;
 
 use crate::object::Object;
 
 /// The cache key of an object: `namespace/name`, or `name` for a cluster-scoped object.
 ///
-/// A `Key` is a shared immutable string: cloning it bumps a reference count, so the same key
-/// can sit in the store, in every index bucket and in every queue without new allocations.
+/// A `Key` is an immutable string of 24 bytes: a key of up to 23 bytes (most: `ns/name` of
+/// short names) is held in it, with no allocation at all, and cloning it copies those bytes; a
+/// longer key is shared, and cloning it bumps a reference count. Either way the same key can sit
+/// in the store, in every index bucket and in every queue without new allocations.
 /// Lookups by an object's borrowed [`KeyRef`] need no allocation either: both hash the
 /// namespace and name parts the same way (see the `Hash` impls).
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Key(Arc<str>);
+pub struct Key(SmolStr);
 
 impl Key {
     /// The key for `name` in `namespace` (`None` or `""`: cluster-scoped).
@@ -31,7 +33,7 @@ impl Key {
     /// Parses `namespace/name` or `name`. Kubernetes names and namespaces never contain `/`, so
     /// the first `/` separates them.
     pub fn parse(s: &str) -> Key {
-        Key(Arc::from(s))
+        Key(SmolStr::new(s))
     }
 
     /// The key as `namespace/name` or `name`.
@@ -126,12 +128,12 @@ impl<'a> KeyRef<'a> {
         }
     }
 
-    /// Builds the owned, joined [`Key`] (one allocation).
+    /// Builds the owned, joined [`Key`] (no allocation up to 23 bytes, one beyond).
     pub fn to_key(self) -> Key {
         match self.namespace {
-            None => Key(Arc::from(self.name)),
-            // Join on the stack so the `Arc` is the only allocation; most keys fit a small
-            // buffer, cheaper to clear.
+            None => Key(SmolStr::new(self.name)),
+            // Join on the stack so that a long key's shared string is the only allocation; most
+            // keys fit a small buffer, cheaper to clear.
             Some(_) if self.joined_len() <= SHORT_KEY => {
                 let mut buf = [0u8; SHORT_KEY];
                 let len = self.join_prefix(&mut buf);
@@ -147,7 +149,7 @@ impl<'a> KeyRef<'a> {
                 s.push_str(ns);
                 s.push('/');
                 s.push_str(self.name);
-                Key(Arc::from(s))
+                Key(SmolStr::new(s))
             }
         }
     }
@@ -175,9 +177,9 @@ impl KeyRef<'_> {
     /// The key whose joined bytes `joined` holds.
     fn key_from_joined(&self, joined: &[u8]) -> Key {
         match core::str::from_utf8(joined) {
-            Ok(joined) => Key(Arc::from(joined)),
+            Ok(joined) => Key(SmolStr::new(joined)),
             // Unreachable: the bytes are two `str`s and an ASCII byte.
-            Err(_) => Key(Arc::from(alloc::format!("{self}").as_str())),
+            Err(_) => Key(SmolStr::new(alloc::format!("{self}"))),
         }
     }
 
@@ -320,5 +322,26 @@ mod tests {
             let r = KeyRef::new(Some(ns), &name[1..]);
             assert_eq!(s.hash_one(r.to_key()), s.hash_one(r), "split at {split}");
         }
+    }
+
+    /// A key of up to 23 bytes is held in the `Key` (an add then allocates nothing for it); a
+    /// longer one is shared, so that its clones in the queues allocate nothing either.
+    #[test]
+    fn short_keys_are_inline_and_long_ones_shared() {
+        let short = KeyRef::new(Some("ns-99"), "cm-0123456789abcd").to_key();
+        assert_eq!(short.as_str().len(), 23);
+        assert!(!short.0.is_heap_allocated());
+        let long = KeyRef::new(Some("ns-99"), "cm-0123456789abcde").to_key();
+        assert!(long.0.is_heap_allocated());
+        let copy = long.clone();
+        assert_eq!(
+            copy.as_str().as_ptr(),
+            long.as_str().as_ptr(),
+            "a clone shares the string"
+        );
+        assert_eq!(
+            (short.namespace(), short.name()),
+            (Some("ns-99"), "cm-0123456789abcd")
+        );
     }
 }

@@ -545,7 +545,7 @@ fn run<K: Object + 'static>(
         );
     }
     println!(
-        "  allocations inside the informer: {:.3} per event ({event_allocs} total; adds allocate their key)",
+        "  allocations inside the informer: {:.3} per event ({event_allocs} total; an add allocates its key only beyond the 23 bytes a key holds inline)",
         event_allocs as f64 / events as f64
     );
     println!(
