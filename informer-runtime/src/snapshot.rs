@@ -204,6 +204,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
             objects = w.objects,
             bytes = w.bytes,
             superseded = w.superseded,
+            unchanged = w.unchanged,
             "snapshot written"
         );
         Ok(w)
@@ -240,6 +241,8 @@ pub(crate) fn log_final_write(name: &str, when: &str, result: &Result<SnapshotWr
             resource_version = %w.resource_version,
             objects = w.objects,
             bytes = w.bytes,
+            superseded = w.superseded,
+            unchanged = w.unchanged,
             "snapshot written at {when}"
         ),
         Err(e) => tracing::warn!(informer = %name, error = %e, "no snapshot at {when}"),

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use informer_core::snapshot::{
     Snapshot, SnapshotCodec, SnapshotError, SnapshotIdentity, SnapshotLayout, SnapshotStream,
@@ -60,6 +60,10 @@ pub struct SnapshotWritten {
     /// A newer snapshot reached the file first (a concurrent write): this one was not written,
     /// so as not to replace it.
     pub superseded: bool,
+    /// The file already held this state (the same resourceVersion, loaded or written by this
+    /// informer, and the file untouched since): it was not written again. `bytes` is the
+    /// file's size.
+    pub unchanged: bool,
 }
 
 /// The snapshot file of one informer.
@@ -78,8 +82,37 @@ pub(crate) struct SnapshotFile<K> {
     pub(crate) written_at_stop: AtomicBool,
     /// Orders writes: the sequence number of the snapshot taken last.
     pub(crate) taken: AtomicU64,
-    /// The sequence number of the snapshot on disk; held while writing.
-    pub(crate) written: Mutex<u64>,
+    /// The sequence number of the snapshot on disk and what is known of the file; held while
+    /// writing.
+    pub(crate) written: Mutex<OnDisk>,
+}
+
+/// What this informer knows of its snapshot file.
+#[derive(Default)]
+pub(crate) struct OnDisk {
+    /// The sequence number of the snapshot written last (0: none).
+    seq: u64,
+    /// The resourceVersion of the snapshot this informer loaded or wrote last, with the file's
+    /// size and modification time just after: while the file still has both, it holds that
+    /// snapshot.
+    file: Option<(String, FileStamp)>,
+}
+
+/// A file's size and modification time.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct FileStamp {
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        let meta = fs::metadata(path).ok()?;
+        Some(FileStamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        })
+    }
 }
 
 impl<K: SnapshotCodec + Send + Sync> SnapshotFile<K> {
@@ -95,7 +128,7 @@ impl<K: SnapshotCodec + Send + Sync> SnapshotFile<K> {
             loaded: Mutex::new(None),
             written_at_stop: AtomicBool::new(false),
             taken: AtomicU64::new(0),
-            written: Mutex::new(0),
+            written: Mutex::new(OnDisk::default()),
         }
     }
 }
@@ -111,8 +144,22 @@ impl<K> SnapshotFile<K> {
     /// still to read and check: whatever is started from it must wait for the outcome).
     pub(crate) fn load(&self, early: &mut dyn FnMut(&str)) -> (SnapshotLoad, Option<Snapshot<K>>) {
         remove_stale_temporaries(&self.path);
-        let read =
-            fs::File::open(&self.path).and_then(|mut f| (self.read)(&mut f, &self.identity, early));
+        let read = fs::File::open(&self.path).and_then(|mut f| {
+            let stamp = f.metadata().map(|m| FileStamp {
+                len: m.len(),
+                modified: m.modified().ok(),
+            });
+            Ok((stamp?, (self.read)(&mut f, &self.identity, early)?))
+        });
+        let read = match read {
+            Ok((stamp, (bytes, Ok(s)))) => {
+                // The loaded state is on disk: writing it again would change nothing.
+                self.on_disk().file = Some((s.resource_version.clone(), stamp));
+                Ok((bytes, Ok(s)))
+            }
+            Ok((_, other)) => Ok(other),
+            Err(e) => Err(e),
+        };
         match read {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (SnapshotLoad::Missing, None),
             Err(e) => (SnapshotLoad::Unreadable(e.to_string()), None),
@@ -128,27 +175,43 @@ impl<K> SnapshotFile<K> {
         }
     }
 
-    /// Encodes and writes snapshot number `seq`, unless a newer one is already on disk.
+    fn on_disk(&self) -> std::sync::MutexGuard<'_, OnDisk> {
+        self.written.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Encodes and writes snapshot number `seq`, unless a newer one is already on disk, or the
+    /// file already holds this state: a cache at the same resourceVersion holds the same
+    /// objects (every change moves it), so an idle informer's periodic and final snapshots
+    /// cost a `stat`, not an encode, a write of the whole cache and an fsync.
     pub(crate) fn write(&self, seq: u64, snapshot: &Snapshot<K>) -> Result<SnapshotWritten, Error> {
-        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
-        if *written > seq {
-            return Ok(SnapshotWritten {
-                resource_version: snapshot.resource_version.clone(),
-                objects: snapshot.items.len(),
-                bytes: 0,
-                superseded: true,
-            });
+        let mut on_disk = self.on_disk();
+        let written = |bytes, superseded, unchanged| SnapshotWritten {
+            resource_version: snapshot.resource_version.clone(),
+            objects: snapshot.items.len(),
+            bytes,
+            superseded,
+            unchanged,
+        };
+        if on_disk.seq > seq {
+            return Ok(written(0, true, false));
+        }
+        if let Some((rv, stamp)) = &on_disk.file {
+            if *rv == snapshot.resource_version && FileStamp::of(&self.path) == Some(*stamp) {
+                let len = usize::try_from(stamp.len).unwrap_or(usize::MAX);
+                on_disk.seq = seq;
+                return Ok(written(len, false, true));
+            }
         }
         let mut bytes = Vec::new();
         (self.encode)(snapshot, &self.identity, &mut bytes).map_err(Error::Snapshot)?;
+        // Until this write is done the file's content is not known (a write that fails after
+        // its rename leaves this snapshot there, not the one noted).
+        on_disk.file = None;
         write_atomically(&self.path, &bytes).map_err(Error::SnapshotIo)?;
-        *written = seq;
-        Ok(SnapshotWritten {
-            resource_version: snapshot.resource_version.clone(),
-            objects: snapshot.items.len(),
-            bytes: bytes.len(),
-            superseded: false,
-        })
+        on_disk.seq = seq;
+        on_disk.file =
+            FileStamp::of(&self.path).map(|stamp| (snapshot.resource_version.clone(), stamp));
+        Ok(written(bytes.len(), false, false))
     }
 }
 
@@ -461,5 +524,55 @@ mod tests {
         fs::remove_file(&file.path).unwrap();
         assert_eq!(file.load(&mut |_| {}).0, SnapshotLoad::Missing);
         let _ = fs::remove_dir_all(dir());
+    }
+
+    /// A snapshot at the resourceVersion the file already holds (loaded or written by this
+    /// informer) is not written again; one at another resourceVersion is, and so is the same
+    /// one once the file was removed or replaced behind the informer's back.
+    #[test]
+    fn the_state_on_disk_is_not_written_again() {
+        let (items, bytes) = snapshot_bytes(20);
+        let dir =
+            std::env::temp_dir().join(format!("informer-snapshot-same-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("snap");
+        fs::write(&path, &bytes).unwrap();
+        let file = SnapshotFile::<DynamicObject>::new(path.clone(), None, identity());
+        let (load, loaded) = file.load(&mut |_| {});
+        assert!(matches!(load, SnapshotLoad::Resumed { .. }), "{load:?}");
+        let loaded = loaded.unwrap();
+
+        let w = file.write(1, &loaded).unwrap();
+        assert!(w.unchanged && !w.superseded, "{w:?}");
+        assert_eq!(w.bytes, bytes.len());
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            bytes,
+            "the file is left as it was"
+        );
+
+        let newer = Snapshot {
+            resource_version: "78".into(),
+            items: items[1..].to_vec(),
+        };
+        let w = file.write(2, &newer).unwrap();
+        assert!(!w.unchanged && w.bytes > 0, "{w:?}");
+        let on_disk = fs::read(&path).unwrap();
+        assert_ne!(on_disk, bytes);
+        let w = file.write(3, &newer).unwrap();
+        assert!(w.unchanged, "{w:?}");
+        assert_eq!(w.bytes, on_disk.len());
+        // An older sequence number than the one on disk is still superseded.
+        assert!(file.write(2, &loaded).unwrap().superseded);
+
+        fs::remove_file(&path).unwrap();
+        let w = file.write(4, &newer).unwrap();
+        assert!(!w.unchanged, "the file was removed: {w:?}");
+        assert_eq!(fs::read(&path).unwrap(), on_disk);
+        // Replaced by something else of another size: written again.
+        fs::write(&path, b"junk").unwrap();
+        assert!(!file.write(5, &newer).unwrap().unchanged);
+        assert_eq!(fs::read(&path).unwrap(), on_disk);
+        let _ = fs::remove_dir_all(&dir);
     }
 }
