@@ -106,12 +106,16 @@ struct FileStamp {
 }
 
 impl FileStamp {
-    fn of(path: &Path) -> Option<FileStamp> {
-        let meta = fs::metadata(path).ok()?;
-        Some(FileStamp {
+    fn from(meta: &fs::Metadata) -> FileStamp {
+        FileStamp {
             len: meta.len(),
             modified: meta.modified().ok(),
-        })
+        }
+    }
+
+    /// The stamp of the file at `path`, `None` when there is none.
+    fn of(path: &Path) -> Option<FileStamp> {
+        fs::metadata(path).ok().as_ref().map(FileStamp::from)
     }
 }
 
@@ -145,11 +149,8 @@ impl<K> SnapshotFile<K> {
     pub(crate) fn load(&self, early: &mut dyn FnMut(&str)) -> (SnapshotLoad, Option<Snapshot<K>>) {
         remove_stale_temporaries(&self.path);
         let read = fs::File::open(&self.path).and_then(|mut f| {
-            let stamp = f.metadata().map(|m| FileStamp {
-                len: m.len(),
-                modified: m.modified().ok(),
-            });
-            Ok((stamp?, (self.read)(&mut f, &self.identity, early)?))
+            let stamp = FileStamp::from(&f.metadata()?);
+            Ok((stamp, (self.read)(&mut f, &self.identity, early)?))
         });
         let read = match read {
             Ok((stamp, (bytes, Ok(s)))) => {
