@@ -452,15 +452,16 @@ impl ExecCache {
         self.cert.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Changes whenever the plugin's client certificate (or key) changes.
+    /// Changes whenever the plugin's client certificate (or key) changes: a transport drops
+    /// the connections made with an older one (none without a transport feature).
+    #[cfg(any(feature = "tokio", feature = "smol"))]
     pub(crate) fn cert_generation(&self) -> u64 {
         self.cert_generation
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Keeps `new` as the client certificate; a different one than before (its chain
-    /// differs: a new key comes with a new certificate) starts a new
-    /// [`cert_generation`](Self::cert_generation).
+    /// differs: a new key comes with a new certificate) starts a new `cert_generation`.
     fn set_cert(&self, new: CertifiedKey) {
         let mut cert = self.cert.write().unwrap_or_else(|e| e.into_inner());
         if cert.as_ref().is_none_or(|old| old.cert != new.cert) {

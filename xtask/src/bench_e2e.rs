@@ -300,15 +300,14 @@ pub fn main(args: &[&str]) -> super::Result {
          kube-rs 5.0 ~0.4 s CPU, ~140 MB; client-go v1.20.2 0.6-1.1 s CPU, ~140 MB."
     );
     for r in rows.iter().filter(|r| !is_peer(&r.client)) {
-        let ok = |b: bool| if b { "met" } else { "MISSED" };
         println!(
             "  {} run {}: CPU {} ({:.2} s), RSS {} ({:.1} MB); informer {} the API server's \
              cached list ({:.3} s vs {:.3} s)",
             r.client,
             r.run + 1,
-            ok(r.sync_cpu <= 0.2),
+            verdict(r.sync_cpu <= 0.2),
             r.sync_cpu,
-            ok(r.rss_mb <= 60.0),
+            verdict(r.rss_mb <= 60.0),
             r.rss_mb,
             if r.sync_wall <= cached.secs * 1.5 + 0.2 {
                 "keeps pace with"
@@ -858,7 +857,6 @@ fn print_restarts(all: &[Restarts]) {
             f("load_s"),
             f("write_s"),
         );
-        let ok = |b: bool| if b { "met" } else { "MISSED" };
         let time = r.fresh.current_s / r.cold.current_s;
         let bytes = r.fresh.server_bytes / r.cold.server_bytes;
         // Both started right after a kube-apiserver restart.
@@ -870,12 +868,12 @@ fn print_restarts(all: &[Restarts]) {
             r.runtime,
             r.run + 1,
             time,
-            ok(time <= 0.1),
+            verdict(time <= 0.1),
             bytes * 100.0,
-            ok(bytes <= 0.01),
+            verdict(bytes <= 0.01),
             r.stale.current_s,
             stale_limit,
-            ok(r.stale.current_s <= stale_limit),
+            verdict(r.stale.current_s <= stale_limit),
             if r.stale.lists == 0 {
                 "; NOTE: the stale start did not list (no 410 seen)"
             } else {
@@ -884,6 +882,11 @@ fn print_restarts(all: &[Restarts]) {
         );
     }
     print_restart_medians(all);
+}
+
+/// How a target came out, as the tables print it.
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "MISSED" }
 }
 
 /// The median of `values` (NaN when there are none).
@@ -915,18 +918,17 @@ fn print_restart_medians(all: &[Restarts]) {
         let cold_after = m(&|r| r.cold_after_restart.current_s);
         let load = m(&|r| r.formats["load_s"].as_f64().unwrap_or(f64::NAN));
         let bytes = m(&|r| r.fresh.server_bytes / r.cold.server_bytes);
-        let ok = |b: bool| if b { "met" } else { "MISSED" };
         println!(
             "  {runtime} medians of {} run(s): cold {cold:.3} s, fresh {fresh:.3} s = {:.3}x (<= 0.1x: \
              {}), {:.2}% of the bytes (<= 1%: {}); stale {stale:.3} s vs cold after an API server \
              restart {cold_after:.3} s + load {load:.3} s = {:.3} s ({})",
             runs.len(),
             fresh / cold,
-            ok(fresh / cold <= 0.1),
+            verdict(fresh / cold <= 0.1),
             bytes * 100.0,
-            ok(bytes <= 0.01),
+            verdict(bytes <= 0.01),
             cold_after + load,
-            ok(stale <= cold_after + load),
+            verdict(stale <= cold_after + load),
         );
     }
 }
