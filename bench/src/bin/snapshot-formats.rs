@@ -3,7 +3,15 @@
 //! data), encoded into a snapshot file, then the `formats` line of the e2e bench (bytes per
 //! object and decode time against a JSON array) and where a load's time goes.
 //!
-//! `cargo run --release -p informer-bench --bin snapshot-formats [-- OBJECTS]`
+//! Last, the same restart in fresh processes (`--resume-once`, run five times): a new process
+//! has a heap to fault in, which the restarts inside this one do not.
+//!
+//! `cargo run --release -p informer-bench --bin snapshot-formats [-- OBJECTS] [--keep PATH]`
+//! (`--keep`: the restarts' snapshot file at PATH, left there)
+//!
+//! `snapshot-formats --resume-once --snapshot PATH [--log]`: one restart from the file at PATH
+//! in this (fresh) process, its phases printed in seconds since the process started, with
+//! `--log` the informer's log too.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,6 +47,9 @@ fn best<T>(f: impl Fn() -> T) -> f64 {
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "--resume-once") {
+        return resume_once();
+    }
     let n: usize = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
@@ -128,7 +139,16 @@ impl informer_tokio::http::Transport<DynamicObject> for Fake {
 /// indexed and queued for the handlers), and a handler has had every initial add.
 fn resume_phases(objects: Vec<Arc<DynamicObject>>) {
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
-    let path = std::env::temp_dir().join(format!("snapshot-resume-{}.snap", std::process::id()));
+    // `--keep PATH`: the restarts' file there, and left there (for a profiler).
+    let args: Vec<String> = std::env::args().collect();
+    let kept = args
+        .iter()
+        .position(|a| a == "--keep")
+        .and_then(|i| args.get(i + 1))
+        .map(std::path::PathBuf::from);
+    let path = kept.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("snapshot-resume-{}.snap", std::process::id()))
+    });
     let _ = std::fs::remove_file(&path);
     rt.block_on(async {
         let first = informer_tokio::InformerBuilder::<DynamicObject>::from_transport(
@@ -175,5 +195,58 @@ fn resume_phases(objects: Vec<Arc<DynamicObject>>) {
         );
         rt.block_on(inf.shutdown());
     }
-    let _ = std::fs::remove_file(&path);
+    drop(rt);
+    // The same restart, each in a fresh process.
+    let exe = std::env::current_exe().expect("this program's path");
+    for _ in 0..5 {
+        let out = std::process::Command::new(&exe)
+            .arg("--resume-once")
+            .arg("--snapshot")
+            .arg(&path)
+            .output()
+            .expect("a child process");
+        let text = String::from_utf8_lossy(&out.stderr);
+        let phases: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("phase "))
+            .collect();
+        eprintln!("resume in a fresh process: {}", phases.join(", "));
+    }
+    if kept.is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// `--resume-once`: one restart from `--snapshot PATH` in this process (see the crate docs).
+fn resume_once() {
+    let run = informer_bench::Run::start();
+    let path = run.snapshot.clone().expect("--snapshot PATH");
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let _g = rt.enter();
+    let inf = informer_tokio::InformerBuilder::<DynamicObject>::from_transport(
+        Tokio::default(),
+        Arc::new(Fake(Vec::new())),
+        "fake",
+    )
+    .snapshot(&path)
+    .build()
+    .expect("built");
+    let handler = inf
+        .add_handler(informer_tokio::HandlerFns::new().on_add(|_: Arc<DynamicObject>, _| {}))
+        .expect("a handler");
+    inf.start().expect("started");
+    run.mark("started");
+    rt.block_on(handler.wait_for_sync(None)).expect("synced");
+    run.mark("handler synced");
+    assert!(
+        matches!(
+            inf.snapshot_load(),
+            Some(informer_tokio::SnapshotLoad::Resumed { .. })
+        ),
+        "resumed: {:?}",
+        inf.snapshot_load()
+    );
+    // Not shut down: the snapshot at shutdown would be skipped anyway (unchanged), and the
+    // file stays as it is for the next process.
+    std::mem::forget(inf);
 }
