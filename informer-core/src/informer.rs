@@ -308,9 +308,11 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     /// A snapshot's objects into the empty store and to the handlers (no DeltaFIFO round
     /// trip): the same notifications and store as a Replace of these items. They were
     /// transformed when they were cached: only their keys are checked.
-    fn populate_resumed(&mut self, mut items: Vec<Arc<K>>) {
-        items.retain(|o| self.key_is_valid(o));
-        self.pipeline.populate(items);
+    fn populate_resumed(&mut self, items: Vec<Arc<K>>) {
+        let Self {
+            pipeline, outputs, ..
+        } = self;
+        pipeline.populate_admitted(items, |o| key_is_valid(outputs, o));
     }
 
     /// A snapshot of the cache for a warm restart: every cached object (shared, not copied)
@@ -521,19 +523,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 
     /// Whether the object can be keyed; a refused object is reported.
     fn key_is_valid(&mut self, obj: &K) -> bool {
-        let Some(why) = invalid_key(obj) else {
-            return true;
-        };
-        let k = obj.key_ref();
-        let shown = |s: &str| -> alloc::string::String { s.chars().take(80).collect() };
-        let message = alloc::format!(
-            "namespace {:?}, name {:?}: {why}; not stored",
-            shown(k.namespace.unwrap_or("")),
-            shown(k.name),
-        );
-        self.outputs
-            .push_back(Output::WatchError(Failure::InvalidObject(message)));
-        false
+        key_is_valid(&mut self.outputs, obj)
     }
 
     /// Moves the Reflector's outputs into the pipeline and runs the FIFO to empty.
@@ -584,6 +574,22 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 }
 
 /// Why an object cannot be keyed without ambiguity, if it cannot.
+/// Whether `obj`'s key can be stored; if not, says why as a watch error in `outputs`.
+fn key_is_valid<K: Object>(outputs: &mut VecDeque<Output<K>>, obj: &K) -> bool {
+    let Some(why) = invalid_key(obj) else {
+        return true;
+    };
+    let k = obj.key_ref();
+    let shown = |s: &str| -> alloc::string::String { s.chars().take(80).collect() };
+    let message = alloc::format!(
+        "namespace {:?}, name {:?}: {why}; not stored",
+        shown(k.namespace.unwrap_or("")),
+        shown(k.name),
+    );
+    outputs.push_back(Output::WatchError(Failure::InvalidObject(message)));
+    false
+}
+
 pub(crate) fn invalid_key<K: Object + ?Sized>(obj: &K) -> Option<&'static str> {
     let k = obj.key_ref();
     // `/` is ASCII, whose byte UTF-8 never uses inside another character: a plain byte loop

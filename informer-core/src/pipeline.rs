@@ -167,13 +167,34 @@ impl<K: Object + 'static> Pipeline<K> {
     /// deltas or was populated, a store that is not empty) takes `replace`, whose diff then
     /// applies; the caller still runs `process_one` until empty.
     pub fn populate(&mut self, items: Vec<Arc<K>>) {
+        self.populate_admitted(items, |_| true);
+    }
+
+    /// [`populate`](Self::populate) with the objects `admit` accepts (the others dropped).
+    pub(crate) fn populate_admitted(
+        &mut self,
+        mut items: Vec<Arc<K>>,
+        mut admit: impl FnMut(&K) -> bool,
+    ) {
         if !self.indexer.is_empty() || !self.fifo.mark_populated() {
+            items.retain(|o| admit(o));
             self.replace(items);
             return;
         }
         // Handlers get the whole list before they can read any of it.
         self.processor.reserve(items.len());
-        for obj in items {
+        // The objects were decoded a while ago (a list or snapshot of many MB): their keys are
+        // no longer in the CPU's caches. Each key is read `AHEAD` objects before the object
+        // is stored, so that those reads' cache misses overlap instead of queueing.
+        const AHEAD: usize = 8;
+        let mut items = items.into_iter();
+        while let Some(obj) = items.next() {
+            if let Some(ahead) = items.as_slice().get(AHEAD) {
+                core::hint::black_box(ahead.key_ref());
+            }
+            if !admit(&obj) {
+                continue;
+            }
             let key = obj.key_ref().to_key();
             // A listed object, as through the FIFO.
             match self

@@ -615,6 +615,51 @@ fn resume_from_snapshot_watches_instead_of_listing() {
     assert_eq!(inf.last_sync_resource_version(), "7");
 }
 
+/// A snapshot's objects are checked as a list's are: one whose key cannot be stored (a name
+/// with `/`, an empty name) is reported and left out, wherever it is among the others (the
+/// check runs in the same pass that stores them), and the rest are stored and delivered.
+#[test]
+fn resumed_objects_with_unstorable_keys_are_refused_and_reported() {
+    let odd = |name: &str| {
+        Arc::new(SimObject {
+            name: name.into(),
+            namespace: Some("ns".into()),
+            resource_version: "2".into(),
+            uid: alloc::format!("uid-{name}"),
+            data: 0,
+            noise: 0,
+        })
+    };
+    let mut items: Vec<_> = (0..30)
+        .map(|i| obj(&alloc::format!("o{i}"), 100 + i, i))
+        .collect();
+    items.insert(0, odd("a/b"));
+    items.insert(15, odd(""));
+    items.push(odd("c/d"));
+    let mut inf = informer(Duration::ZERO);
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    assert!(inf.resume(Snapshot {
+        resource_version: "10".into(),
+        items,
+    }));
+    inf.start(at(0));
+    let d = drain(&mut inf);
+    assert_eq!(d.errors.len(), 3, "{:?}", d.errors);
+    assert!(
+        d.errors
+            .iter()
+            .all(|e| matches!(e, Failure::InvalidObject(m) if m.contains("not stored")))
+    );
+    assert_eq!(inf.indexer().len(), 30);
+    let adds = d.for_handler(h);
+    assert_eq!(adds.len(), 30, "{adds:?}");
+    assert!(
+        adds.iter()
+            .all(|a| a.starts_with("add o") && a.ends_with("initial"))
+    );
+    assert!(inf.has_synced());
+}
+
 /// A snapshot older than the compaction window: the watch gets 410, the informer relists at
 /// once (no backoff) at the snapshot's resourceVersion, which is gone too (410: no watch
 /// cache), then with a consistent read; the list's Replace delivers exactly the difference: updates for changed objects, tombstones for deletes missed while down, adds for
