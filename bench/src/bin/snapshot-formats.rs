@@ -208,7 +208,10 @@ fn resume_phases(objects: Vec<Arc<DynamicObject>>) {
         let text = String::from_utf8_lossy(&out.stderr);
         let phases: Vec<&str> = text
             .lines()
-            .filter_map(|l| l.trim().strip_prefix("phase "))
+            .filter_map(|l| {
+                let l = l.trim();
+                l.strip_prefix("phase ").or(l.strip_prefix("memory: "))
+            })
             .collect();
         eprintln!("resume in a fresh process: {}", phases.join(", "));
     }
@@ -238,6 +241,12 @@ fn resume_once() {
     run.mark("started");
     rt.block_on(handler.wait_for_sync(None)).expect("synced");
     run.mark("handler synced");
+    let u = informer_bench::Usage::now();
+    eprintln!(
+        "    memory: RSS {:.1} MB, peak {:.1} MB",
+        u.rss_kb as f64 / 1024.0,
+        u.hwm_kb as f64 / 1024.0
+    );
     assert!(
         matches!(
             inf.snapshot_load(),
