@@ -610,6 +610,14 @@ impl<K: Object + 'static> Indexer<K> {
         self.items.contains_key(&key)
     }
 
+    /// Makes room for `n` more objects, and their entries in the journal when it is on.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.items.reserve(n);
+        if let Some(journal) = &mut self.journal {
+            journal.reserve(n);
+        }
+    }
+
     /// Number of stored objects.
     pub fn len(&self) -> usize {
         self.items.len()

@@ -114,6 +114,11 @@ impl<K: Object + 'static> Pipeline<K> {
     /// order. The same store changes and notifications as queueing and popping, without a
     /// FIFO entry per object (a relist of 100k objects built a 100k-key FIFO).
     pub fn replace(&mut self, items: Vec<Arc<K>>) {
+        if self.indexer.is_empty() {
+            // As `populate` does: the same table growth, so the same iteration order (a late
+            // handler's replay) whichever way a first list comes in.
+            self.indexer.reserve(items.len());
+        }
         if self.fifo.has_synced() && self.fifo.is_empty() {
             self.replace_now(items);
         } else {
@@ -183,6 +188,9 @@ impl<K: Object + 'static> Pipeline<K> {
         }
         // Handlers get the whole list before they can read any of it.
         self.processor.reserve(items.len());
+        // One allocation each for the store's table and its journal, not a dozen growths (in
+        // a fresh process every growth is fresh memory to fault in).
+        self.indexer.reserve(items.len());
         // The objects were decoded a while ago (a list or snapshot of many MB): their keys are
         // no longer in the CPU's caches. Each key is read `AHEAD` objects before the object
         // is stored, so that those reads' cache misses overlap instead of queueing.
