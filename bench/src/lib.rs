@@ -219,8 +219,10 @@ fn print_line(line: &str) {
 
 /// Prints the `formats` line: the snapshot file against the same objects as a JSON array (what
 /// a list's `items` is), bytes per object and decode time on one thread (best of 3), the load
-/// time `load_s` as an informer loads (the file read and decoded 64 KiB at a time), and the
-/// time `write_s` the informer took to write the file (encode + fsync + rename).
+/// time `load_s` of the file read and decoded 64 KiB at a time as an informer does (best of 3,
+/// so on a heap already grown: without the page faults a fresh process takes, which the
+/// informer has another thread take while it decodes), and the time `write_s` the informer
+/// took to write the file (encode + fsync + rename).
 pub fn format_figures(objects: &[Arc<DynamicObject>], file: &Path, write_s: f64) {
     use informer_core::snapshot::{Snapshot, peek_identity};
     let Ok(bytes) = std::fs::read(file) else {

@@ -843,8 +843,8 @@ fn print_restarts(all: &[Restarts]) {
         let f = |k: &str| r.formats[k].as_f64().unwrap_or(f64::NAN);
         println!(
             "  {} run {} format: {} objects; snapshot {:.0} B/object, JSON {:.0} B/object ({:.2}x); \
-             decode: snapshot {:.3} s, JSON array {:.3} s ({:.2}x); load as the informer does \
-             (read + decode in 64 KiB pieces, one thread): {:.3} s; write (encode + fsync + rename): {:.3} s",
+             decode: snapshot {:.3} s, JSON array {:.3} s ({:.2}x); load (read + decode in 64 KiB \
+             pieces as the informer does, best of 3): {:.3} s; write (encode + fsync + rename): {:.3} s",
             r.runtime,
             r.run + 1,
             f("objects"),
