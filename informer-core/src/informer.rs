@@ -573,7 +573,6 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     }
 }
 
-/// Why an object cannot be keyed without ambiguity, if it cannot.
 /// Whether `obj`'s key can be stored; if not, says why as a watch error in `outputs`.
 fn key_is_valid<K: Object>(outputs: &mut VecDeque<Output<K>>, obj: &K) -> bool {
     let Some(why) = invalid_key(obj) else {
@@ -590,6 +589,7 @@ fn key_is_valid<K: Object>(outputs: &mut VecDeque<Output<K>>, obj: &K) -> bool {
     false
 }
 
+/// Why an object cannot be keyed without ambiguity, if it cannot.
 pub(crate) fn invalid_key<K: Object + ?Sized>(obj: &K) -> Option<&'static str> {
     let k = obj.key_ref();
     // `/` is ASCII, whose byte UTF-8 never uses inside another character: a plain byte loop
