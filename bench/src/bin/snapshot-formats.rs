@@ -9,8 +9,8 @@
 //! `cargo run --release -p informer-bench --bin snapshot-formats [-- OBJECTS] [--keep PATH]`
 //! (`--keep`: the restarts' snapshot file at PATH, left there)
 //!
-//! `snapshot-formats --resume-once --snapshot PATH [--log]`: one restart from the file at PATH
-//! in this (fresh) process, its phases printed in seconds since the process started, with
+//! `snapshot-formats --resume-once --snapshot PATH [--log] [--smol]`: one restart from the file
+//! at PATH in this (fresh) process (on tokio, or smol), its phases printed in seconds since the process started, with
 //! `--log` the informer's log too.
 
 use std::sync::Arc;
@@ -220,27 +220,55 @@ fn resume_phases(objects: Vec<Arc<DynamicObject>>) {
     }
 }
 
-/// `--resume-once`: one restart from `--snapshot PATH` in this process (see the crate docs).
+/// `--resume-once`: one restart from `--snapshot PATH` in this process (see the crate docs),
+/// on tokio, or with `--smol` on smol.
 fn resume_once() {
     let run = informer_bench::Run::start();
     let path = run.snapshot.clone().expect("--snapshot PATH");
-    let rt = tokio::runtime::Runtime::new().expect("a runtime");
-    let _g = rt.enter();
-    let inf = informer_tokio::InformerBuilder::<DynamicObject>::from_transport(
-        Tokio::default(),
-        Arc::new(Fake(Vec::new())),
-        "fake",
-    )
-    .snapshot(&path)
-    .build()
-    .expect("built");
-    let handler = inf
-        .add_handler(informer_tokio::HandlerFns::new().on_add(|_: Arc<DynamicObject>, _| {}))
-        .expect("a handler");
-    inf.start().expect("started");
-    run.mark("started");
-    rt.block_on(handler.wait_for_sync(None)).expect("synced");
-    run.mark("handler synced");
+    let load = if std::env::args().any(|a| a == "--smol") {
+        let inf = informer_smol::InformerBuilder::<DynamicObject>::from_transport(
+            informer_smol::Smol,
+            Arc::new(Fake(Vec::new())),
+            "fake",
+        )
+        .snapshot(&path)
+        .build()
+        .expect("built");
+        let handler = inf
+            .add_handler(informer_smol::HandlerFns::new().on_add(|_: Arc<DynamicObject>, _| {}))
+            .expect("a handler");
+        inf.start().expect("started");
+        run.mark("started");
+        smol::block_on(handler.wait_for_sync(None)).expect("synced");
+        run.mark("handler synced");
+        let load = inf.snapshot_load();
+        // Not shut down: the snapshot at shutdown would be skipped anyway (unchanged), and
+        // the file stays as it is for the next process.
+        std::mem::forget(inf);
+        load
+    } else {
+        let rt = tokio::runtime::Runtime::new().expect("a runtime");
+        let _g = rt.enter();
+        let inf = informer_tokio::InformerBuilder::<DynamicObject>::from_transport(
+            Tokio::default(),
+            Arc::new(Fake(Vec::new())),
+            "fake",
+        )
+        .snapshot(&path)
+        .build()
+        .expect("built");
+        let handler = inf
+            .add_handler(informer_tokio::HandlerFns::new().on_add(|_: Arc<DynamicObject>, _| {}))
+            .expect("a handler");
+        inf.start().expect("started");
+        run.mark("started");
+        rt.block_on(handler.wait_for_sync(None)).expect("synced");
+        run.mark("handler synced");
+        let load = inf.snapshot_load();
+        std::mem::forget(inf);
+        std::mem::forget(rt);
+        load
+    };
     let u = informer_bench::Usage::now();
     eprintln!(
         "    memory: RSS {:.1} MB, peak {:.1} MB",
@@ -248,14 +276,7 @@ fn resume_once() {
         u.hwm_kb as f64 / 1024.0
     );
     assert!(
-        matches!(
-            inf.snapshot_load(),
-            Some(informer_tokio::SnapshotLoad::Resumed { .. })
-        ),
-        "resumed: {:?}",
-        inf.snapshot_load()
+        matches!(load, Some(informer_tokio::SnapshotLoad::Resumed { .. })),
+        "resumed: {load:?}"
     );
-    // Not shut down: the snapshot at shutdown would be skipped anyway (unchanged), and the
-    // file stays as it is for the next process.
-    std::mem::forget(inf);
 }
