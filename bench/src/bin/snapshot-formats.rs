@@ -220,52 +220,52 @@ fn resume_phases(objects: Vec<Arc<DynamicObject>>) {
     }
 }
 
+/// One restart of a `Fake` informer from `$path` with the runtime crate `$krate` on runtime
+/// `$rt`, its handler's sync awaited with `$block_on`: the phases marked on `$run`; the
+/// informer is leaked (not shut down: the snapshot at shutdown would be skipped anyway,
+/// unchanged, and the file stays as it is for the next process). Evaluates to its
+/// `snapshot_load()`. A macro, not a function: the runtime crates have the same API but
+/// different types.
+macro_rules! restart_once {
+    ($krate:ident, $rt:expr, $path:expr, $run:expr, $($block_on:tt)+) => {{
+        let inf = $krate::InformerBuilder::<DynamicObject>::from_transport(
+            $rt,
+            Arc::new(Fake(Vec::new())),
+            "fake",
+        )
+        .snapshot($path)
+        .build()
+        .expect("built");
+        let handler = inf
+            .add_handler($krate::HandlerFns::new().on_add(|_: Arc<DynamicObject>, _| {}))
+            .expect("a handler");
+        inf.start().expect("started");
+        $run.mark("started");
+        $($block_on)+(handler.wait_for_sync(None)).expect("synced");
+        $run.mark("handler synced");
+        let load = inf.snapshot_load();
+        std::mem::forget(inf);
+        load
+    }};
+}
+
 /// `--resume-once`: one restart from `--snapshot PATH` in this process (see the crate docs),
 /// on tokio, or with `--smol` on smol.
 fn resume_once() {
     let run = informer_bench::Run::start();
     let path = run.snapshot.clone().expect("--snapshot PATH");
     let load = if std::env::args().any(|a| a == "--smol") {
-        let inf = informer_smol::InformerBuilder::<DynamicObject>::from_transport(
+        restart_once!(
+            informer_smol,
             informer_smol::Smol,
-            Arc::new(Fake(Vec::new())),
-            "fake",
+            &path,
+            run,
+            smol::block_on
         )
-        .snapshot(&path)
-        .build()
-        .expect("built");
-        let handler = inf
-            .add_handler(informer_smol::HandlerFns::new().on_add(|_: Arc<DynamicObject>, _| {}))
-            .expect("a handler");
-        inf.start().expect("started");
-        run.mark("started");
-        smol::block_on(handler.wait_for_sync(None)).expect("synced");
-        run.mark("handler synced");
-        let load = inf.snapshot_load();
-        // Not shut down: the snapshot at shutdown would be skipped anyway (unchanged), and
-        // the file stays as it is for the next process.
-        std::mem::forget(inf);
-        load
     } else {
         let rt = tokio::runtime::Runtime::new().expect("a runtime");
         let _g = rt.enter();
-        let inf = informer_tokio::InformerBuilder::<DynamicObject>::from_transport(
-            Tokio::default(),
-            Arc::new(Fake(Vec::new())),
-            "fake",
-        )
-        .snapshot(&path)
-        .build()
-        .expect("built");
-        let handler = inf
-            .add_handler(informer_tokio::HandlerFns::new().on_add(|_: Arc<DynamicObject>, _| {}))
-            .expect("a handler");
-        inf.start().expect("started");
-        run.mark("started");
-        rt.block_on(handler.wait_for_sync(None)).expect("synced");
-        run.mark("handler synced");
-        let load = inf.snapshot_load();
-        std::mem::forget(inf);
+        let load = restart_once!(informer_tokio, Tokio::default(), &path, run, rt.block_on);
         std::mem::forget(rt);
         load
     };
