@@ -314,7 +314,8 @@ fn read_in_pieces<K: SnapshotCodec>(
 /// The blocks are below glibc's threshold for a mapping of their own (128 KiB), and the total
 /// below its 64 MiB heap. With another allocator, or if the thread cannot start, it costs a
 /// few hundred allocations (and a memset on another core): nothing is shared with the
-/// decoding but the allocator.
+/// decoding but the allocator. A snapshot too small for one block starts no thread (starting
+/// one costs the decoding thread ~11 µs here, about three page faults).
 fn grow_heap(body: u64) {
     const BLOCK: usize = 120 << 10;
     const MAX: u64 = 60 << 20;
@@ -322,6 +323,9 @@ fn grow_heap(body: u64) {
     let blocks: Vec<Vec<u8>> = (0..total / BLOCK)
         .map(|_| Vec::with_capacity(BLOCK))
         .collect();
+    if blocks.is_empty() {
+        return;
+    }
     let spawned = std::thread::Builder::new()
         .name("informer-prefault".into())
         .spawn(move || {
