@@ -305,7 +305,7 @@ fn read_in_pieces<K: SnapshotCodec>(
 ///   need too). Blocks of that much memory, allocated here at once, grow it in one go; the
 ///   heap keeps the size it once had.
 /// - Faulted in: in a fresh process every page the objects land on is new, and its first
-///   write is a page fault: ~40% of a restart's load time, on the decoding thread. The blocks
+///   write is a page fault: ~40% of the CPU a restart took, nearly all on the decoding thread. The blocks
 ///   go to a thread of their own (`informer-prefault`), which writes each one (the faults are
 ///   taken there, on another core) and frees it, lowest address first; the decoding thread's
 ///   allocations then come from those freed, already present pages, which the allocator

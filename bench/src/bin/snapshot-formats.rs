@@ -10,8 +10,8 @@
 //! (`--keep`: the restarts' snapshot file at PATH, left there)
 //!
 //! `snapshot-formats --resume-once --snapshot PATH [--log] [--smol]`: one restart from the file
-//! at PATH in this (fresh) process (on tokio, or smol), its phases printed in seconds since the process started, with
-//! `--log` the informer's log too.
+//! at PATH in this (fresh) process, on tokio (or smol), its phases printed in seconds since the
+//! process started, with `--log` the informer's log too.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -206,6 +206,10 @@ fn resume_phases(objects: Vec<Arc<DynamicObject>>) {
             .output()
             .expect("a child process");
         let text = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            eprintln!("resume in a fresh process failed ({}):\n{text}", out.status);
+            continue;
+        }
         let phases: Vec<&str> = text
             .lines()
             .filter_map(|l| {
