@@ -152,27 +152,22 @@ impl<K> SnapshotFile<K> {
             let stamp = FileStamp::from(&f.metadata()?);
             Ok((stamp, (self.read)(&mut f, &self.identity, early)?))
         });
-        let read = match read {
-            Ok((stamp, (bytes, Ok(s)))) => {
-                // The loaded state is on disk: writing it again would change nothing.
-                self.on_disk().file = Some((s.resource_version.clone(), stamp));
-                Ok((bytes, Ok(s)))
-            }
-            Ok((_, other)) => Ok(other),
-            Err(e) => Err(e),
-        };
         match read {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (SnapshotLoad::Missing, None),
             Err(e) => (SnapshotLoad::Unreadable(e.to_string()), None),
-            Ok((bytes, Ok(s))) => (
-                SnapshotLoad::Resumed {
-                    resource_version: s.resource_version.clone(),
-                    objects: s.items.len(),
-                    bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
-                },
-                Some(s),
-            ),
-            Ok((_, Err(e))) => (SnapshotLoad::Refused(e), None),
+            Ok((stamp, (bytes, Ok(s)))) => {
+                // The loaded state is on disk: writing it again would change nothing.
+                self.on_disk().file = Some((s.resource_version.clone(), stamp));
+                (
+                    SnapshotLoad::Resumed {
+                        resource_version: s.resource_version.clone(),
+                        objects: s.items.len(),
+                        bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+                    },
+                    Some(s),
+                )
+            }
+            Ok((_, (_, Err(e)))) => (SnapshotLoad::Refused(e), None),
         }
     }
 
@@ -305,11 +300,11 @@ fn read_in_pieces<K: SnapshotCodec>(
 ///   need too). Blocks of that much memory, allocated here at once, grow it in one go; the
 ///   heap keeps the size it once had.
 /// - Faulted in: in a fresh process every page the objects land on is new, and its first
-///   write is a page fault: ~40% of the CPU a restart took, nearly all on the decoding thread. The blocks
-///   go to a thread of their own (`informer-prefault`), which writes each one (the faults are
-///   taken there, on another core) and frees it, lowest address first; the decoding thread's
-///   allocations then come from those freed, already present pages, which the allocator
-///   prefers to growing the heap further.
+///   write is a page fault: ~40% of the CPU a restart took, nearly all on the decoding
+///   thread. The blocks go to a thread of their own (`informer-prefault`), which writes each
+///   one (the faults are taken there, on another core) and frees it, lowest address first;
+///   the decoding thread's allocations then come from those freed, already present pages,
+///   which the allocator prefers to growing the heap further.
 ///
 /// The blocks are below glibc's threshold for a mapping of their own (128 KiB), and the total
 /// below its 64 MiB heap. With another allocator, or if the thread cannot start, it costs a
