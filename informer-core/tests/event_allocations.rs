@@ -120,26 +120,27 @@ fn watch_events_allocate_nothing_but_a_new_long_key() {
     let warm = events(OBJECTS, &mut rv, "modify");
     feed(&mut inf, warm, &mut seen);
 
-    let modifies = events(1000, &mut rv, "modify");
-    seen = 0;
-    let n = allocations(|| feed(&mut inf, modifies, &mut seen));
-    assert_eq!(seen, 3 * 1000);
+    // One measured round: `count` events of `kind`, each seen by the three handlers; the
+    // allocations they made.
+    let mut round = |inf: &mut SharedIndexInformer<DynamicObject>, count: usize, kind: &str| {
+        let evs = events(count, &mut rv, kind);
+        let mut seen = 0;
+        let n = allocations(|| feed(inf, evs, &mut seen));
+        assert_eq!(seen, 3 * count, "notifications of the {kind} round");
+        n
+    };
+
+    let n = round(&mut inf, 1000, "modify");
     assert_eq!(n, 0, "allocations of 1,000 watch MODIFIED events");
 
-    let deletes = events(OBJECTS / 2, &mut rv, "delete");
-    seen = 0;
-    let n = allocations(|| feed(&mut inf, deletes, &mut seen));
-    assert_eq!(seen, 3 * OBJECTS / 2);
+    let n = round(&mut inf, OBJECTS / 2, "delete");
     assert_eq!(n, 0, "allocations of watch DELETED events");
 
     // Re-adding the deleted keys: their keys (`ns-N/cm-NNNNN`) are held inline, so nothing
     // but now and then a table that rehashes (deleted slots do not all count as free again;
     // where they fall depends on the process's hash seed).
-    let adds = events(OBJECTS / 2, &mut rv, "add");
-    seen = 0;
-    let n = allocations(|| feed(&mut inf, adds, &mut seen));
-    assert_eq!(seen, 3 * OBJECTS / 2);
     let adds = OBJECTS / 2;
+    let n = round(&mut inf, adds, "add");
     assert!(
         n <= adds / 10,
         "{n} allocations for {adds} adds of short keys"
@@ -147,11 +148,7 @@ fn watch_events_allocate_nothing_but_a_new_long_key() {
 
     // New objects with keys too long to hold inline: one allocation each, the shared key,
     // and the tables growing now and then.
-    let adds = events(OBJECTS / 2, &mut rv, "long");
-    seen = 0;
-    let n = allocations(|| feed(&mut inf, adds, &mut seen));
-    assert_eq!(seen, 3 * OBJECTS / 2);
-    let adds = OBJECTS / 2;
+    let n = round(&mut inf, adds, "long");
     assert!(
         n >= adds && n <= adds + adds / 5,
         "{n} allocations for {adds} adds of long keys"
