@@ -553,14 +553,35 @@ impl<K: Object + 'static> Indexer<K> {
         obj: Arc<K>,
         how: Stored,
     ) -> (Key, Option<Arc<K>>, Arc<K>) {
-        if let Some((key, slot)) = self.items.get_key_value_mut(&obj.key_ref()) {
-            let key = key.clone();
-            let (old, now) = store_over(&mut self.indices, &mut self.journal, &key, slot, obj, how);
-            return (key, old, now);
+        // One hash of the key, whether it is stored or not; the key is built only for an
+        // object not stored yet.
+        match self.items.entry_ref(&obj.key_ref()) {
+            hashbrown::hash_map::EntryRef::Occupied(mut e) => {
+                let key = e.key().clone();
+                let (old, now) = store_over(
+                    &mut self.indices,
+                    &mut self.journal,
+                    &key,
+                    e.get_mut(),
+                    obj,
+                    how,
+                );
+                (key, old, now)
+            }
+            hashbrown::hash_map::EntryRef::Vacant(v) => {
+                let key = v.insert_entry(obj.clone()).key().clone();
+                for index in &mut self.indices {
+                    index.update(&key, None, Some(&obj));
+                }
+                if let Some(journal) = &mut self.journal {
+                    journal.push(Change::Upsert {
+                        key: key.clone(),
+                        obj: obj.clone(),
+                    });
+                }
+                (key, None, obj)
+            }
         }
-        let key = obj.key_ref().to_key();
-        let (_, obj) = self.insert_with(key.clone(), obj, how);
-        (key, None, obj)
     }
 
     /// Removes the object stored under `key`; returns the stored key and the object.

@@ -76,6 +76,9 @@ const INLINE_KEY_HASH: usize = 320;
 /// clear than one of `INLINE_KEY_HASH`.
 const SHORT_KEY: usize = 64;
 
+/// The longest key a [`Key`] holds inline (the inline capacity of `SmolStr`).
+const INLINE_KEY: usize = 23;
+
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
         let bytes = self.0.as_bytes();
@@ -107,6 +110,12 @@ impl From<KeyRef<'_>> for Key {
     }
 }
 
+impl From<&KeyRef<'_>> for Key {
+    fn from(k: &KeyRef<'_>) -> Key {
+        k.to_key()
+    }
+}
+
 /// A borrowed key: the namespace and name of an object, not joined.
 ///
 /// Hashes and compares equal to the [`Key`] it stands for, so maps keyed by `Key` can be
@@ -130,16 +139,39 @@ impl<'a> KeyRef<'a> {
 
     /// Builds the owned, joined [`Key`] (no allocation up to 23 bytes, one beyond).
     pub fn to_key(self) -> Key {
-        // The builder copies the parts into the inline buffer as they are: no UTF-8 check of
-        // the joined bytes (two `str`s and an ASCII byte) and no scan for whitespace, which
-        // `SmolStr::new` makes (an add spent ~290 instructions here).
-        let mut b = smol_str::SmolStrBuilder::new();
-        if let Some(ns) = self.namespace {
-            b.push_str(ns);
-            b.push('/');
+        if self.joined_len() <= INLINE_KEY {
+            // Copied into the inline buffer as they are: no UTF-8 check of the joined bytes
+            // (two `str`s and an ASCII byte) and no scan for whitespace, which `SmolStr::new`
+            // makes (an add spent ~290 instructions here).
+            let mut b = smol_str::SmolStrBuilder::new();
+            if let Some(ns) = self.namespace {
+                b.push_str(ns);
+                b.push('/');
+            }
+            b.push_str(self.name);
+            return Key(b.finish());
         }
-        b.push_str(self.name);
-        Key(b.finish())
+        match self.namespace {
+            None => Key(SmolStr::new(self.name)),
+            // Joined on the stack so that the shared string is the only allocation.
+            Some(_) if self.joined_len() <= SHORT_KEY => {
+                let mut buf = [0u8; SHORT_KEY];
+                let len = self.join_prefix(&mut buf);
+                self.key_from_joined(&buf[..len])
+            }
+            Some(_) if self.joined_len() <= INLINE_KEY_HASH => {
+                let mut buf = [0u8; INLINE_KEY_HASH];
+                let len = self.join_prefix(&mut buf);
+                self.key_from_joined(&buf[..len])
+            }
+            Some(ns) => {
+                let mut s = String::with_capacity(ns.len() + 1 + self.name.len());
+                s.push_str(ns);
+                s.push('/');
+                s.push_str(self.name);
+                Key(SmolStr::new(s))
+            }
+        }
     }
 }
 
@@ -159,6 +191,15 @@ impl KeyRef<'_> {
         match self.namespace {
             Some(ns) => ns.len() + 1 + self.name.len(),
             None => self.name.len(),
+        }
+    }
+
+    /// The key whose joined bytes `joined` holds.
+    fn key_from_joined(&self, joined: &[u8]) -> Key {
+        match core::str::from_utf8(joined) {
+            Ok(joined) => Key(SmolStr::new(joined)),
+            // Unreachable: the bytes are two `str`s and an ASCII byte.
+            Err(_) => Key(SmolStr::new(alloc::format!("{self}"))),
         }
     }
 
