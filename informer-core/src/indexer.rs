@@ -7,7 +7,9 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::hash::{HashMap, HashSet};
+use crate::hash::{HashMap, HashSet, HashState};
+use core::hash::BuildHasher;
+use hashbrown::hash_map::RawEntryMut;
 use smallvec::SmallVec;
 
 use crate::object::{Key, KeyRef, Object, same_state};
@@ -265,8 +267,20 @@ impl<K> fmt::Debug for Change<K> {
 /// changes; a relist's hundred thousand are given back once taken).
 pub const JOURNAL_KEEP: usize = 1024;
 
+/// The keys of one bucket, hashed by the [`Indexer`]'s key hasher (the store's): a change
+/// hashes its key once for the store and every index.
+type KeySet = hashbrown::HashTable<Key>;
+
 /// Value → keys of the objects having that value. Empty buckets are removed.
-type Buckets = HashMap<Box<str>, HashSet<Key>>;
+type Buckets = HashMap<Box<str>, KeySet>;
+
+/// A key with its hash (by the indexer's [`HashState`]), for the index buckets.
+#[derive(Clone, Copy)]
+struct Hashed<'a> {
+    key: &'a Key,
+    hash: u64,
+    state: &'a HashState,
+}
 
 struct Index<K> {
     /// The built-in namespace index: an object's key contains its namespace, so an update
@@ -280,22 +294,28 @@ struct Index<K> {
 }
 
 impl<K> Index<K> {
-    fn insert(&mut self, value: &str, key: &Key) {
-        match self.buckets.get_mut(value) {
-            Some(set) => {
-                set.insert(key.clone());
-            }
-            None => {
-                let mut set = HashSet::with_capacity_and_hasher(1, Default::default());
-                set.insert(key.clone());
-                self.buckets.insert(Box::from(value), set);
-            }
+    fn insert(&mut self, value: &str, k: Hashed<'_>) {
+        let set = match self.buckets.get_mut(value) {
+            Some(set) => set,
+            None => self
+                .buckets
+                .entry(Box::from(value))
+                .or_insert_with(|| KeySet::with_capacity(1)),
+        };
+        // One probe, whether or not the key is there (it never is while the buckets agree
+        // with the store).
+        if let hashbrown::hash_table::Entry::Vacant(v) =
+            set.entry(k.hash, |x| x == k.key, |x| k.state.hash_one(x))
+        {
+            v.insert(k.key.clone());
         }
     }
 
-    fn remove(&mut self, value: &str, key: &Key) {
+    fn remove(&mut self, value: &str, k: Hashed<'_>) {
         if let Some(set) = self.buckets.get_mut(value) {
-            set.remove(key);
+            if let Ok(e) = set.find_entry(k.hash, |x| x == k.key) {
+                e.remove();
+            }
             if set.is_empty() {
                 self.buckets.remove(value);
             }
@@ -303,7 +323,7 @@ impl<K> Index<K> {
     }
 
     /// Moves `key` between buckets for an object going from `old` (if any) to `new` (if any).
-    fn update(&mut self, key: &Key, old: Option<&K>, new: Option<&K>) {
+    fn update(&mut self, key: Hashed<'_>, old: Option<&K>, new: Option<&K>) {
         if let (Some(o), Some(n)) = (old, new) {
             if self.func.same_values(o, n) {
                 return;
@@ -332,7 +352,7 @@ impl<K> Index<K> {
     }
 
     /// [`update`](Self::update) through [`IndexValues`].
-    fn update_values(&mut self, key: &Key, old: Option<&K>, new: Option<&K>) {
+    fn update_values(&mut self, key: Hashed<'_>, old: Option<&K>, new: Option<&K>) {
         let old_vals = old.map(|o| self.func.index_values(o)).unwrap_or_default();
         let new_vals = new.map(|o| self.func.index_values(o)).unwrap_or_default();
         if old_vals == new_vals {
@@ -366,7 +386,7 @@ pub(crate) enum Stored {
 fn store_over<K: Object>(
     indices: &mut [Index<K>],
     journal: &mut Option<Vec<Change<K>>>,
-    key: &Key,
+    key: Hashed<'_>,
     slot: &mut Arc<K>,
     obj: Arc<K>,
     how: Stored,
@@ -382,7 +402,7 @@ fn store_over<K: Object>(
         }
         if let Some(journal) = journal {
             journal.push(Change::Upsert {
-                key: key.clone(),
+                key: key.key.clone(),
                 obj: new.clone(),
             });
         }
@@ -397,6 +417,8 @@ fn store_over<K: Object>(
 /// never copied. Every mutation updates every index before it returns, so a caller that holds
 /// `&Indexer` (a reader behind the runtime's lock, say) never sees a half-applied change.
 pub struct Indexer<K> {
+    /// Hashes keys for `items` (built with a copy of it) and for the index buckets.
+    key_state: HashState,
     items: HashMap<Key, Arc<K>>,
     indices: Vec<Index<K>>,
     /// The changes applied since the last [`take_changes`](Indexer::take_changes), when
@@ -425,8 +447,10 @@ impl<K> fmt::Debug for Indexer<K> {
 impl<K: Object + 'static> Indexer<K> {
     /// An empty indexer with the namespace index.
     pub fn new() -> Self {
+        let key_state = HashState::default();
         let mut idx = Indexer {
-            items: HashMap::default(),
+            items: HashMap::with_hasher(key_state),
+            key_state,
             indices: Vec::new(),
             journal: None,
         };
@@ -459,6 +483,11 @@ impl<K: Object + 'static> Indexer<K> {
             buckets: HashMap::default(),
         };
         for (key, obj) in &self.items {
+            let key = Hashed {
+                key,
+                hash: self.key_state.hash_one(key),
+                state: &self.key_state,
+            };
             index.update(key, None, Some(obj));
         }
         self.indices.push(index);
@@ -509,30 +538,38 @@ impl<K: Object + 'static> Indexer<K> {
         obj: Arc<K>,
         how: Stored,
     ) -> (Option<Arc<K>>, Arc<K>) {
-        // One hash of the key, whether it is stored or not.
-        match self.items.entry(key) {
-            hashbrown::hash_map::Entry::Occupied(mut e) => {
-                let key = e.key().clone();
-                store_over(
-                    &mut self.indices,
-                    &mut self.journal,
-                    &key,
-                    e.get_mut(),
-                    obj,
-                    how,
-                )
+        // One hash of the key, for the store and every index.
+        let hash = self.key_state.hash_one(&key);
+        match self
+            .items
+            .raw_entry_mut()
+            .from_key_hashed_nocheck(hash, &key)
+        {
+            RawEntryMut::Occupied(e) => {
+                let (stored, slot) = e.into_key_value();
+                let k = Hashed {
+                    key: stored,
+                    hash,
+                    state: &self.key_state,
+                };
+                store_over(&mut self.indices, &mut self.journal, k, slot, obj, how)
             }
-            hashbrown::hash_map::Entry::Vacant(v) => {
+            RawEntryMut::Vacant(v) => {
+                let k = Hashed {
+                    key: &key,
+                    hash,
+                    state: &self.key_state,
+                };
                 for index in &mut self.indices {
-                    index.update(v.key(), None, Some(&obj));
+                    index.update(k, None, Some(&obj));
                 }
                 if let Some(journal) = &mut self.journal {
                     journal.push(Change::Upsert {
-                        key: v.key().clone(),
+                        key: key.clone(),
                         obj: obj.clone(),
                     });
                 }
-                v.insert(obj.clone());
+                v.insert_hashed_nocheck(hash, key, obj.clone());
                 (None, obj)
             }
         }
@@ -553,25 +590,36 @@ impl<K: Object + 'static> Indexer<K> {
         obj: Arc<K>,
         how: Stored,
     ) -> (Key, Option<Arc<K>>, Arc<K>) {
-        // One hash of the key, whether it is stored or not; the key is built only for an
+        // One hash of the key, for the store and every index; the key is built only for an
         // object not stored yet.
-        match self.items.entry_ref(&obj.key_ref()) {
-            hashbrown::hash_map::EntryRef::Occupied(mut e) => {
-                let key = e.key().clone();
-                let (old, now) = store_over(
-                    &mut self.indices,
-                    &mut self.journal,
-                    &key,
-                    e.get_mut(),
-                    obj,
-                    how,
-                );
+        let kr = obj.key_ref();
+        let hash = self.key_state.hash_one(kr);
+        match self
+            .items
+            .raw_entry_mut()
+            .from_key_hashed_nocheck(hash, &kr)
+        {
+            RawEntryMut::Occupied(e) => {
+                let (stored, slot) = e.into_key_value();
+                let key = stored.clone();
+                let k = Hashed {
+                    key: stored,
+                    hash,
+                    state: &self.key_state,
+                };
+                let (old, now) =
+                    store_over(&mut self.indices, &mut self.journal, k, slot, obj, how);
                 (key, old, now)
             }
-            hashbrown::hash_map::EntryRef::Vacant(v) => {
-                let key = v.insert_entry(obj.clone()).key().clone();
+            RawEntryMut::Vacant(v) => {
+                let key = kr.to_key();
+                let k = Hashed {
+                    key: &key,
+                    hash,
+                    state: &self.key_state,
+                };
                 for index in &mut self.indices {
-                    index.update(&key, None, Some(&obj));
+                    index.update(k, None, Some(&obj));
                 }
                 if let Some(journal) = &mut self.journal {
                     journal.push(Change::Upsert {
@@ -579,6 +627,7 @@ impl<K: Object + 'static> Indexer<K> {
                         obj: obj.clone(),
                     });
                 }
+                v.insert_hashed_nocheck(hash, key.clone(), obj.clone());
                 (key, None, obj)
             }
         }
@@ -586,9 +635,22 @@ impl<K: Object + 'static> Indexer<K> {
 
     /// Removes the object stored under `key`; returns the stored key and the object.
     pub fn remove_entry(&mut self, key: KeyRef<'_>) -> Option<(Key, Arc<K>)> {
-        let (key, old) = self.items.remove_entry(&key)?;
+        let hash = self.key_state.hash_one(key);
+        let RawEntryMut::Occupied(e) = self
+            .items
+            .raw_entry_mut()
+            .from_key_hashed_nocheck(hash, &key)
+        else {
+            return None;
+        };
+        let (key, old) = e.remove_entry();
+        let k = Hashed {
+            key: &key,
+            hash,
+            state: &self.key_state,
+        };
         for index in &mut self.indices {
-            index.update(&key, Some(&old), None);
+            index.update(k, Some(&old), None);
         }
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Delete { key: key.clone() });
@@ -668,7 +730,7 @@ impl<K: Object + 'static> Indexer<K> {
     ///
     /// Keys already stored are reused, so a relist of an unchanged set allocates no keys.
     pub fn replace(&mut self, objects: impl IntoIterator<Item = Arc<K>>) {
-        let mut old = core::mem::take(&mut self.items);
+        let mut old = core::mem::replace(&mut self.items, HashMap::with_hasher(self.key_state));
         for index in &mut self.indices {
             index.buckets.clear();
         }
@@ -789,7 +851,7 @@ impl<K: Object + 'static> Indexer<K> {
     /// Number of objects with value `value` in index `name`.
     pub fn index_len(&self, name: &str, value: &str) -> Result<usize, IndexError> {
         let index = &self.indices[self.index_pos(name)?];
-        Ok(index.buckets.get(value).map_or(0, HashSet::len))
+        Ok(index.buckets.get(value).map_or(0, KeySet::len))
     }
 }
 
@@ -826,7 +888,7 @@ impl<K: Object + Labels + 'static> Indexer<K> {
                     .find(|i| i.label_key.as_deref() == Some(key))
                     .map(|i| &i.buckets)
             },
-            HashSet::len,
+            KeySet::len,
         );
         let source = match (best, ns_bucket) {
             (_, Some(None)) => Source::Empty,
@@ -907,12 +969,12 @@ enum Source<'a, K> {
     /// Every object.
     All(hashbrown::hash_map::Values<'a, Key, Arc<K>>),
     /// The keys of one namespace.
-    Bucket(hashbrown::hash_set::Iter<'a, Key>),
+    Bucket(hashbrown::hash_table::Iter<'a, Key>),
     /// The keys in a label index's buckets for `values` (disjoint: one value per object).
     Buckets {
         buckets: &'a Buckets,
         values: core::slice::Iter<'a, Box<str>>,
-        keys: Option<hashbrown::hash_set::Iter<'a, Key>>,
+        keys: Option<hashbrown::hash_table::Iter<'a, Key>>,
     },
     /// Every object of a [`ReadCopy`]: `objects` (the cluster-scoped, then each namespace's in
     /// turn) and the namespaces in `rest`.
