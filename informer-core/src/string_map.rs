@@ -188,11 +188,19 @@ impl<'a> StringMapRef<'a> {
     }
 
     /// The value of `key`.
+    ///
+    /// Scans the encoded bytes, comparing each key's bytes in place (byte order is `str`
+    /// order) and skipping values by their length: no `str` is sliced but the value returned.
+    /// A label index reads one label of the stored and of the new object on every update.
     pub fn get(&self, key: &str) -> Option<&'a str> {
-        for (k, v) in self.iter() {
-            match k.cmp(key) {
-                Ordering::Less => {}
-                Ordering::Equal => return Some(v),
+        let bytes = self.text.as_bytes();
+        let mut at = 0;
+        for _ in 0..self.len {
+            let (k_start, k_end) = field_at(bytes, at)?;
+            let (v_start, v_end) = field_at(bytes, k_end)?;
+            match bytes[k_start..k_end].cmp(key.as_bytes()) {
+                Ordering::Less => at = v_end,
+                Ordering::Equal => return self.text.get(v_start..v_end),
                 Ordering::Greater => return None,
             }
         }
@@ -318,6 +326,25 @@ fn push_field(out: &mut String, s: &str) {
     }
     out.push(':');
     out.push_str(s);
+}
+
+/// Where the field `<len>:<field>` that starts at byte `at` of `bytes` lies: the range of
+/// its content (which ends where the next field starts).
+fn field_at(bytes: &[u8], mut at: usize) -> Option<(usize, usize)> {
+    let mut n = 0usize;
+    loop {
+        let b = *bytes.get(at)?;
+        at += 1;
+        match b {
+            // Wrapping: a length that overflowed (text not built by `encode_into`) is caught by
+            // the bounds check below or gives another in-bounds range, never a panic.
+            b'0'..=b'9' => n = n.wrapping_mul(10).wrapping_add(usize::from(b - b'0')),
+            b':' => break,
+            _ => return None,
+        }
+    }
+    let end = at.checked_add(n)?;
+    (end <= bytes.len()).then_some((at, end))
 }
 
 /// Splits `<len>:<field>` off the front of `s`.
@@ -532,6 +559,49 @@ mod tests {
         let b: BTreeMap<String, String> = m.clone().into();
         assert_eq!(StringMap::from(b), m);
         assert!(serde_json::from_str::<StringMap>(r#"{"a":1}"#).is_err());
+    }
+
+    /// `get` scans the encoded bytes itself: it answers as a search of `iter` does, for every
+    /// key present and for absent keys before, between (prefixes, extensions, multi-byte
+    /// neighbours) and after them.
+    #[test]
+    fn get_answers_as_a_search_of_the_entries() {
+        let m: StringMap = [
+            ("app", "web"),
+            ("app.kubernetes.io/name", "x"),
+            ("apq", ""),
+            ("tier", "backend"),
+            ("é", "1:2"),
+            ("team", "team-3"),
+        ]
+        .into_iter()
+        .collect();
+        let probes = [
+            "",
+            "a",
+            "ap",
+            "app",
+            "app.",
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/namf",
+            "apq",
+            "apr",
+            "te",
+            "team",
+            "tier",
+            "tiers",
+            "z",
+            "é",
+            "ê",
+            "e\u{301}",
+        ];
+        for probe in probes {
+            let searched = m.iter().find(|(k, _)| *k == probe).map(|(_, v)| v);
+            assert_eq!(m.get(probe), searched, "{probe:?}");
+        }
+        assert_eq!(m.get("app"), Some("web"));
+        assert_eq!(m.get("é"), Some("1:2"));
+        assert_eq!(StringMap::new().get("app"), None);
     }
 
     /// Keys and values holding the encoding's own characters (digits, `:`), empty strings,
