@@ -198,11 +198,14 @@ impl<'a> StringMapRef<'a> {
         for _ in 0..self.len {
             let (k_start, k_end) = field_at(bytes, at)?;
             let (v_start, v_end) = field_at(bytes, k_end)?;
-            match bytes[k_start..k_end].cmp(key.as_bytes()) {
-                Ordering::Less => at = v_end,
-                Ordering::Equal => return self.text.get(v_start..v_end),
-                Ordering::Greater => return None,
+            let k = &bytes[k_start..k_end];
+            if k == key.as_bytes() {
+                return self.text.get(v_start..v_end);
             }
+            if k > key.as_bytes() {
+                return None;
+            }
+            at = v_end;
         }
         None
     }
@@ -331,6 +334,12 @@ fn push_field(out: &mut String, s: &str) {
 /// Where the field `<len>:<field>` that starts at byte `at` of `bytes` lies: the range of
 /// its content (which ends where the next field starts).
 fn field_at(bytes: &[u8], mut at: usize) -> Option<(usize, usize)> {
+    // Most label keys and values are shorter than ten bytes: one digit, then `:`.
+    if let Some(&[d @ b'0'..=b'9', b':']) = bytes.get(at..at.wrapping_add(2)) {
+        let start = at + 2;
+        let end = start + usize::from(d - b'0');
+        return (end <= bytes.len()).then_some((start, end));
+    }
     let mut n = 0usize;
     loop {
         let b = *bytes.get(at)?;
