@@ -116,7 +116,9 @@ impl<K: Labels> IndexFunc<K> for LabelIndex {
     }
 
     fn same_values(&self, old: &K, new: &K) -> bool {
-        old.label(&self.key) == new.label(&self.key)
+        // Most updates change no label: one comparison of the whole label maps, when the
+        // type can make it cheaply, spares looking the label up in both.
+        old.same_labels(new) || old.label(&self.key) == new.label(&self.key)
     }
 
     fn single_value<'a>(&self, obj: &'a K) -> Option<Option<&'a str>> {

@@ -52,6 +52,9 @@ impl Labels for PartialObjectMetadata {
     fn label(&self, key: &str) -> Option<&str> {
         self.metadata.labels().get(key)
     }
+    fn same_labels(&self, other: &Self) -> bool {
+        self.metadata.same_labels(&other.metadata)
+    }
 }
 
 #[cfg(test)]

@@ -59,6 +59,18 @@ use crate::string_map::{StringMap, StringMapRef};
 pub trait Labels {
     /// The value of label `key`, `None` when the label is absent.
     fn label(&self, key: &str) -> Option<&str>;
+
+    /// Whether `other` certainly has exactly the labels `self` has, when that is cheap to
+    /// tell (for example by comparing their encoded form at once); `false` when it cannot be
+    /// told cheaply. A label index asks this first when an object is updated, so that an
+    /// update that changed no label looks none up. The default says `false`.
+    fn same_labels(&self, other: &Self) -> bool
+    where
+        Self: Sized,
+    {
+        let _ = other;
+        false
+    }
 }
 
 impl<T: Labels + ?Sized> Labels for &T {
@@ -77,6 +89,9 @@ impl Labels for StringMap {
     fn label(&self, key: &str) -> Option<&str> {
         self.get(key)
     }
+    fn same_labels(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 impl Labels for BTreeMap<String, String> {
@@ -89,17 +104,28 @@ impl Labels for ObjectMeta {
     fn label(&self, key: &str) -> Option<&str> {
         self.labels().get(key)
     }
+    /// The two encoded label maps compared at once (one `memcmp`).
+    fn same_labels(&self, other: &Self) -> bool {
+        self.labels() == other.labels()
+    }
 }
 
 impl Labels for StringMapRef<'_> {
     fn label(&self, key: &str) -> Option<&str> {
         self.get(key)
     }
+    fn same_labels(&self, other: &Self) -> bool {
+        self == other
+    }
 }
 
 impl Labels for DynamicObject {
     fn label(&self, key: &str) -> Option<&str> {
         self.metadata.labels().get(key)
+    }
+    /// The two encoded label maps compared at once (one `memcmp`).
+    fn same_labels(&self, other: &Self) -> bool {
+        self.metadata.same_labels(&other.metadata)
     }
 }
 
@@ -890,6 +916,36 @@ impl<'a> Parser<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `same_labels` of decoded objects: true exactly when the label maps are equal (whatever
+    /// order the JSON gave them in, and whatever else changed), so a label index that trusts
+    /// it never misses a moved label.
+    #[test]
+    fn decoded_objects_tell_same_labels_at_once() {
+        let obj = |labels: &str, data: &str| -> DynamicObject {
+            serde_json::from_str(&alloc::format!(
+                r#"{{"metadata":{{"name":"a","namespace":"n","labels":{labels}}},"data":{data}}}"#
+            ))
+            .unwrap()
+        };
+        let base = obj(r#"{"app":"web","tier":"db"}"#, r#"{"k":"1"}"#);
+        let reordered = obj(r#"{"tier":"db","app":"web"}"#, r#"{"k":"2"}"#);
+        let moved = obj(r#"{"app":"api","tier":"db"}"#, r#"{"k":"1"}"#);
+        let fewer = obj(r#"{"app":"web"}"#, r#"{"k":"1"}"#);
+        let none = obj("{}", r#"{"k":"1"}"#);
+        assert!(base.same_labels(&reordered));
+        assert!(!base.same_labels(&moved));
+        assert!(!base.same_labels(&fewer));
+        assert!(!base.same_labels(&none) && none.same_labels(&none.clone()));
+        let index = crate::indexer::LabelIndex::new("app");
+        use crate::indexer::IndexFunc;
+        assert!(index.same_values(&base, &reordered));
+        assert!(!index.same_values(&base, &moved));
+        // Another label changed: not the same labels, but the same value for this index.
+        assert!(index.same_values(&base, &fewer));
+        assert!(!index.same_values(&base, &none));
+        assert!(!BTreeMap::<String, String>::new().same_labels(&BTreeMap::new()));
+    }
 
     #[test]
     fn lexer_takes_the_longest_operator() {
