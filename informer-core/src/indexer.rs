@@ -412,6 +412,40 @@ fn store_over<K: Object>(
     (Some(old), new.clone())
 }
 
+/// The store's vacant slot for a key not stored yet, found with the key's `hash`.
+struct New<'a, K> {
+    slot: hashbrown::hash_map::RawVacantEntryMut<'a, Key, Arc<K>, HashState>,
+    hash: u64,
+    state: &'a HashState,
+}
+
+impl<K> New<'_, K> {
+    /// Stores `obj` under `key`: in every index, in the journal, then in the slot.
+    fn store(
+        self,
+        indices: &mut [Index<K>],
+        journal: &mut Option<Vec<Change<K>>>,
+        key: Key,
+        obj: &Arc<K>,
+    ) {
+        let k = Hashed {
+            key: &key,
+            hash: self.hash,
+            state: self.state,
+        };
+        for index in indices.iter_mut() {
+            index.update(k, None, Some(obj));
+        }
+        if let Some(journal) = journal {
+            journal.push(Change::Upsert {
+                key: key.clone(),
+                obj: obj.clone(),
+            });
+        }
+        self.slot.insert_hashed_nocheck(self.hash, key, obj.clone());
+    }
+}
+
 /// A thread-unsafe store of objects by [`Key`] with named indices, as client-go's
 /// `cache.Indexer` (threadSafeMap + indexers) minus the lock: the caller owns it.
 ///
@@ -557,21 +591,12 @@ impl<K: Object + 'static> Indexer<K> {
                 store_over(&mut self.indices, &mut self.journal, k, slot, obj, how)
             }
             RawEntryMut::Vacant(v) => {
-                let k = Hashed {
-                    key: &key,
+                let new = New {
+                    slot: v,
                     hash,
                     state: &self.key_state,
                 };
-                for index in &mut self.indices {
-                    index.update(k, None, Some(&obj));
-                }
-                if let Some(journal) = &mut self.journal {
-                    journal.push(Change::Upsert {
-                        key: key.clone(),
-                        obj: obj.clone(),
-                    });
-                }
-                v.insert_hashed_nocheck(hash, key, obj.clone());
+                new.store(&mut self.indices, &mut self.journal, key, &obj);
                 (None, obj)
             }
         }
@@ -615,21 +640,12 @@ impl<K: Object + 'static> Indexer<K> {
             }
             RawEntryMut::Vacant(v) => {
                 let key = kr.to_key();
-                let k = Hashed {
-                    key: &key,
+                let new = New {
+                    slot: v,
                     hash,
                     state: &self.key_state,
                 };
-                for index in &mut self.indices {
-                    index.update(k, None, Some(&obj));
-                }
-                if let Some(journal) = &mut self.journal {
-                    journal.push(Change::Upsert {
-                        key: key.clone(),
-                        obj: obj.clone(),
-                    });
-                }
-                v.insert_hashed_nocheck(hash, key.clone(), obj.clone());
+                new.store(&mut self.indices, &mut self.journal, key.clone(), &obj);
                 (key, None, obj)
             }
         }
