@@ -358,20 +358,8 @@ fn field_at(bytes: &[u8], mut at: usize) -> Option<(usize, usize)> {
 
 /// Splits `<len>:<field>` off the front of `s`.
 fn take_field(s: &str) -> Option<(&str, &str)> {
-    let bytes = s.as_bytes();
-    let mut n = 0usize;
-    let mut i = 0;
-    loop {
-        let b = *bytes.get(i)?;
-        i += 1;
-        match b {
-            b'0'..=b'9' => n = n.checked_mul(10)?.checked_add(usize::from(b - b'0'))?,
-            b':' => break,
-            _ => return None,
-        }
-    }
-    let end = i.checked_add(n)?;
-    Some((s.get(i..end)?, s.get(end..)?))
+    let (start, end) = field_at(s.as_bytes(), 0)?;
+    Some((s.get(start..end)?, s.get(end..)?))
 }
 
 /// The entries of a [`StringMap`], sorted by key.
