@@ -412,6 +412,22 @@ fn store_over<K: Object>(
     (Some(old), new.clone())
 }
 
+/// The store's entry for `key` and the key's hash, which the index buckets take too.
+fn entry_of<'a, K, Q>(
+    items: &'a mut HashMap<Key, Arc<K>>,
+    state: &HashState,
+    key: &Q,
+) -> (u64, RawEntryMut<'a, Key, Arc<K>, HashState>)
+where
+    Q: core::hash::Hash + hashbrown::Equivalent<Key> + ?Sized,
+{
+    let hash = state.hash_one(key);
+    (
+        hash,
+        items.raw_entry_mut().from_key_hashed_nocheck(hash, key),
+    )
+}
+
 /// The store's vacant slot for a key not stored yet, found with the key's `hash`.
 struct New<'a, K> {
     slot: hashbrown::hash_map::RawVacantEntryMut<'a, Key, Arc<K>, HashState>,
@@ -575,12 +591,8 @@ impl<K: Object + 'static> Indexer<K> {
         how: Stored,
     ) -> (Option<Arc<K>>, Arc<K>) {
         // One hash of the key, for the store and every index.
-        let hash = self.key_state.hash_one(&key);
-        match self
-            .items
-            .raw_entry_mut()
-            .from_key_hashed_nocheck(hash, &key)
-        {
+        let (hash, entry) = entry_of(&mut self.items, &self.key_state, &key);
+        match entry {
             RawEntryMut::Occupied(e) => {
                 let (stored, slot) = e.into_key_value();
                 let k = Hashed {
@@ -620,12 +632,8 @@ impl<K: Object + 'static> Indexer<K> {
         // One hash of the key, for the store and every index; the key is built only for an
         // object not stored yet.
         let kr = obj.key_ref();
-        let hash = self.key_state.hash_one(kr);
-        match self
-            .items
-            .raw_entry_mut()
-            .from_key_hashed_nocheck(hash, &kr)
-        {
+        let (hash, entry) = entry_of(&mut self.items, &self.key_state, &kr);
+        match entry {
             RawEntryMut::Occupied(e) => {
                 let (stored, slot) = e.into_key_value();
                 let key = stored.clone();
@@ -653,12 +661,8 @@ impl<K: Object + 'static> Indexer<K> {
 
     /// Removes the object stored under `key`; returns the stored key and the object.
     pub fn remove_entry(&mut self, key: KeyRef<'_>) -> Option<(Key, Arc<K>)> {
-        let hash = self.key_state.hash_one(key);
-        let RawEntryMut::Occupied(e) = self
-            .items
-            .raw_entry_mut()
-            .from_key_hashed_nocheck(hash, &key)
-        else {
+        let (hash, entry) = entry_of(&mut self.items, &self.key_state, &key);
+        let RawEntryMut::Occupied(e) = entry else {
             return None;
         };
         let (key, old) = e.remove_entry();
