@@ -563,12 +563,7 @@ impl<K: Object + 'static> Indexer<K> {
 
     /// Adds or replaces the object under its key; returns the previous object.
     pub fn add(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
-        let existing = self
-            .items
-            .get_key_value(&obj.key_ref())
-            .map(|(k, _)| k.clone());
-        let key = existing.unwrap_or_else(|| obj.key_ref().to_key());
-        self.insert(key, obj)
+        self.upsert(obj).1
     }
 
     /// Same as [`add`](Self::add) (client-go's `Update`).

@@ -518,12 +518,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 
     /// Checks that the object can be keyed; a refused object is reported.
     fn check_key(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
-        self.key_is_valid(&obj).then_some(obj)
-    }
-
-    /// Whether the object can be keyed; a refused object is reported.
-    fn key_is_valid(&mut self, obj: &K) -> bool {
-        key_is_valid(&mut self.outputs, obj)
+        key_is_valid(&mut self.outputs, &obj).then_some(obj)
     }
 
     /// Moves the Reflector's outputs into the pipeline and runs the FIFO to empty.
