@@ -7,7 +7,8 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::hash::{HashMap, HashSet, HashState};
+use crate::hash::{HashMap, HashSet};
+use crate::key::KeyHashState;
 use core::hash::BuildHasher;
 use hashbrown::hash_map::RawEntryMut;
 use smallvec::SmallVec;
@@ -276,12 +277,15 @@ type KeySet = hashbrown::HashTable<Key>;
 /// Value → keys of the objects having that value. Empty buckets are removed.
 type Buckets = HashMap<Box<str>, KeySet>;
 
-/// A key with its hash (by the indexer's [`HashState`]), for the index buckets.
+/// The store: objects by key, hashed by the key's own hash (see `KeyHashState`).
+type Items<K> = hashbrown::HashMap<Key, Arc<K>, KeyHashState>;
+
+/// A key with its hash (by the indexer's [`KeyHashState`]), for the index buckets.
 #[derive(Clone, Copy)]
 struct Hashed<'a> {
     key: &'a Key,
     hash: u64,
-    state: &'a HashState,
+    state: &'a KeyHashState,
 }
 
 struct Index<K> {
@@ -414,10 +418,10 @@ fn store_over<K: Object>(
 
 /// The store's entry for `key` and the key's hash, which the index buckets take too.
 fn entry_of<'a, K, Q>(
-    items: &'a mut HashMap<Key, Arc<K>>,
-    state: &HashState,
+    items: &'a mut Items<K>,
+    state: &KeyHashState,
     key: &Q,
-) -> (u64, RawEntryMut<'a, Key, Arc<K>, HashState>)
+) -> (u64, RawEntryMut<'a, Key, Arc<K>, KeyHashState>)
 where
     Q: core::hash::Hash + hashbrown::Equivalent<Key> + ?Sized,
 {
@@ -430,9 +434,9 @@ where
 
 /// The store's vacant slot for a key not stored yet, found with the key's `hash`.
 struct New<'a, K> {
-    slot: hashbrown::hash_map::RawVacantEntryMut<'a, Key, Arc<K>, HashState>,
+    slot: hashbrown::hash_map::RawVacantEntryMut<'a, Key, Arc<K>, KeyHashState>,
     hash: u64,
-    state: &'a HashState,
+    state: &'a KeyHashState,
 }
 
 impl<K> New<'_, K> {
@@ -470,8 +474,8 @@ impl<K> New<'_, K> {
 /// `&Indexer` (a reader behind the runtime's lock, say) never sees a half-applied change.
 pub struct Indexer<K> {
     /// Hashes keys for `items` (built with a copy of it) and for the index buckets.
-    key_state: HashState,
-    items: HashMap<Key, Arc<K>>,
+    key_state: KeyHashState,
+    items: Items<K>,
     indices: Vec<Index<K>>,
     /// The changes applied since the last [`take_changes`](Indexer::take_changes), when
     /// recording ([`record_changes`](Indexer::record_changes)).
@@ -499,9 +503,9 @@ impl<K> fmt::Debug for Indexer<K> {
 impl<K: Object + 'static> Indexer<K> {
     /// An empty indexer with the namespace index.
     pub fn new() -> Self {
-        let key_state = HashState::default();
+        let key_state = KeyHashState;
         let mut idx = Indexer {
-            items: HashMap::with_hasher(key_state),
+            items: Items::with_hasher(key_state),
             key_state,
             indices: Vec::new(),
             journal: None,
@@ -747,7 +751,7 @@ impl<K: Object + 'static> Indexer<K> {
     ///
     /// Keys already stored are reused, so a relist of an unchanged set allocates no keys.
     pub fn replace(&mut self, objects: impl IntoIterator<Item = Arc<K>>) {
-        let mut old = core::mem::replace(&mut self.items, HashMap::with_hasher(self.key_state));
+        let mut old = core::mem::replace(&mut self.items, Items::with_hasher(self.key_state));
         for index in &mut self.indices {
             index.buckets.clear();
         }
@@ -973,7 +977,7 @@ where
 pub struct Select<'a, K> {
     /// The map the keys of `Bucket` and `Buckets` are looked up in (`None` for a
     /// [`ReadCopy`], whose buckets hold the objects).
-    items: Option<&'a HashMap<Key, Arc<K>>>,
+    items: Option<&'a Items<K>>,
     selector: &'a Selector,
     /// The namespace objects must be in, when the source does not guarantee it.
     namespace: Option<&'a str>,

@@ -8,6 +8,10 @@ use smol_str::SmolStr;
 
 use crate::object::Object;
 
+mod key_hash;
+
+pub(crate) use key_hash::KeyHashState;
+
 /// The cache key of an object: `namespace/name`, or `name` for a cluster-scoped object.
 ///
 /// A `Key` is an immutable string of 24 bytes: a key of up to 23 bytes (most: `ns/name` of
@@ -66,29 +70,21 @@ impl Key {
     }
 }
 
-/// Keys up to this length hash as one contiguous write; `KeyRef` assembles the same bytes in a
-/// stack buffer of this size. A longer key (not a valid Kubernetes name) hashes its first
-/// `INLINE_KEY_HASH` joined bytes and its length: the same on both sides, whatever the
-/// namespace/name split, so no lookup can miss (equality still compares every byte).
-const INLINE_KEY_HASH: usize = 320;
-
-/// Joined keys up to this length (most) are assembled in a buffer of this size, cheaper to
-/// clear than one of `INLINE_KEY_HASH`.
+/// A joined key longer than [`INLINE_KEY`] is assembled on the stack, in a buffer of this
+/// size (most keys)…
 const SHORT_KEY: usize = 64;
+
+/// …or of this size, so that the shared string is its one allocation; a longer one (not a
+/// valid Kubernetes name) is joined in a `String` first.
+const LONG_KEY: usize = 320;
 
 /// The longest key a [`Key`] holds inline (the inline capacity of `SmolStr`).
 const INLINE_KEY: usize = 23;
 
 impl Hash for Key {
+    /// One `u64` (see [`key_hash`]): the same as the [`KeyRef`] it stands for.
     fn hash<H: Hasher>(&self, state: &mut H) {
-        let bytes = self.0.as_bytes();
-        if bytes.len() <= INLINE_KEY_HASH {
-            state.write(bytes);
-            state.write_u8(0xff);
-        } else {
-            state.write(&bytes[..INLINE_KEY_HASH]);
-            state.write_usize(bytes.len());
-        }
+        state.write_u64(key_hash::of_joined(self.0.as_bytes()));
     }
 }
 
@@ -159,8 +155,8 @@ impl<'a> KeyRef<'a> {
                 let len = self.join_prefix(&mut buf);
                 self.key_from_joined(&buf[..len])
             }
-            Some(_) if self.joined_len() <= INLINE_KEY_HASH => {
-                let mut buf = [0u8; INLINE_KEY_HASH];
+            Some(_) if self.joined_len() <= LONG_KEY => {
+                let mut buf = [0u8; LONG_KEY];
                 let len = self.join_prefix(&mut buf);
                 self.key_from_joined(&buf[..len])
             }
@@ -221,29 +217,9 @@ impl KeyRef<'_> {
 }
 
 impl Hash for KeyRef<'_> {
-    /// Hashes exactly as the [`Key`] it stands for: the joined bytes (their first
-    /// `INLINE_KEY_HASH` and the length, for an over-long key) in one write.
+    /// One `u64` (see [`key_hash`]): the same as the joined [`Key`], whatever the split.
     fn hash<H: Hasher>(&self, state: &mut H) {
-        let len = self.joined_len();
-        match self.namespace {
-            None if len <= INLINE_KEY_HASH => state.write(self.name.as_bytes()),
-            None => state.write(&self.name.as_bytes()[..INLINE_KEY_HASH]),
-            Some(_) if len <= SHORT_KEY => {
-                let mut buf = [0u8; SHORT_KEY];
-                let n = self.join_prefix(&mut buf);
-                state.write(&buf[..n]);
-            }
-            Some(_) => {
-                let mut buf = [0u8; INLINE_KEY_HASH];
-                let n = self.join_prefix(&mut buf);
-                state.write(&buf[..n]);
-            }
-        }
-        if len <= INLINE_KEY_HASH {
-            state.write_u8(0xff);
-        } else {
-            state.write_usize(len);
-        }
+        state.write_u64(key_hash::of_parts(self.namespace, self.name));
     }
 }
 

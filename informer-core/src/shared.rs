@@ -42,11 +42,11 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use spin::RwLock;
 
-use crate::hash::HashState;
 use crate::indexer::{
     Change, ChangeRef, IndexError, IndexFunc, JOURNAL_KEEP, ReadCopy, SharedIndexFunc,
 };
 use crate::informer::SharedIndexInformer;
+use crate::key::KeyHashState;
 use crate::object::{Key, Object};
 
 /// One whole state of the cache as readers see it: the objects and indices, and whether and
@@ -68,7 +68,7 @@ impl<K> fmt::Debug for View<K> {
 }
 
 impl<K: Object + 'static> View<K> {
-    fn new(state: HashState) -> Self {
+    fn new(state: KeyHashState) -> Self {
         View {
             indexer: ReadCopy::with_state(state),
             has_synced: false,
@@ -154,7 +154,7 @@ enum Logged<K> {
 }
 
 impl<K: Object> Logged<K> {
-    fn new(change: Change<K>, state: &HashState) -> Self {
+    fn new(change: Change<K>, state: &KeyHashState) -> Self {
         match change {
             Change::Upsert { key, obj } => Logged::Upsert {
                 hash: state.hash_one(&key),
@@ -194,7 +194,7 @@ impl<K: Object> Logged<K> {
 pub struct Publisher<K> {
     views: Arc<Views<K>>,
     /// The hasher state of both copies' object tables.
-    state: HashState,
+    state: KeyHashState,
     /// Changes not yet in the standby copy: `log[..published]` are in the current copy,
     /// `log[published..]` in neither. Each is applied by reference to one copy, then to the
     /// other, and dropped.
@@ -230,7 +230,7 @@ impl<K: Object + 'static> Default for Publisher<K> {
 impl<K: Object + 'static> Publisher<K> {
     /// Two empty copies (the namespace index only).
     pub fn new() -> Self {
-        let state = HashState::default();
+        let state = KeyHashState;
         Publisher {
             views: Arc::new(Views {
                 copies: [
@@ -703,7 +703,7 @@ mod tests {
             }
             .to_key(),
         });
-        let state = HashState::default();
+        let state = KeyHashState;
         let log: Vec<Logged<SimObject>> = log.into_iter().map(|c| Logged::new(c, &state)).collect();
         let (at, mut sizes) = reservation(&log, false);
         sizes.sort();

@@ -9,7 +9,8 @@ use super::{
     Change, IndexError, IndexFunc, IndexValues, NAMESPACE_INDEX, Select, Source,
     namespace_index_values,
 };
-use crate::hash::{HashMap, HashSet, HashState, IDLE_CAPACITY};
+use crate::hash::{HashMap, HashSet, IDLE_CAPACITY};
+use crate::key::KeyHashState;
 use crate::object::{KeyRef, Object};
 use crate::selector::{Labels, Selector};
 use alloc::boxed::Box;
@@ -82,7 +83,7 @@ impl<K: Object> Bucket<K> {
 
     /// Adds `obj` (not in it), whose key hashes to `hash`. A list grows by half (not double),
     /// and turns into a table past [`FEW`].
-    fn insert(&mut self, hash: u64, obj: &Arc<K>, state: &HashState) {
+    fn insert(&mut self, hash: u64, obj: &Arc<K>, state: &KeyHashState) {
         match self {
             Bucket::Few(list) if list.len() < FEW => {
                 if list.len() == list.capacity() {
@@ -106,7 +107,7 @@ impl<K: Object> Bucket<K> {
     }
 
     /// Removes the very `Arc` `old`; a table back at half of [`FEW`] turns into a list.
-    fn remove(&mut self, hash: u64, old: &Arc<K>, state: &HashState) {
+    fn remove(&mut self, hash: u64, old: &Arc<K>, state: &KeyHashState) {
         match self {
             Bucket::Few(list) => {
                 if let Some(i) = list.iter().position(|o| Arc::ptr_eq(o, old)) {
@@ -184,13 +185,13 @@ fn same_key<K: Object>(key: KeyRef<'_>) -> impl Fn(&Arc<K>) -> bool + '_ {
     move |o| o.key_ref() == key
 }
 
-fn rehash<K: Object>(state: &HashState) -> impl Fn(&Arc<K>) -> u64 + '_ {
+fn rehash<K: Object>(state: &KeyHashState) -> impl Fn(&Arc<K>) -> u64 + '_ {
     move |o| state.hash_one(o.key_ref())
 }
 
 /// Gives back the memory of a table that has shrunk to a quarter of its capacity (after a
 /// burst of deletes), keeping room for twice its content, so that shrinking is amortised.
-fn trim<K: Object>(table: &mut Objects<K>, state: &HashState) {
+fn trim<K: Object>(table: &mut Objects<K>, state: &KeyHashState) {
     if table.capacity() > IDLE_CAPACITY && table.len() < table.capacity() / 4 {
         table.shrink_to(table.len() * 2, rehash(state));
     }
@@ -198,7 +199,7 @@ fn trim<K: Object>(table: &mut Objects<K>, state: &HashState) {
 
 impl<K: Object> CopyIndex<K> {
     /// Adds `obj`, which is not in the bucket of `value`, to it.
-    fn insert(&mut self, value: &str, hash: u64, obj: &Arc<K>, state: &HashState) {
+    fn insert(&mut self, value: &str, hash: u64, obj: &Arc<K>, state: &KeyHashState) {
         match self.buckets.get_mut(value) {
             Some(bucket) => bucket.insert(hash, obj, state),
             None => {
@@ -218,7 +219,7 @@ impl<K: Object> CopyIndex<K> {
         hash: u64,
         old: &Arc<K>,
         new: Option<&Arc<K>>,
-        state: &HashState,
+        state: &KeyHashState,
     ) {
         let Some(bucket) = self.buckets.get_mut(value) else {
             return;
@@ -261,7 +262,13 @@ impl<K: Object> CopyIndex<K> {
     /// (the common case, a value that did not change) proves its value, which is then never
     /// read from the old object (a cache line the update need not touch), as long as every
     /// object the index was given had one value at most (`every_single`).
-    fn update(&mut self, hash: u64, old: Option<&Arc<K>>, new: Option<&Arc<K>>, state: &HashState) {
+    fn update(
+        &mut self,
+        hash: u64,
+        old: Option<&Arc<K>>,
+        new: Option<&Arc<K>>,
+        state: &KeyHashState,
+    ) {
         fn one<'a, K>(func: &dyn IndexFunc<K>, o: Option<&'a Arc<K>>) -> Option<Option<&'a str>> {
             match o {
                 Some(o) => func.single_value(o),
@@ -349,7 +356,7 @@ pub(crate) enum ChangeRef<'a, K> {
 /// the namespace index ([`NAMESPACE_INDEX`]) too: one table entry per object and per other
 /// index.
 pub struct ReadCopy<K> {
-    state: HashState,
+    state: KeyHashState,
     /// The cluster-scoped objects.
     cluster: Objects<K>,
     /// Namespace → the objects in it. Empty namespaces are removed.
@@ -381,7 +388,7 @@ impl<K: Object + 'static> ReadCopy<K> {
     /// An empty copy with the namespace index.
     pub fn new() -> Self {
         ReadCopy {
-            state: HashState::default(),
+            state: KeyHashState,
             cluster: HashTable::new(),
             namespaces: HashMap::default(),
             len: 0,
@@ -486,7 +493,7 @@ impl<K: Object + 'static> ReadCopy<K> {
     /// with one state take the same hashes ([`hash_key`](Self::hash_key)), so that a change
     /// replayed on several is hashed once.
     #[cfg(any(test, feature = "spin"))]
-    pub(crate) fn with_state(state: HashState) -> Self {
+    pub(crate) fn with_state(state: KeyHashState) -> Self {
         ReadCopy {
             state,
             ..Self::new()
@@ -980,12 +987,10 @@ pub(crate) mod tests {
     }
 
     /// A copy made by copying another's tables finds every object, drops what it held before,
-    /// and takes later changes as the original does, though the two were built with different
-    /// hasher seeds (the seed goes with the tables it hashed).
+    /// and takes later changes as the original does.
     #[test]
     fn a_copy_of_the_tables_answers_and_changes_like_the_original() {
         let mut a = with_parity();
-        a.state = HashState::with_seed(7);
         let mut b = with_parity();
         b.apply(upsert(&obj(Some("ns0"), "stale", 1)));
         for i in 0..300u64 {
