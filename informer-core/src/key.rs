@@ -20,8 +20,16 @@ pub(crate) use key_hash::KeyHashState;
 /// in the store, in every index bucket and in every queue without new allocations.
 /// Lookups by an object's borrowed [`KeyRef`] need no allocation either: both hash the
 /// namespace and name parts the same way (see the `Hash` impls).
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Eq, PartialOrd, Ord)]
 pub struct Key(SmolStr);
+
+impl PartialEq for Key {
+    /// The same text (compared in place for a short key: see [`key_hash::same_bytes`]).
+    #[inline]
+    fn eq(&self, other: &Key) -> bool {
+        key_hash::same_bytes(self.0.as_bytes(), other.0.as_bytes())
+    }
+}
 
 impl Key {
     /// The key for `name` in `namespace` (`None` or `""`: cluster-scoped).
@@ -228,12 +236,12 @@ impl hashbrown::Equivalent<Key> for KeyRef<'_> {
         // Compare against the joined form without searching for the separator.
         let k = key.as_str().as_bytes();
         match self.namespace {
-            None => k == self.name.as_bytes(),
+            None => key_hash::same_bytes(k, self.name.as_bytes()),
             Some(ns) => {
                 k.len() == ns.len() + 1 + self.name.len()
                     && k[ns.len()] == b'/'
-                    && k.ends_with(self.name.as_bytes())
-                    && k.starts_with(ns.as_bytes())
+                    && key_hash::same_bytes(&k[ns.len() + 1..], self.name.as_bytes())
+                    && key_hash::same_bytes(&k[..ns.len()], ns.as_bytes())
             }
         }
     }
