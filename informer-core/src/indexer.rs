@@ -8,8 +8,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use crate::hash::{HashMap, HashSet};
-use crate::key::KeyHashState;
-use core::hash::BuildHasher;
+use crate::key::{KeyHashState, hash_of};
 use hashbrown::hash_map::RawEntryMut;
 use smallvec::SmallVec;
 
@@ -280,12 +279,11 @@ type Buckets = HashMap<Box<str>, KeySet>;
 /// The store: objects by key, hashed by the key's own hash (see `KeyHashState`).
 type Items<K> = hashbrown::HashMap<Key, Arc<K>, KeyHashState>;
 
-/// A key with its hash (by the indexer's [`KeyHashState`]), for the index buckets.
+/// A key with its hash ([`hash_of`]), for the index buckets.
 #[derive(Clone, Copy)]
 struct Hashed<'a> {
     key: &'a Key,
     hash: u64,
-    state: &'a KeyHashState,
 }
 
 struct Index<K> {
@@ -310,8 +308,7 @@ impl<K> Index<K> {
         };
         // One probe, whether or not the key is there (it never is while the buckets agree
         // with the store).
-        if let hashbrown::hash_table::Entry::Vacant(v) =
-            set.entry(k.hash, |x| x == k.key, |x| k.state.hash_one(x))
+        if let hashbrown::hash_table::Entry::Vacant(v) = set.entry(k.hash, |x| x == k.key, hash_of)
         {
             v.insert(k.key.clone());
         }
@@ -419,13 +416,12 @@ fn store_over<K: Object>(
 /// The store's entry for `key` and the key's hash, which the index buckets take too.
 fn entry_of<'a, K, Q>(
     items: &'a mut Items<K>,
-    state: &KeyHashState,
     key: &Q,
 ) -> (u64, RawEntryMut<'a, Key, Arc<K>, KeyHashState>)
 where
     Q: core::hash::Hash + hashbrown::Equivalent<Key> + ?Sized,
 {
-    let hash = state.hash_one(key);
+    let hash = hash_of(key);
     (
         hash,
         items.raw_entry_mut().from_key_hashed_nocheck(hash, key),
@@ -436,7 +432,6 @@ where
 struct New<'a, K> {
     slot: hashbrown::hash_map::RawVacantEntryMut<'a, Key, Arc<K>, KeyHashState>,
     hash: u64,
-    state: &'a KeyHashState,
 }
 
 impl<K> New<'_, K> {
@@ -451,7 +446,6 @@ impl<K> New<'_, K> {
         let k = Hashed {
             key: &key,
             hash: self.hash,
-            state: self.state,
         };
         for index in indices.iter_mut() {
             index.update(k, None, Some(obj));
@@ -473,8 +467,6 @@ impl<K> New<'_, K> {
 /// never copied. Every mutation updates every index before it returns, so a caller that holds
 /// `&Indexer` (a reader behind the runtime's lock, say) never sees a half-applied change.
 pub struct Indexer<K> {
-    /// Hashes keys for `items` (built with a copy of it) and for the index buckets.
-    key_state: KeyHashState,
     items: Items<K>,
     indices: Vec<Index<K>>,
     /// The changes applied since the last [`take_changes`](Indexer::take_changes), when
@@ -503,10 +495,8 @@ impl<K> fmt::Debug for Indexer<K> {
 impl<K: Object + 'static> Indexer<K> {
     /// An empty indexer with the namespace index.
     pub fn new() -> Self {
-        let key_state = KeyHashState;
         let mut idx = Indexer {
-            items: Items::with_hasher(key_state),
-            key_state,
+            items: Items::default(),
             indices: Vec::new(),
             journal: None,
         };
@@ -541,8 +531,7 @@ impl<K: Object + 'static> Indexer<K> {
         for (key, obj) in &self.items {
             let key = Hashed {
                 key,
-                hash: self.key_state.hash_one(key),
-                state: &self.key_state,
+                hash: hash_of(key),
             };
             index.update(key, None, Some(obj));
         }
@@ -590,23 +579,15 @@ impl<K: Object + 'static> Indexer<K> {
         how: Stored,
     ) -> (Option<Arc<K>>, Arc<K>) {
         // One hash of the key, for the store and every index.
-        let (hash, entry) = entry_of(&mut self.items, &self.key_state, &key);
+        let (hash, entry) = entry_of(&mut self.items, &key);
         match entry {
             RawEntryMut::Occupied(e) => {
                 let (stored, slot) = e.into_key_value();
-                let k = Hashed {
-                    key: stored,
-                    hash,
-                    state: &self.key_state,
-                };
+                let k = Hashed { key: stored, hash };
                 store_over(&mut self.indices, &mut self.journal, k, slot, obj, how)
             }
             RawEntryMut::Vacant(v) => {
-                let new = New {
-                    slot: v,
-                    hash,
-                    state: &self.key_state,
-                };
+                let new = New { slot: v, hash };
                 new.store(&mut self.indices, &mut self.journal, key, &obj);
                 (None, obj)
             }
@@ -631,27 +612,19 @@ impl<K: Object + 'static> Indexer<K> {
         // One hash of the key, for the store and every index; the key is built only for an
         // object not stored yet.
         let kr = obj.key_ref();
-        let (hash, entry) = entry_of(&mut self.items, &self.key_state, &kr);
+        let (hash, entry) = entry_of(&mut self.items, &kr);
         match entry {
             RawEntryMut::Occupied(e) => {
                 let (stored, slot) = e.into_key_value();
                 let key = stored.clone();
-                let k = Hashed {
-                    key: stored,
-                    hash,
-                    state: &self.key_state,
-                };
+                let k = Hashed { key: stored, hash };
                 let (old, now) =
                     store_over(&mut self.indices, &mut self.journal, k, slot, obj, how);
                 (key, old, now)
             }
             RawEntryMut::Vacant(v) => {
                 let key = kr.to_key();
-                let new = New {
-                    slot: v,
-                    hash,
-                    state: &self.key_state,
-                };
+                let new = New { slot: v, hash };
                 new.store(&mut self.indices, &mut self.journal, key.clone(), &obj);
                 (key, None, obj)
             }
@@ -660,16 +633,12 @@ impl<K: Object + 'static> Indexer<K> {
 
     /// Removes the object stored under `key`; returns the stored key and the object.
     pub fn remove_entry(&mut self, key: KeyRef<'_>) -> Option<(Key, Arc<K>)> {
-        let (hash, entry) = entry_of(&mut self.items, &self.key_state, &key);
+        let (hash, entry) = entry_of(&mut self.items, &key);
         let RawEntryMut::Occupied(e) = entry else {
             return None;
         };
         let (key, old) = e.remove_entry();
-        let k = Hashed {
-            key: &key,
-            hash,
-            state: &self.key_state,
-        };
+        let k = Hashed { key: &key, hash };
         for index in &mut self.indices {
             index.update(k, Some(&old), None);
         }
@@ -751,7 +720,7 @@ impl<K: Object + 'static> Indexer<K> {
     ///
     /// Keys already stored are reused, so a relist of an unchanged set allocates no keys.
     pub fn replace(&mut self, objects: impl IntoIterator<Item = Arc<K>>) {
-        let mut old = core::mem::replace(&mut self.items, Items::with_hasher(self.key_state));
+        let mut old = core::mem::take(&mut self.items);
         for index in &mut self.indices {
             index.buckets.clear();
         }

@@ -12,6 +12,14 @@ mod key_hash;
 
 pub(crate) use key_hash::KeyHashState;
 
+/// The hash of a key (a [`Key`] or a [`KeyRef`]) in the tables hashed with [`KeyHashState`]:
+/// the store's, its index buckets', the readers' copies'. One process-wide function, so a hash
+/// computed once serves every such table.
+#[inline]
+pub(crate) fn hash_of<Q: Hash + ?Sized>(key: &Q) -> u64 {
+    core::hash::BuildHasher::hash_one(&KeyHashState, key)
+}
+
 /// The cache key of an object: `namespace/name`, or `name` for a cluster-scoped object.
 ///
 /// A `Key` is an immutable string of 24 bytes: a key of up to 23 bytes (most: `ns/name` of

@@ -37,7 +37,6 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
-use core::hash::BuildHasher;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use spin::RwLock;
@@ -46,7 +45,7 @@ use crate::indexer::{
     Change, ChangeRef, IndexError, IndexFunc, JOURNAL_KEEP, ReadCopy, SharedIndexFunc,
 };
 use crate::informer::SharedIndexInformer;
-use crate::key::KeyHashState;
+use crate::key::hash_of;
 use crate::object::{Key, Object};
 
 /// One whole state of the cache as readers see it: the objects and indices, and whether and
@@ -68,9 +67,9 @@ impl<K> fmt::Debug for View<K> {
 }
 
 impl<K: Object + 'static> View<K> {
-    fn new(state: KeyHashState) -> Self {
+    fn new() -> Self {
         View {
-            indexer: ReadCopy::with_state(state),
+            indexer: ReadCopy::new(),
             has_synced: false,
             resource_version: String::new(),
         }
@@ -154,15 +153,15 @@ enum Logged<K> {
 }
 
 impl<K: Object> Logged<K> {
-    fn new(change: Change<K>, state: &KeyHashState) -> Self {
+    fn new(change: Change<K>) -> Self {
         match change {
             Change::Upsert { key, obj } => Logged::Upsert {
-                hash: state.hash_one(&key),
+                hash: hash_of(&key),
                 obj,
                 replaces: 0,
             },
             Change::Delete { key } => Logged::Delete {
-                hash: state.hash_one(&key),
+                hash: hash_of(&key),
                 key,
             },
             Change::Clear => Logged::Clear,
@@ -193,8 +192,6 @@ impl<K: Object> Logged<K> {
 /// publishes them to readers. One per informer, owned by whoever steps it.
 pub struct Publisher<K> {
     views: Arc<Views<K>>,
-    /// The hasher state of both copies' object tables.
-    state: KeyHashState,
     /// Changes not yet in the standby copy: `log[..published]` are in the current copy,
     /// `log[published..]` in neither. Each is applied by reference to one copy, then to the
     /// other, and dropped.
@@ -230,16 +227,14 @@ impl<K: Object + 'static> Default for Publisher<K> {
 impl<K: Object + 'static> Publisher<K> {
     /// Two empty copies (the namespace index only).
     pub fn new() -> Self {
-        let state = KeyHashState;
         Publisher {
             views: Arc::new(Views {
                 copies: [
-                    Padded(RwLock::new(View::new(state))),
-                    Padded(RwLock::new(View::new(state))),
+                    Padded(RwLock::new(View::new())),
+                    Padded(RwLock::new(View::new())),
                 ],
                 current: Padded(AtomicUsize::new(0)),
             }),
-            state,
             log: Vec::new(),
             taken: Vec::new(),
             published: 0,
@@ -266,9 +261,8 @@ impl<K: Object + 'static> Publisher<K> {
             self.drop_log();
             return;
         }
-        let state = &self.state;
         self.log
-            .extend(self.taken.drain(..).map(|c| Logged::new(c, state)));
+            .extend(self.taken.drain(..).map(|c| Logged::new(c)));
         // A relist grew it to the list's size: give that back.
         if self.taken.capacity() > JOURNAL_KEEP {
             self.taken.shrink_to(JOURNAL_KEEP);
@@ -292,9 +286,7 @@ impl<K: Object + 'static> Publisher<K> {
             self.drop_log();
             return;
         }
-        let state = &self.state;
-        self.log
-            .extend(changes.into_iter().map(|c| Logged::new(c, state)));
+        self.log.extend(changes.into_iter().map(|c| Logged::new(c)));
         self.dirty = true;
     }
 
@@ -703,8 +695,7 @@ mod tests {
             }
             .to_key(),
         });
-        let state = KeyHashState;
-        let log: Vec<Logged<SimObject>> = log.into_iter().map(|c| Logged::new(c, &state)).collect();
+        let log: Vec<Logged<SimObject>> = log.into_iter().map(Logged::new).collect();
         let (at, mut sizes) = reservation(&log, false);
         sizes.sort();
         assert_eq!(at, 11);

@@ -1,8 +1,6 @@
 //! [`ReadCopy`]: the lean copy of an [`Indexer`] that readers on other threads query
 //! (`shared::Views`, feature `spin`).
 
-use core::hash::BuildHasher;
-
 use hashbrown::HashTable;
 
 use super::{
@@ -10,7 +8,7 @@ use super::{
     namespace_index_values,
 };
 use crate::hash::{HashMap, HashSet, IDLE_CAPACITY};
-use crate::key::KeyHashState;
+use crate::key::hash_of;
 use crate::object::{KeyRef, Object};
 use crate::selector::{Labels, Selector};
 use alloc::boxed::Box;
@@ -83,7 +81,7 @@ impl<K: Object> Bucket<K> {
 
     /// Adds `obj` (not in it), whose key hashes to `hash`. A list grows by half (not double),
     /// and turns into a table past [`FEW`].
-    fn insert(&mut self, hash: u64, obj: &Arc<K>, state: &KeyHashState) {
+    fn insert(&mut self, hash: u64, obj: &Arc<K>) {
         match self {
             Bucket::Few(list) if list.len() < FEW => {
                 if list.len() == list.capacity() {
@@ -94,20 +92,20 @@ impl<K: Object> Bucket<K> {
             Bucket::Few(list) => {
                 let mut table = HashTable::with_capacity(2 * FEW);
                 for o in list.drain(..) {
-                    let h = state.hash_one(o.key_ref());
-                    table.insert_unique(h, o, rehash(state));
+                    let h = hash_of(&o.key_ref());
+                    table.insert_unique(h, o, rehash);
                 }
-                table.insert_unique(hash, obj.clone(), rehash(state));
+                table.insert_unique(hash, obj.clone(), rehash);
                 *self = Bucket::Many(Box::new(table));
             }
             Bucket::Many(table) => {
-                table.insert_unique(hash, obj.clone(), rehash(state));
+                table.insert_unique(hash, obj.clone(), rehash);
             }
         }
     }
 
     /// Removes the very `Arc` `old`; a table back at half of [`FEW`] turns into a list.
-    fn remove(&mut self, hash: u64, old: &Arc<K>, state: &KeyHashState) {
+    fn remove(&mut self, hash: u64, old: &Arc<K>) {
         match self {
             Bucket::Few(list) => {
                 if let Some(i) = list.iter().position(|o| Arc::ptr_eq(o, old)) {
@@ -122,7 +120,7 @@ impl<K: Object> Bucket<K> {
                     let list: Vec<Arc<K>> = table.drain().collect();
                     *self = Bucket::Few(list);
                 } else {
-                    trim(table, state);
+                    trim(table);
                 }
             }
         }
@@ -185,23 +183,23 @@ fn same_key<K: Object>(key: KeyRef<'_>) -> impl Fn(&Arc<K>) -> bool + '_ {
     move |o| o.key_ref() == key
 }
 
-fn rehash<K: Object>(state: &KeyHashState) -> impl Fn(&Arc<K>) -> u64 + '_ {
-    move |o| state.hash_one(o.key_ref())
+fn rehash<K: Object>(o: &Arc<K>) -> u64 {
+    hash_of(&o.key_ref())
 }
 
 /// Gives back the memory of a table that has shrunk to a quarter of its capacity (after a
 /// burst of deletes), keeping room for twice its content, so that shrinking is amortised.
-fn trim<K: Object>(table: &mut Objects<K>, state: &KeyHashState) {
+fn trim<K: Object>(table: &mut Objects<K>) {
     if table.capacity() > IDLE_CAPACITY && table.len() < table.capacity() / 4 {
-        table.shrink_to(table.len() * 2, rehash(state));
+        table.shrink_to(table.len() * 2, rehash);
     }
 }
 
 impl<K: Object> CopyIndex<K> {
     /// Adds `obj`, which is not in the bucket of `value`, to it.
-    fn insert(&mut self, value: &str, hash: u64, obj: &Arc<K>, state: &KeyHashState) {
+    fn insert(&mut self, value: &str, hash: u64, obj: &Arc<K>) {
         match self.buckets.get_mut(value) {
-            Some(bucket) => bucket.insert(hash, obj, state),
+            Some(bucket) => bucket.insert(hash, obj),
             None => {
                 self.buckets.insert(
                     CompactString::new(value),
@@ -213,14 +211,7 @@ impl<K: Object> CopyIndex<K> {
 
     /// Replaces `old` (the very `Arc`: buckets hold the objects the key → object map holds)
     /// in the bucket of `value` with `new`, or removes it if `new` is `None`.
-    fn replace(
-        &mut self,
-        value: &str,
-        hash: u64,
-        old: &Arc<K>,
-        new: Option<&Arc<K>>,
-        state: &KeyHashState,
-    ) {
+    fn replace(&mut self, value: &str, hash: u64, old: &Arc<K>, new: Option<&Arc<K>>) {
         let Some(bucket) = self.buckets.get_mut(value) else {
             return;
         };
@@ -231,7 +222,7 @@ impl<K: Object> CopyIndex<K> {
                 }
             }
             None => {
-                bucket.remove(hash, old, state);
+                bucket.remove(hash, old);
                 if bucket.len() == 0 {
                     self.buckets.remove(value);
                 }
@@ -262,13 +253,7 @@ impl<K: Object> CopyIndex<K> {
     /// (the common case, a value that did not change) proves its value, which is then never
     /// read from the old object (a cache line the update need not touch), as long as every
     /// object the index was given had one value at most (`every_single`).
-    fn update(
-        &mut self,
-        hash: u64,
-        old: Option<&Arc<K>>,
-        new: Option<&Arc<K>>,
-        state: &KeyHashState,
-    ) {
+    fn update(&mut self, hash: u64, old: Option<&Arc<K>>, new: Option<&Arc<K>>) {
         fn one<'a, K>(func: &dyn IndexFunc<K>, o: Option<&'a Arc<K>>) -> Option<Option<&'a str>> {
             match o {
                 Some(o) => func.single_value(o),
@@ -288,10 +273,10 @@ impl<K: Object> CopyIndex<K> {
         if let (Some(was), Some(is)) = (one(&*self.func, old), is) {
             if was != is {
                 if let (Some(v), Some(old)) = (was, old) {
-                    self.replace(v, hash, old, None, state);
+                    self.replace(v, hash, old, None);
                 }
                 if let (Some(v), Some(new)) = (is, new) {
-                    self.insert(v, hash, new, state);
+                    self.insert(v, hash, new);
                 }
             } else if let (false, Some(v), Some(old), Some(new)) = (looked, is, old, new) {
                 // The same value, not looked at above: the new object takes the old's place.
@@ -306,14 +291,14 @@ impl<K: Object> CopyIndex<K> {
         if let Some(old) = old {
             for v in &old_vals {
                 let stays = new.filter(|_| new_vals.contains(v));
-                self.replace(v, hash, old, stays, state);
+                self.replace(v, hash, old, stays);
             }
         }
         if let Some(new) = new {
             for (i, v) in new_vals.iter().enumerate() {
                 // A value the object had is handled above; one listed twice is added once.
                 if !old_vals.contains(v) && !new_vals[..i].contains(v) {
-                    self.insert(v, hash, new, state);
+                    self.insert(v, hash, new);
                 }
             }
         }
@@ -321,8 +306,8 @@ impl<K: Object> CopyIndex<K> {
 }
 
 /// A change as a copy applies it by reference ([`ReadCopy::apply_ref`]): the key's hash comes
-/// with it, computed once by whoever keeps several copies with one hasher state
-/// ([`ReadCopy::hash_key`]), and an upsert's key is read from its object.
+/// with it, computed once by whoever keeps several copies ([`ReadCopy::hash_key`]: every copy
+/// hashes a key alike), and an upsert's key is read from its object.
 #[cfg_attr(not(any(test, feature = "spin")), allow(dead_code))]
 pub(crate) enum ChangeRef<'a, K> {
     /// [`Change::Upsert`]: `obj` stored under its key, which hashes to `hash`.
@@ -356,7 +341,6 @@ pub(crate) enum ChangeRef<'a, K> {
 /// the namespace index ([`NAMESPACE_INDEX`]) too: one table entry per object and per other
 /// index.
 pub struct ReadCopy<K> {
-    state: KeyHashState,
     /// The cluster-scoped objects.
     cluster: Objects<K>,
     /// Namespace → the objects in it. Empty namespaces are removed.
@@ -388,7 +372,6 @@ impl<K: Object + 'static> ReadCopy<K> {
     /// An empty copy with the namespace index.
     pub fn new() -> Self {
         ReadCopy {
-            state: KeyHashState,
             cluster: HashTable::new(),
             namespaces: HashMap::default(),
             len: 0,
@@ -415,7 +398,7 @@ impl<K: Object + 'static> ReadCopy<K> {
         };
         for obj in self.list() {
             let key = obj.key_ref();
-            index.update(self.state.hash_one(key), None, Some(obj), &self.state);
+            index.update(hash_of(&key), None, Some(obj));
         }
         self.indices.push(index);
         Ok(())
@@ -423,8 +406,8 @@ impl<K: Object + 'static> ReadCopy<K> {
 
     /// Makes this copy hold exactly what `other` holds (the same objects, shared), by copying
     /// its tables: no hashing, no probing, no growing, which after a relist (a journal as long
-    /// as the cache) is much cheaper than replaying the journal change by change. The hasher
-    /// state is copied with the tables it hashed. `other` must have the same indices, built
+    /// as the cache) is much cheaper than replaying the journal change by change (every copy
+    /// hashes a key alike). `other` must have the same indices, built
     /// from the same functions (the two copies a [`Publisher`](crate::shared::Publisher)
     /// keeps); when the index names differ, nothing changes and `false` is returned.
     #[cfg(any(test, feature = "spin"))]
@@ -438,7 +421,6 @@ impl<K: Object + 'static> ReadCopy<K> {
         if !same_indices {
             return false;
         }
-        self.state = other.state;
         self.cluster.clone_from(&other.cluster);
         self.namespaces.clone_from(&other.namespaces);
         self.len = other.len;
@@ -464,7 +446,7 @@ impl<K: Object + 'static> ReadCopy<K> {
             Some(ns) => self.namespaces.entry_ref(ns).or_insert_with(HashTable::new),
         };
         let additional = total.saturating_sub(table.len());
-        table.reserve(additional, rehash(&self.state));
+        table.reserve(additional, rehash);
     }
 
     /// Applies one recorded change ([`Indexer::take_changes`](super::Indexer::take_changes)).
@@ -489,20 +471,9 @@ impl<K: Object + 'static> ReadCopy<K> {
         };
     }
 
-    /// An empty copy with the namespace index whose tables hash with `state`: copies made
-    /// with one state take the same hashes ([`hash_key`](Self::hash_key)), so that a change
-    /// replayed on several is hashed once.
-    #[cfg(any(test, feature = "spin"))]
-    pub(crate) fn with_state(state: KeyHashState) -> Self {
-        ReadCopy {
-            state,
-            ..Self::new()
-        }
-    }
-
-    /// The hash of `key` in this copy's tables.
+    /// The hash of `key` in every copy's tables.
     pub(crate) fn hash_key(&self, key: KeyRef<'_>) -> u64 {
-        self.state.hash_one(key)
+        hash_of(&key)
     }
 
     /// Reads, changing nothing, what [`apply_ref`](Self::apply_ref) of `change` will read:
@@ -575,14 +546,14 @@ impl<K: Object + 'static> ReadCopy<K> {
                         Some(slot) if Arc::ptr_eq(slot, obj) => return 0,
                         Some(slot) => Some(core::mem::replace(slot, obj.clone())),
                         None => {
-                            table.insert_unique(hash, obj.clone(), rehash(&self.state));
+                            table.insert_unique(hash, obj.clone(), rehash);
                             self.len += 1;
                             None
                         }
                     };
                 }
                 for index in &mut self.indices {
-                    index.update(hash, old.as_ref(), Some(obj), &self.state);
+                    index.update(hash, old.as_ref(), Some(obj));
                 }
                 old.as_ref().map_or(0, |o| Arc::as_ptr(o) as usize)
             }
@@ -603,10 +574,10 @@ impl<K: Object + 'static> ReadCopy<K> {
                     Some(ns) if table.is_empty() => {
                         self.namespaces.remove(ns);
                     }
-                    _ => trim(table, &self.state),
+                    _ => trim(table),
                 }
                 for index in &mut self.indices {
-                    index.update(hash, Some(&old), None, &self.state);
+                    index.update(hash, Some(&old), None);
                 }
                 0
             }
@@ -627,7 +598,7 @@ impl<K: Object + 'static> ReadCopy<K> {
             None => &self.cluster,
             Some(ns) => self.namespaces.get(ns)?,
         };
-        table.find(self.state.hash_one(key), same_key(key))
+        table.find(hash_of(&key), same_key(key))
     }
 
     /// The stored object with the same key as `obj`.
