@@ -32,7 +32,7 @@ pub(crate) fn hash_of<Q: Hash + ?Sized>(key: &Q) -> u64 {
 pub struct Key(SmolStr);
 
 impl PartialEq for Key {
-    /// The same text (compared in place for a short key: see [`key_hash::same_bytes`]).
+    /// The same text (the parts of a short key compared as words, not through `memcmp`).
     #[inline]
     fn eq(&self, other: &Key) -> bool {
         key_hash::same_bytes(self.0.as_bytes(), other.0.as_bytes())
@@ -98,7 +98,8 @@ const LONG_KEY: usize = 320;
 const INLINE_KEY: usize = 23;
 
 impl Hash for Key {
-    /// One `u64` (see [`key_hash`]): the same as the [`KeyRef`] it stands for.
+    /// One `u64`, a function of the joined text seeded once per process: the same as the
+    /// [`KeyRef`] it stands for.
     fn hash<H: Hasher>(&self, state: &mut H) {
         state.write_u64(key_hash::of_joined(self.0.as_bytes()));
     }
@@ -230,7 +231,7 @@ impl KeyRef<'_> {
 }
 
 impl Hash for KeyRef<'_> {
-    /// One `u64` (see [`key_hash`]): the same as the joined [`Key`], whatever the split.
+    /// One `u64`: the same as the joined [`Key`]'s, whatever the split.
     fn hash<H: Hasher>(&self, state: &mut H) {
         state.write_u64(key_hash::of_parts(self.namespace, self.name));
     }
