@@ -4,7 +4,12 @@
 //! parts. Both hash as one `u64`, a function of the joined text alone: the text is split at its
 //! first `/` (a namespace never holds one), each side is hashed where it lies (one or two word
 //! reads for a part of up to 16 bytes, as foldhash and wyhash read short input), and the two
-//! are folded together. The per-map hasher then mixes that `u64` as it mixes any other.
+//! are folded together. The tables the core hashes keys for itself (the store, its index
+//! buckets, the readers' copies) take that `u64` as it is ([`KeyHashState`]); any other map of
+//! keys mixes it with its own hasher as it mixes any other `u64`.
+//!
+//! Both operands of every multiply carry the seed, so that no input can zero one (and with it
+//! the product, whatever the rest of the input) without knowing the seed.
 //!
 //! This replaced joining the parts in a stack buffer and hashing the buffer through the map's
 //! hasher: ~125 instructions per key, one hash per watch event (the store and every index
@@ -13,6 +18,8 @@
 //! The seed is drawn once per process (as foldhash's own global seed), fixed under `test` and
 //! the `sim` feature so that a simulation replays the same iteration order.
 
+// Arbitrary odd-ish constants (hexadecimal digits of π), to keep a zero input from meeting a
+// zero operand.
 const K0: u64 = 0x243f_6a88_85a3_08d3;
 const K1: u64 = 0x1319_8a2e_0370_7344;
 const K2: u64 = 0xa409_3822_299f_31d0;
@@ -52,6 +59,12 @@ fn first_seed() -> u64 {
         Ok(_) => drawn,
         Err(stored) => stored,
     }
+}
+
+/// The second seed word: the one the other operand of each multiply carries.
+#[inline(always)]
+fn other(seed: u64) -> u64 {
+    seed.rotate_left(32) ^ K1
 }
 
 /// The 128-bit product of `a` and `b`, its halves xored.
@@ -136,20 +149,24 @@ fn part(seed: u64, b: &[u8]) -> u64 {
         return long_part(seed, b);
     }
     let (lo, hi) = short_words(b);
-    fold(lo ^ seed ^ K0, hi ^ K1 ^ n as u64)
+    fold(lo ^ seed ^ K0, hi ^ other(seed) ^ n as u64)
 }
 
 /// [`part`] of more than 16 bytes: 16 at a time, the last 16 (overlapping) with the length.
 #[inline(never)]
 fn long_part(seed: u64, b: &[u8]) -> u64 {
     let n = b.len();
+    let second = other(seed);
     let mut acc = seed ^ K2;
     let mut at = 0;
     while at + 16 < n {
-        acc = fold(word(b, at) ^ acc ^ K0, word(b, at + 8) ^ K1);
+        acc = fold(word(b, at) ^ acc ^ K0, word(b, at + 8) ^ second);
         at += 16;
     }
-    fold(word(b, n - 16) ^ acc ^ K2, word(b, n - 8) ^ K3 ^ n as u64)
+    fold(
+        word(b, n - 16) ^ acc ^ K2,
+        word(b, n - 8) ^ second ^ K3 ^ n as u64,
+    )
 }
 
 /// The hash of the text split at its first `/` into `before` and `after` (`None`: no `/`).
@@ -158,7 +175,7 @@ fn of_split(before: &[u8], after: Option<&[u8]>) -> u64 {
     let s = seed();
     let first = part(s, before);
     match after {
-        None => fold(first ^ K2, s ^ K1),
+        None => fold(first ^ K2, other(s)),
         Some(after) => fold(first ^ K3, part(s ^ K2, after) ^ K0),
     }
 }
@@ -229,7 +246,7 @@ impl core::hash::Hasher for KeyHasher {
         // The first write (a key's only one) is kept as it is.
         self.0 = match self.0 {
             0 => x,
-            h => fold(h ^ K0, x ^ K1),
+            h => fold(h ^ K0, x ^ other(seed())),
         };
     }
 
