@@ -325,22 +325,32 @@ impl<K> Index<K> {
         }
     }
 
-    /// Moves `key` between buckets for an object going from `old` (if any) to `new` (if any).
-    fn update(&mut self, key: Hashed<'_>, old: Option<&K>, new: Option<&K>) {
-        if let (Some(o), Some(n)) = (old, new) {
-            if self.func.same_values(o, n) {
-                return;
-            }
+    /// Puts `key` into the buckets of `new`, an object new to the store.
+    fn added(&mut self, key: Hashed<'_>, new: &K) {
+        match self.func.single_value(new) {
+            Some(Some(v)) => self.insert(v, key),
+            Some(None) => {}
+            None => self.update_values(key, None, Some(new)),
+        }
+    }
+
+    /// Takes `key` out of the buckets of `old`, an object leaving the store.
+    fn removed(&mut self, key: Hashed<'_>, old: &K) {
+        match self.func.single_value(old) {
+            Some(Some(v)) => self.remove(v, key),
+            Some(None) => {}
+            None => self.update_values(key, Some(old), None),
+        }
+    }
+
+    /// Moves `key` between buckets for a stored object going from `old` to `new`.
+    fn update(&mut self, key: Hashed<'_>, old: &K, new: &K) {
+        if self.func.same_values(old, new) {
+            return;
         }
         // A function with one value per object (a label, the namespace): no IndexValues.
-        fn one<'a, K>(func: &dyn IndexFunc<K>, o: Option<&'a K>) -> Option<Option<&'a str>> {
-            match o {
-                Some(o) => func.single_value(o),
-                None => Some(None),
-            }
-        }
         let func = &*self.func;
-        if let (Some(old_one), Some(new_one)) = (one(func, old), one(func, new)) {
+        if let (Some(old_one), Some(new_one)) = (func.single_value(old), func.single_value(new)) {
             if old_one != new_one {
                 if let Some(v) = old_one {
                     self.remove(v, key);
@@ -351,7 +361,7 @@ impl<K> Index<K> {
             }
             return;
         }
-        self.update_values(key, old, new);
+        self.update_values(key, Some(old), Some(new));
     }
 
     /// [`update`](Self::update) through [`IndexValues`].
@@ -401,7 +411,7 @@ fn store_over<K: Object>(
     let new = &*slot;
     if !Arc::ptr_eq(&old, new) {
         for index in indices.iter_mut().filter(|i| !i.is_namespace) {
-            index.update(key, Some(&old), Some(new));
+            index.update(key, &old, new);
         }
         if let Some(journal) = journal {
             journal.push(Change::Upsert {
@@ -448,7 +458,7 @@ impl<K> New<'_, K> {
             hash: self.hash,
         };
         for index in indices.iter_mut() {
-            index.update(k, None, Some(obj));
+            index.added(k, obj);
         }
         if let Some(journal) = journal {
             journal.push(Change::Upsert {
@@ -533,7 +543,7 @@ impl<K: Object + 'static> Indexer<K> {
                 key,
                 hash: hash_of(key),
             };
-            index.update(key, None, Some(obj));
+            index.added(key, obj);
         }
         self.indices.push(index);
         Ok(())
@@ -640,7 +650,7 @@ impl<K: Object + 'static> Indexer<K> {
         let (key, old) = e.remove_entry();
         let k = Hashed { key: &key, hash };
         for index in &mut self.indices {
-            index.update(k, Some(&old), None);
+            index.removed(k, &old);
         }
         if let Some(journal) = &mut self.journal {
             journal.push(Change::Delete { key: key.clone() });
