@@ -269,8 +269,8 @@ impl<K> fmt::Debug for Change<K> {
 /// changes; a relist's hundred thousand are given back once taken).
 pub const JOURNAL_KEEP: usize = 1024;
 
-/// The keys of one bucket, hashed by the [`Indexer`]'s key hasher (the store's): a change
-/// hashes its key once for the store and every index.
+/// The keys of one bucket, hashed by [`hash_of`] as the store is: a change hashes its key once
+/// for the store and every index.
 type KeySet = hashbrown::HashTable<Key>;
 
 /// Value → keys of the objects having that value. Empty buckets are removed.
@@ -364,7 +364,8 @@ impl<K> Index<K> {
         self.update_values(key, Some(old), Some(new));
     }
 
-    /// [`update`](Self::update) through [`IndexValues`].
+    /// [`added`](Self::added), [`removed`](Self::removed) and [`update`](Self::update) for an
+    /// index function with several values per object, through [`IndexValues`].
     fn update_values(&mut self, key: Hashed<'_>, old: Option<&K>, new: Option<&K>) {
         let old_vals = old.map(|o| self.func.index_values(o)).unwrap_or_default();
         let new_vals = new.map(|o| self.func.index_values(o)).unwrap_or_default();

@@ -135,8 +135,8 @@ impl<K: Object + 'static> Views<K> {
     }
 }
 
-/// A change in the [`Publisher`]'s log: its key's hash computed once for both copies (they
-/// hash with one state), and for an upsert only the object (the copies read its key from it)
+/// A change in the [`Publisher`]'s log: its key's hash computed once for both copies (every
+/// copy hashes a key alike), and for an upsert only the object (the copies read its key from it)
 /// and, once the first copy applied it, the address of the object it replaced there, by which
 /// the second copy finds its entry without reading the old object's key.
 enum Logged<K> {
@@ -261,8 +261,7 @@ impl<K: Object + 'static> Publisher<K> {
             self.drop_log();
             return;
         }
-        self.log
-            .extend(self.taken.drain(..).map(|c| Logged::new(c)));
+        self.log.extend(self.taken.drain(..).map(Logged::new));
         // A relist grew it to the list's size: give that back.
         if self.taken.capacity() > JOURNAL_KEEP {
             self.taken.shrink_to(JOURNAL_KEEP);
@@ -286,7 +285,7 @@ impl<K: Object + 'static> Publisher<K> {
             self.drop_log();
             return;
         }
-        self.log.extend(changes.into_iter().map(|c| Logged::new(c)));
+        self.log.extend(changes.into_iter().map(Logged::new));
         self.dirty = true;
     }
 

@@ -306,8 +306,8 @@ impl<K: Object> CopyIndex<K> {
 }
 
 /// A change as a copy applies it by reference ([`ReadCopy::apply_ref`]): the key's hash comes
-/// with it, computed once by whoever keeps several copies ([`ReadCopy::hash_key`]: every copy
-/// hashes a key alike), and an upsert's key is read from its object.
+/// with it (`key::hash_of`: every copy hashes a key alike), computed once by whoever keeps
+/// several copies, and an upsert's key is read from its object.
 #[cfg_attr(not(any(test, feature = "spin")), allow(dead_code))]
 pub(crate) enum ChangeRef<'a, K> {
     /// [`Change::Upsert`]: `obj` stored under its key, which hashes to `hash`.
@@ -456,24 +456,19 @@ impl<K: Object + 'static> ReadCopy<K> {
     pub fn apply(&mut self, change: Change<K>) {
         match &change {
             Change::Upsert { key, obj } => self.apply_ref(ChangeRef::Upsert {
-                hash: self.hash_key(key.as_ref_parts()),
+                hash: hash_of(key),
                 obj,
                 replaces: 0,
             }),
             Change::Delete { key } => {
                 let key = key.as_ref_parts();
                 self.apply_ref(ChangeRef::Delete {
-                    hash: self.hash_key(key),
+                    hash: hash_of(&key),
                     key,
                 })
             }
             Change::Clear => self.apply_ref(ChangeRef::Clear),
         };
-    }
-
-    /// The hash of `key` in every copy's tables.
-    pub(crate) fn hash_key(&self, key: KeyRef<'_>) -> u64 {
-        hash_of(&key)
     }
 
     /// Reads, changing nothing, what [`apply_ref`](Self::apply_ref) of `change` will read:
@@ -516,8 +511,8 @@ impl<K: Object + 'static> ReadCopy<K> {
     }
 
     /// [`apply`](Self::apply) by reference: stores its own reference to an upserted object
-    /// (and one per index bucket it is in) and nothing else; `hash` must be
-    /// [`hash_key`](Self::hash_key)'s for the change's key. Returns, for an upsert that
+    /// (and one per index bucket it is in) and nothing else; `hash` must be `key::hash_of` of
+    /// the change's key. Returns, for an upsert that
     /// replaced an object, that object's address (for another copy's `replaces`); else 0.
     pub(crate) fn apply_ref(&mut self, change: ChangeRef<'_, K>) -> usize {
         match change {
