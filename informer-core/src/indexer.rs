@@ -620,10 +620,24 @@ impl<K: Object + 'static> Indexer<K> {
         obj: Arc<K>,
         how: Stored,
     ) -> (Key, Option<Arc<K>>, Arc<K>) {
-        // One hash of the key, for the store and every index; the key is built only for an
-        // object not stored yet.
+        let hash = hash_of(&obj.key_ref());
+        self.upsert_hashed(hash, obj, how)
+    }
+
+    /// [`upsert_with`](Self::upsert_with) of an object whose key hashes to `hash`
+    /// ([`hash_of`] its key): one hash of the key, for the store and every index; the key is
+    /// built only for an object not stored yet.
+    pub(crate) fn upsert_hashed(
+        &mut self,
+        hash: u64,
+        obj: Arc<K>,
+        how: Stored,
+    ) -> (Key, Option<Arc<K>>, Arc<K>) {
         let kr = obj.key_ref();
-        let (hash, entry) = entry_of(&mut self.items, &kr);
+        let entry = self
+            .items
+            .raw_entry_mut()
+            .from_key_hashed_nocheck(hash, &kr);
         match entry {
             RawEntryMut::Occupied(e) => {
                 let (stored, slot) = e.into_key_value();
@@ -640,6 +654,14 @@ impl<K: Object + 'static> Indexer<K> {
                 (key, None, obj)
             }
         }
+    }
+
+    /// Whether an object is stored under `key`, whose hash is `hash` ([`hash_of`] it).
+    pub(crate) fn contains_hashed(&self, hash: u64, key: KeyRef<'_>) -> bool {
+        self.items
+            .raw_entry()
+            .from_key_hashed_nocheck(hash, &key)
+            .is_some()
     }
 
     /// Removes the object stored under `key`; returns the stored key and the object.

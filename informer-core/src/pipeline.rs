@@ -5,11 +5,13 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 use crate::fifo::{Delta, DeltaFifo, DeltaType};
-use crate::hash::HashSet;
 use crate::indexer::{Change, IndexError, IndexFunc, Indexer, Stored};
+use crate::key;
 use crate::object::{Key, KeyRef, Object, ObjectOrTombstone, Tombstone};
 use crate::processor::{HandlerId, Notification, Processor, ResyncPeriods};
 use crate::time::Instant;
+use hashbrown::hash_table::Entry;
+use hashbrown::{Equivalent, HashTable};
 
 /// The data plane of a shared index informer, as pure state.
 ///
@@ -128,15 +130,33 @@ impl<K: Object + 'static> Pipeline<K> {
 
     /// The straight path of [`replace`](Self::replace).
     fn replace_now(&mut self, items: Vec<Arc<K>>) {
-        let mut tombstones: Vec<Tombstone<K>> = Vec::new();
-        {
-            let mut listed: HashSet<KeyRef<'_>> =
-                HashSet::with_capacity_and_hasher(items.len(), Default::default());
-            for obj in &items {
-                listed.insert(obj.key_ref());
+        // The listed keys (a key listed twice is noted once), hashed as the store hashes keys:
+        // each listed key is hashed once, here, and stored with that hash below.
+        let mut listed: HashTable<KeyRef<'_>> = HashTable::with_capacity(items.len());
+        let mut hashes: Vec<u64> = Vec::with_capacity(items.len());
+        // How many of the stored keys are listed.
+        let mut stored_and_listed = 0;
+        for obj in &items {
+            let k = obj.key_ref();
+            let hash = key::hash_of(&k);
+            hashes.push(hash);
+            if let Entry::Vacant(v) = listed.entry(hash, |l| *l == k, key::hash_of) {
+                v.insert(k);
+                stored_and_listed += usize::from(self.indexer.contains_hashed(hash, k));
             }
+        }
+        // The stored keys not listed are the deletes missed, in the store's order (as the
+        // DeltaFIFO's replace finds them). None when every stored key is listed: a relist
+        // with no deletes since the last one costs no pass over the store.
+        let mut tombstones: Vec<Tombstone<K>> = Vec::new();
+        if stored_and_listed < self.indexer.len() {
             for (key, obj) in self.indexer.iter() {
-                if !listed.contains(&key.as_ref_parts()) {
+                // A stored key's hash from its joined text as it is; compared with a listed
+                // one without a split either.
+                if listed
+                    .find(key::hash_of(key), |l| l.equivalent(key))
+                    .is_none()
+                {
                     tombstones.push(Tombstone {
                         key: key.clone(),
                         obj: obj.clone(),
@@ -144,10 +164,13 @@ impl<K: Object + 'static> Pipeline<K> {
                 }
             }
         }
-        for obj in items {
+        drop(listed);
+        for (obj, hash) in items.into_iter().zip(hashes) {
             // Not an initial-list add: the FIFO has synced. An object listed unchanged stays
             // as cached (its update is a resync).
-            let (key, old, stored) = self.indexer.upsert_with(obj, Stored::UnlessSameState);
+            let (key, old, stored) = self
+                .indexer
+                .upsert_hashed(hash, obj, Stored::UnlessSameState);
             self.notify_upsert(key, DeltaType::Replaced, old, stored, false);
         }
         for t in tombstones {
