@@ -6,11 +6,12 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::hash::{HashMap, HashSet};
+use crate::hash::HashMap;
 use smallvec::SmallVec;
 
 use crate::hash::IDLE_CAPACITY;
 use crate::indexer::Indexer;
+use crate::key::{self, KeyRefSet};
 use crate::object::{Key, KeyRef, Object, ObjectOrTombstone, Tombstone};
 
 /// What happened to an object.
@@ -176,17 +177,17 @@ impl<K: Object> DeltaFifo<K> {
     /// replaces do not queue a second tombstone for the same key. The first call marks the FIFO
     /// populated and records how many keys must be popped before [`has_synced`](Self::has_synced).
     pub fn replace(&mut self, list: Vec<Arc<K>>, known: &dyn KnownObjects<K>) {
-        let mut listed: HashSet<KeyRef<'_>> =
-            HashSet::with_capacity_and_hasher(list.len(), Default::default());
+        let mut listed = KeyRefSet::with_capacity(list.len());
         for obj in &list {
-            listed.insert(obj.key_ref());
+            let k = obj.key_ref();
+            listed.insert_hashed(key::hash_of(&k), k);
         }
 
         // Tombstones for queued keys the list lacks, then for known keys with nothing queued.
         let mut tombstones: Vec<Tombstone<K>> = Vec::new();
         let head = self.head.as_ref().map(|(k, d)| (k, d));
         for (key, deltas) in head.into_iter().chain(&self.items) {
-            if listed.contains(&key.as_ref_parts()) {
+            if listed.contains(key) {
                 continue;
             }
             if let Some(newest) = deltas.last() {
@@ -197,8 +198,7 @@ impl<K: Object> DeltaFifo<K> {
             }
         }
         known.for_each_known(&mut |key, obj| {
-            let kr = key.as_ref_parts();
-            if listed.contains(&kr) || self.find(kr).is_some() {
+            if listed.contains(key) || self.find(key.as_ref_parts()).is_some() {
                 return;
             }
             tombstones.push(Tombstone {

@@ -20,6 +20,35 @@ pub(crate) fn hash_of<Q: Hash + ?Sized>(key: &Q) -> u64 {
     core::hash::BuildHasher::hash_one(&KeyHashState, key)
 }
 
+/// A set of borrowed keys (the keys of a list, while a relist's deletes are worked out),
+/// hashed with [`hash_of`]: a [`Key`] is looked up by the hash of its joined text as it is, no
+/// split at its `/`, and a key noted once is hashed once.
+pub(crate) struct KeyRefSet<'a>(hashbrown::HashTable<KeyRef<'a>>);
+
+impl<'a> KeyRefSet<'a> {
+    /// Room for `n` keys.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        KeyRefSet(hashbrown::HashTable::with_capacity(n))
+    }
+
+    /// Notes `key`, whose hash is `hash`; returns whether it was not noted yet.
+    pub(crate) fn insert_hashed(&mut self, hash: u64, key: KeyRef<'a>) -> bool {
+        match self.0.entry(hash, |k| *k == key, hash_of) {
+            hashbrown::hash_table::Entry::Occupied(_) => false,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                v.insert(key);
+                true
+            }
+        }
+    }
+
+    /// Whether `key` was noted.
+    pub(crate) fn contains(&self, key: &Key) -> bool {
+        use hashbrown::Equivalent;
+        self.0.find(hash_of(key), |k| k.equivalent(key)).is_some()
+    }
+}
+
 /// The cache key of an object: `namespace/name`, or `name` for a cluster-scoped object.
 ///
 /// A `Key` is an immutable string of 24 bytes: a key of up to 23 bytes (most: `ns/name` of
@@ -257,6 +286,39 @@ impl hashbrown::Equivalent<Key> for KeyRef<'_> {
 mod tests {
     use super::*;
     use core::hash::BuildHasher;
+
+    /// A `KeyRefSet` holds exactly the keys noted (each once), and finds a `Key` by its joined
+    /// text whatever the split it was noted with: short and long, namespaced and not.
+    #[test]
+    fn key_ref_set_finds_exactly_the_noted_keys() {
+        let long = "n".repeat(40);
+        let refs = [
+            KeyRef::new(Some("ns"), "a"),
+            KeyRef::new(Some("ns"), "b"),
+            KeyRef::new(None, "a"),
+            KeyRef::new(Some("kube-system"), &long),
+            KeyRef::new(None, &long),
+        ];
+        let mut set = KeyRefSet::with_capacity(1);
+        for (i, k) in refs.iter().enumerate() {
+            assert!(set.insert_hashed(hash_of(k), *k), "{i} noted first");
+            assert!(!set.insert_hashed(hash_of(k), *k), "{i} noted once");
+        }
+        for k in &refs {
+            assert!(set.contains(&k.to_key()), "{k:?}");
+        }
+        for (ns, name) in [
+            (Some("ns"), "c"),
+            (None, "ns"),
+            (None, "b"),
+            (Some("kube-system"), "n"),
+            (Some("other"), "a"),
+            (Some("ns"), "a/"),
+        ] {
+            let other = Key::new(ns, name);
+            assert!(!set.contains(&other), "{other:?}");
+        }
+    }
 
     #[test]
     fn key_ref_hashes_and_compares_like_key() {

@@ -6,12 +6,10 @@ use core::time::Duration;
 
 use crate::fifo::{Delta, DeltaFifo, DeltaType};
 use crate::indexer::{Change, IndexError, IndexFunc, Indexer, Stored};
-use crate::key;
-use crate::object::{Key, KeyRef, Object, ObjectOrTombstone, Tombstone};
+use crate::key::{self, KeyRefSet};
+use crate::object::{Key, Object, ObjectOrTombstone, Tombstone};
 use crate::processor::{HandlerId, Notification, Processor, ResyncPeriods};
 use crate::time::Instant;
-use hashbrown::hash_table::Entry;
-use hashbrown::{Equivalent, HashTable};
 
 /// The data plane of a shared index informer, as pure state.
 ///
@@ -132,7 +130,7 @@ impl<K: Object + 'static> Pipeline<K> {
     fn replace_now(&mut self, items: Vec<Arc<K>>) {
         // The listed keys (a key listed twice is noted once), hashed as the store hashes keys:
         // each listed key is hashed once, here, and stored with that hash below.
-        let mut listed: HashTable<KeyRef<'_>> = HashTable::with_capacity(items.len());
+        let mut listed = KeyRefSet::with_capacity(items.len());
         let mut hashes: Vec<u64> = Vec::with_capacity(items.len());
         // How many of the stored keys are listed.
         let mut stored_and_listed = 0;
@@ -140,8 +138,7 @@ impl<K: Object + 'static> Pipeline<K> {
             let k = obj.key_ref();
             let hash = key::hash_of(&k);
             hashes.push(hash);
-            if let Entry::Vacant(v) = listed.entry(hash, |l| *l == k, key::hash_of) {
-                v.insert(k);
+            if listed.insert_hashed(hash, k) {
                 stored_and_listed += usize::from(self.indexer.contains_hashed(hash, k));
             }
         }
@@ -151,12 +148,7 @@ impl<K: Object + 'static> Pipeline<K> {
         let mut tombstones: Vec<Tombstone<K>> = Vec::new();
         if stored_and_listed < self.indexer.len() {
             for (key, obj) in self.indexer.iter() {
-                // A stored key's hash from its joined text as it is; compared with a listed
-                // one without a split either.
-                if listed
-                    .find(key::hash_of(key), |l| l.equivalent(key))
-                    .is_none()
-                {
+                if !listed.contains(key) {
                     tombstones.push(Tombstone {
                         key: key.clone(),
                         obj: obj.clone(),
