@@ -9,8 +9,10 @@ use smol_str::SmolStr;
 use crate::object::Object;
 
 mod key_hash;
+mod set;
 
 pub(crate) use key_hash::KeyHashState;
+pub(crate) use set::KeyRefSet;
 
 /// The hash of a key (a [`Key`] or a [`KeyRef`]) in the tables hashed with [`KeyHashState`]:
 /// the store's, its index buckets', the readers' copies'. One process-wide function, so a hash
@@ -18,35 +20,6 @@ pub(crate) use key_hash::KeyHashState;
 #[inline]
 pub(crate) fn hash_of<Q: Hash + ?Sized>(key: &Q) -> u64 {
     core::hash::BuildHasher::hash_one(&KeyHashState, key)
-}
-
-/// A set of borrowed keys (the keys of a list, while a relist's deletes are worked out),
-/// hashed with [`hash_of`]: a [`Key`] is looked up by the hash of its joined text as it is, no
-/// split at its `/`, and a key noted once is hashed once.
-pub(crate) struct KeyRefSet<'a>(hashbrown::HashTable<KeyRef<'a>>);
-
-impl<'a> KeyRefSet<'a> {
-    /// Room for `n` keys.
-    pub(crate) fn with_capacity(n: usize) -> Self {
-        KeyRefSet(hashbrown::HashTable::with_capacity(n))
-    }
-
-    /// Notes `key`, whose hash is `hash`; returns whether it was not noted yet.
-    pub(crate) fn insert_hashed(&mut self, hash: u64, key: KeyRef<'a>) -> bool {
-        match self.0.entry(hash, |k| *k == key, hash_of) {
-            hashbrown::hash_table::Entry::Occupied(_) => false,
-            hashbrown::hash_table::Entry::Vacant(v) => {
-                v.insert(key);
-                true
-            }
-        }
-    }
-
-    /// Whether `key` was noted.
-    pub(crate) fn contains(&self, key: &Key) -> bool {
-        use hashbrown::Equivalent;
-        self.0.find(hash_of(key), |k| k.equivalent(key)).is_some()
-    }
 }
 
 /// The cache key of an object: `namespace/name`, or `name` for a cluster-scoped object.

@@ -281,6 +281,7 @@ impl<K: Object + 'static> Pipeline<K> {
     /// The straight path of a watch event whose key has nothing queued (the FIFO is empty):
     /// exactly what queueing the delta and popping it at once would do (the same store change,
     /// the same notifications), without building a delta list or looking the key up twice.
+    #[inline(always)]
     fn apply_now(&mut self, kind: DeltaType, obj: Arc<K>) {
         // The FIFO is empty, so every item of the initial list has been popped.
         let in_initial_list = !self.fifo.has_synced();

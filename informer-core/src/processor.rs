@@ -7,11 +7,17 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
 
-use crate::hash::HashMap;
+use hashbrown::hash_map::RawEntryMut;
+
+use crate::key::{self, KeyHashState};
 
 use crate::hash::IDLE_CAPACITY;
 use crate::object::{Key, ObjectOrTombstone};
 use crate::time::Instant;
+
+/// A map keyed by `Key`, hashed with the key's own hash ([`key::hash_of`]), which a caller
+/// that has the hash already passes in.
+type KeyMap<V> = hashbrown::HashMap<Key, V, KeyHashState>;
 
 /// The shortest resync period a handler can get (client-go `minimumResyncPeriod`).
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -116,7 +122,7 @@ struct Queue<K> {
     /// The oldest entry, kept outside the map: a handler that keeps up only ever uses this
     /// slot, so the common case costs no hashing. Everything in `entries` is newer.
     head: Option<(Key, Pending<K>)>,
-    entries: HashMap<Key, Pending<K>>,
+    entries: KeyMap<Pending<K>>,
     /// Keys in delivery order; an element is live only when its `seq` matches its entry's.
     order: VecDeque<(Key, u64)>,
     next_seq: u64,
@@ -128,7 +134,7 @@ impl<K> Queue<K> {
     fn new() -> Self {
         Queue {
             head: None,
-            entries: HashMap::default(),
+            entries: KeyMap::default(),
             order: VecDeque::new(),
             next_seq: 0,
             initial_pending: 0,
@@ -147,6 +153,17 @@ impl<K> Queue<K> {
     fn contains(&self, key: &Key) -> bool {
         self.head.as_ref().is_some_and(|(k, _)| k == key)
             || (!self.entries.is_empty() && self.entries.contains_key(key))
+    }
+
+    /// [`contains`](Self::contains) of a key whose hash is `hash` ([`key::hash_of`]).
+    fn contains_hashed(&self, hash: u64, key: &Key) -> bool {
+        self.head.as_ref().is_some_and(|(k, _)| k == key)
+            || (!self.entries.is_empty()
+                && self
+                    .entries
+                    .raw_entry()
+                    .from_key_hashed_nocheck(hash, key)
+                    .is_some())
     }
 
     fn push(&mut self, key: &Key, n: Notification<K>) {
@@ -404,7 +421,7 @@ struct Log<K> {
     last_initial: Option<u64>,
     /// Key → sequence number of its newest entry, for the entries appended while some handler
     /// had unread entries (those at or after `start`; older values are stale).
-    newest: HashMap<Key, u64>,
+    newest: KeyMap<u64>,
     /// The entries `untracked_from..untracked_to` are not in `newest` (appended when every
     /// handler had read everything, or by `distribute_new`); entries before `start` are
     /// ignored. Every other entry of the log is.
@@ -418,7 +435,7 @@ impl<K> Log<K> {
             entries: VecDeque::new(),
             start: 0,
             last_initial: None,
-            newest: HashMap::default(),
+            newest: KeyMap::default(),
             untracked_from: 0,
             untracked_to: 0,
         }
@@ -518,42 +535,49 @@ impl<K> Log<K> {
             else {
                 break;
             };
-            match self.newest.get_mut(&e.key) {
+            match self.newest.raw_entry_mut().from_key(&e.key) {
                 // A newer tracked entry for the key.
-                Some(s) if *s > seq => {}
-                Some(s) => *s = seq,
-                None => {
-                    self.newest.insert(e.key.clone(), seq);
+                RawEntryMut::Occupied(o) if *o.get() > seq => {}
+                RawEntryMut::Occupied(mut o) => *o.get_mut() = seq,
+                RawEntryMut::Vacant(v) => {
+                    v.insert(e.key.clone(), seq);
                 }
             }
         }
         self.untracked_from = self.untracked_to;
     }
 
-    /// The sequence number of the newest entry for `key` still in the log, if any.
-    fn newest(&mut self, key: &Key) -> Option<u64> {
+    /// The sequence number of the newest entry for `key` (whose hash is `hash`,
+    /// [`key::hash_of`]) still in the log, if any.
+    fn newest(&mut self, hash: u64, key: &Key) -> Option<u64> {
         if self.untracked_to > self.start.max(self.untracked_from) {
             self.track();
         }
         self.newest
-            .get(key)
-            .copied()
+            .raw_entry()
+            .from_key_hashed_nocheck(hash, key)
+            .map(|(_, &seq)| seq)
             .filter(|&seq| seq >= self.start)
     }
 
-    /// Appends `n` for `readers` handlers, some of which have unread entries.
-    fn append_tracked(&mut self, key: Key, n: Notification<K>, readers: usize) {
+    /// Appends `n` for `readers` handlers, some of which have unread entries; `hash` is the
+    /// hash of `key` ([`key::hash_of`]).
+    fn append_tracked(&mut self, hash: u64, key: Key, n: Notification<K>, readers: usize) {
         let seq = self.end();
-        match self.newest.get_mut(&key) {
-            Some(s) => *s = seq,
-            None => {
-                // Keys whose newest entry left the log are stale: drop them before the map
-                // outgrows the log (which holds distinct keys per run).
-                if self.newest.len() > 2 * self.entries.len() + IDLE_CAPACITY {
-                    let start = self.start;
-                    self.newest.retain(|_, s| *s >= start);
-                }
-                self.newest.insert(key.clone(), seq);
+        // Keys whose newest entry left the log are stale: drop them before the map outgrows
+        // the log (which holds distinct keys per run).
+        if self.newest.len() > 2 * self.entries.len() + IDLE_CAPACITY {
+            let start = self.start;
+            self.newest.retain(|_, s| *s >= start);
+        }
+        match self
+            .newest
+            .raw_entry_mut()
+            .from_key_hashed_nocheck(hash, &key)
+        {
+            RawEntryMut::Occupied(mut o) => *o.get_mut() = seq,
+            RawEntryMut::Vacant(v) => {
+                v.insert_hashed_nocheck(hash, key.clone(), seq);
             }
         }
         self.append(key, n, readers);
@@ -972,12 +996,15 @@ impl<K> Processor<K> {
     #[inline(never)]
     fn distribute_lagging(&mut self, key: Key, n: Notification<K>) {
         let end = self.log.end();
+        // One hash of the key, for the log's table and every handler's queue.
+        let hash = key::hash_of(&key);
         // Where does `key` stand for each handler?
-        let newest = self.log.newest(&key);
+        let newest = self.log.newest(hash, &key);
         let mut readers = 0;
         let mut spilling = 0;
         for l in &mut self.listeners {
-            l.via_queue = newest.is_some_and(|seq| seq >= l.read) || l.queue.contains(&key);
+            l.via_queue =
+                newest.is_some_and(|seq| seq >= l.read) || l.queue.contains_hashed(hash, &key);
             if l.via_queue {
                 spilling += 1;
             } else {
@@ -998,7 +1025,7 @@ impl<K> Processor<K> {
         }
         if readers > 0 {
             if let Some(n) = n {
-                self.log.append_tracked(key, n, readers);
+                self.log.append_tracked(hash, key, n, readers);
             }
         }
     }
