@@ -394,12 +394,23 @@ pub(crate) enum Stored {
     UnlessSameState,
 }
 
+/// A recorded change with its key's hash ([`hash_of`]; 0 for [`Change::Clear`]).
+pub(crate) struct Journaled<K> {
+    // Read by the readers' copies only (feature `spin`).
+    #[cfg_attr(not(any(test, feature = "spin")), allow(dead_code))]
+    pub(crate) hash: u64,
+    pub(crate) change: Change<K>,
+}
+
+/// What an indexer records while [`Indexer::record_changes`] is on.
+type Journal<K> = Option<Vec<Journaled<K>>>;
+
 /// Puts `obj` into `slot`, the stored entry of `key`, and updates the indices (the namespace
 /// index aside: the key holds the namespace) and the journal, unless it is the very object
 /// stored, or `how` keeps the stored one. Returns what was stored and what is stored now.
 fn store_over<K: Object>(
     indices: &mut [Index<K>],
-    journal: &mut Option<Vec<Change<K>>>,
+    journal: &mut Journal<K>,
     key: Hashed<'_>,
     slot: &mut Arc<K>,
     obj: Arc<K>,
@@ -415,9 +426,12 @@ fn store_over<K: Object>(
             index.update(key, &old, new);
         }
         if let Some(journal) = journal {
-            journal.push(Change::Upsert {
-                key: key.key.clone(),
-                obj: new.clone(),
+            journal.push(Journaled {
+                hash: key.hash,
+                change: Change::Upsert {
+                    key: key.key.clone(),
+                    obj: new.clone(),
+                },
             });
         }
     }
@@ -447,13 +461,7 @@ struct New<'a, K> {
 
 impl<K> New<'_, K> {
     /// Stores `obj` under `key`: in every index, in the journal, then in the slot.
-    fn store(
-        self,
-        indices: &mut [Index<K>],
-        journal: &mut Option<Vec<Change<K>>>,
-        key: Key,
-        obj: &Arc<K>,
-    ) {
+    fn store(self, indices: &mut [Index<K>], journal: &mut Journal<K>, key: Key, obj: &Arc<K>) {
         let k = Hashed {
             key: &key,
             hash: self.hash,
@@ -462,9 +470,12 @@ impl<K> New<'_, K> {
             index.added(k, obj);
         }
         if let Some(journal) = journal {
-            journal.push(Change::Upsert {
-                key: key.clone(),
-                obj: obj.clone(),
+            journal.push(Journaled {
+                hash: self.hash,
+                change: Change::Upsert {
+                    key: key.clone(),
+                    obj: obj.clone(),
+                },
             });
         }
         self.slot.insert_hashed_nocheck(self.hash, key, obj.clone());
@@ -482,7 +493,7 @@ pub struct Indexer<K> {
     indices: Vec<Index<K>>,
     /// The changes applied since the last [`take_changes`](Indexer::take_changes), when
     /// recording ([`record_changes`](Indexer::record_changes)).
-    journal: Option<Vec<Change<K>>>,
+    journal: Journal<K>,
 }
 
 impl<K: Object + 'static> Default for Indexer<K> {
@@ -696,7 +707,10 @@ impl<K: Object + 'static> Indexer<K> {
             index.removed(k, &old);
         }
         if let Some(journal) = &mut self.journal {
-            journal.push(Change::Delete { key: key.clone() });
+            journal.push(Journaled {
+                hash,
+                change: Change::Delete { key: key.clone() },
+            });
         }
         Some((key, old))
     }
@@ -779,7 +793,10 @@ impl<K: Object + 'static> Indexer<K> {
         }
         if let Some(journal) = &mut self.journal {
             journal.clear();
-            journal.push(Change::Clear);
+            journal.push(Journaled {
+                hash: 0,
+                change: Change::Clear,
+            });
         }
         for obj in objects {
             let key = match old.remove_entry(&obj.key_ref()) {
@@ -814,8 +831,20 @@ impl<K: Object + 'static> Indexer<K> {
     /// were applied. The journal keeps its buffer.
     pub fn take_changes(&mut self, into: &mut Vec<Change<K>>) {
         if let Some(journal) = &mut self.journal {
-            into.append(journal);
+            into.extend(journal.drain(..).map(|j| j.change));
             // A relist grew it to the list's size: give that back once it is taken.
+            if journal.capacity() > JOURNAL_KEEP {
+                journal.shrink_to(JOURNAL_KEEP);
+            }
+        }
+    }
+
+    /// [`take_changes`](Self::take_changes) with each change's key hash ([`hash_of`]), which
+    /// the store computed anyway: the readers' copies take it as it is.
+    #[cfg(any(test, feature = "spin"))]
+    pub(crate) fn take_journaled(&mut self, into: &mut Vec<Journaled<K>>) {
+        if let Some(journal) = &mut self.journal {
+            into.append(journal);
             if journal.capacity() > JOURNAL_KEEP {
                 journal.shrink_to(JOURNAL_KEEP);
             }

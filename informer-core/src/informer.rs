@@ -447,6 +447,12 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.pipeline.take_changes(into)
     }
 
+    /// [`take_changes`](Self::take_changes) with their keys' hashes (for the readers' copies).
+    #[cfg(any(test, feature = "spin"))]
+    pub(crate) fn take_journaled(&mut self, into: &mut Vec<crate::indexer::Journaled<K>>) {
+        self.pipeline.take_journaled(into)
+    }
+
     /// Notifications pending for handler `id`: at most one per key it must still hear about
     /// (0 when unknown).
     pub fn pending(&self, id: HandlerId) -> usize {

@@ -5,6 +5,8 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 use crate::fifo::{Delta, DeltaFifo, DeltaType};
+#[cfg(any(test, feature = "spin"))]
+use crate::indexer::Journaled;
 use crate::indexer::{Change, IndexError, IndexFunc, Indexer, Stored};
 use crate::key::{self, KeyRefSet};
 use crate::object::{Key, Object, ObjectOrTombstone, Tombstone};
@@ -68,6 +70,12 @@ impl<K: Object + 'static> Pipeline<K> {
     /// Moves the store's recorded changes to `into` (see [`Indexer::take_changes`]).
     pub fn take_changes(&mut self, into: &mut Vec<Change<K>>) {
         self.indexer.take_changes(into)
+    }
+
+    /// [`take_changes`](Self::take_changes) with their keys' hashes.
+    #[cfg(any(test, feature = "spin"))]
+    pub(crate) fn take_journaled(&mut self, into: &mut Vec<Journaled<K>>) {
+        self.indexer.take_journaled(into)
     }
 
     /// The DeltaFIFO.

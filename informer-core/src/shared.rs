@@ -42,7 +42,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use spin::RwLock;
 
 use crate::indexer::{
-    Change, ChangeRef, IndexError, IndexFunc, JOURNAL_KEEP, ReadCopy, SharedIndexFunc,
+    Change, ChangeRef, IndexError, IndexFunc, JOURNAL_KEEP, Journaled, ReadCopy, SharedIndexFunc,
 };
 use crate::informer::SharedIndexInformer;
 use crate::key::hash_of;
@@ -168,6 +168,25 @@ impl<K: Object> Logged<K> {
         }
     }
 
+    /// A change the store recorded, with the hash it computed for its key.
+    fn journaled(j: Journaled<K>) -> Self {
+        match j.change {
+            Change::Upsert { key, obj } => {
+                debug_assert_eq!(j.hash, hash_of(&key), "the journal's hash is the key's");
+                Logged::Upsert {
+                    hash: j.hash,
+                    obj,
+                    replaces: 0,
+                }
+            }
+            Change::Delete { key } => {
+                debug_assert_eq!(j.hash, hash_of(&key), "the journal's hash is the key's");
+                Logged::Delete { hash: j.hash, key }
+            }
+            Change::Clear => Logged::Clear,
+        }
+    }
+
     fn as_ref(&self) -> ChangeRef<'_, K> {
         match self {
             Logged::Upsert {
@@ -197,7 +216,7 @@ pub struct Publisher<K> {
     /// other, and dropped.
     log: Vec<Logged<K>>,
     /// Where the informer's changes are taken to before they are logged (kept empty).
-    taken: Vec<Change<K>>,
+    taken: Vec<Journaled<K>>,
     published: usize,
     has_synced: bool,
     resource_version: String,
@@ -255,13 +274,13 @@ impl<K: Object + 'static> Publisher<K> {
     /// it between inputs, when the informer's cache is whole.
     pub fn stage(&mut self, informer: &mut SharedIndexInformer<K>) {
         let before = self.log.len();
-        informer.take_changes(&mut self.taken);
+        informer.take_journaled(&mut self.taken);
         if self.poisoned {
             // Nothing is published again: what is staged would only pile up.
             self.drop_log();
             return;
         }
-        self.log.extend(self.taken.drain(..).map(Logged::new));
+        self.log.extend(self.taken.drain(..).map(Logged::journaled));
         // A relist grew it to the list's size: give that back.
         if self.taken.capacity() > JOURNAL_KEEP {
             self.taken.shrink_to(JOURNAL_KEEP);
