@@ -265,6 +265,8 @@ mod tests {
     #[test]
     fn key_ref_set_finds_exactly_the_noted_keys() {
         let long = "n".repeat(40);
+        let long_ns = "a".repeat(30);
+        let joined = alloc::format!("{long_ns}/b/c");
         let refs = [
             KeyRef::new(Some("ns"), "a"),
             KeyRef::new(Some("ns"), "b"),
@@ -280,6 +282,20 @@ mod tests {
         for k in &refs {
             assert!(set.contains(&k.to_key()), "{k:?}");
         }
+        // One key however it is split (names Kubernetes never gives, but the store keys by
+        // the joined text): noted once, found either way.
+        assert!(set.insert_hashed(
+            hash_of(&KeyRef::new(Some(&long_ns), "b/c")),
+            KeyRef::new(Some(&long_ns), "b/c")
+        ));
+        assert!(
+            !set.insert_hashed(
+                hash_of(&KeyRef::new(None, &joined)),
+                KeyRef::new(None, &joined)
+            ),
+            "the same joined text, split otherwise"
+        );
+        assert!(set.contains(&Key::new(None, &joined)));
         for (ns, name) in [
             (Some("ns"), "c"),
             (None, "ns"),

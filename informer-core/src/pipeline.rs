@@ -533,6 +533,40 @@ mod tests {
         v
     }
 
+    /// A list naming one stored key twice, split two ways (namespace `a`, name `b/c`; and a
+    /// cluster-scoped `a/b/c`: names Kubernetes never gives, one key to the store) still
+    /// deletes the stored key it lacks: counting that key twice must not hide the delete.
+    #[test]
+    fn a_key_listed_under_two_splits_does_not_hide_a_delete() {
+        let named = |ns: Option<&str>, name: &str, rv: u64| {
+            Arc::new(SimObject {
+                name: name.into(),
+                namespace: ns.map(Into::into),
+                resource_version: rv.to_string(),
+                uid: alloc::format!("u-{name}"),
+                data: rv,
+                noise: 0,
+            })
+        };
+        let mut p: Pipeline<SimObject> = Pipeline::new(Duration::ZERO);
+        p.add_handler(Duration::ZERO, Instant::ZERO);
+        p.populate(alloc::vec![
+            named(Some("a"), "b/c", 1),
+            named(Some("x"), "y", 2)
+        ]);
+        drain(&mut p, 1);
+        p.replace(alloc::vec![
+            named(Some("a"), "b/c", 3),
+            named(None, "a/b/c", 4)
+        ]);
+        let got = drain(&mut p, 1);
+        assert!(
+            got[0].iter().any(|n| n.starts_with("delete y ")),
+            "the delete of x/y: {got:?}"
+        );
+        assert_eq!(p.indexer().len(), 1, "only a/b/c is left");
+    }
+
     /// A relist while nothing is queued is applied at once; it must give exactly what queueing
     /// it in the DeltaFIFO and popping it gives: the same store, the same notifications to
     /// every handler in the same order (kept, changed, new, gone and repeated keys; a resync

@@ -15,7 +15,7 @@ impl<'a> KeyRefSet<'a> {
 
     /// Notes `key`, whose hash is `hash`; returns whether it was not noted yet.
     pub(crate) fn insert_hashed(&mut self, hash: u64, key: KeyRef<'a>) -> bool {
-        match self.0.entry(hash, |k| *k == key, hash_of) {
+        match self.0.entry(hash, |k| same_joined(*k, key), hash_of) {
             hashbrown::hash_table::Entry::Occupied(_) => false,
             hashbrown::hash_table::Entry::Vacant(v) => {
                 v.insert(key);
@@ -29,4 +29,20 @@ impl<'a> KeyRefSet<'a> {
         use hashbrown::Equivalent;
         self.0.find(hash_of(key), |k| k.equivalent(key)).is_some()
     }
+}
+
+/// Whether `a` and `b` stand for the same key: the same joined text, whatever their split
+/// (the store keys by the joined text, so a namespaced `a` / `b/c` and a cluster-scoped
+/// `a/b/c`, names Kubernetes never gives, are one key there and must be one here: counted
+/// twice, they would hide a stored key the list lacks).
+fn same_joined(a: KeyRef<'_>, b: KeyRef<'_>) -> bool {
+    if a == b {
+        return true;
+    }
+    fn bytes(k: KeyRef<'_>) -> impl Iterator<Item = u8> + '_ {
+        let ns = k.namespace.map(|ns| ns.as_bytes()).unwrap_or_default();
+        let slash: &[u8] = if k.namespace.is_some() { b"/" } else { b"" };
+        ns.iter().chain(slash).chain(k.name.as_bytes()).copied()
+    }
+    a.joined_len() == b.joined_len() && bytes(a).eq(bytes(b))
 }
