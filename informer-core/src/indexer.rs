@@ -438,6 +438,48 @@ fn store_over<K: Object>(
     (Some(old), new.clone())
 }
 
+/// The body of [`Indexer::upsert_with`] and [`Indexer::upsert_hashed`], given the store's
+/// `entry` for `kr` (the key of `obj`) and its `hash`: a macro, not a shared function, because
+/// one function called by both cost the event path (`upsert_with`) ~46 instructions an event
+/// (the compiler stopped inlining it into each watch event's path).
+macro_rules! upsert_at {
+    ($indexer:ident, $entry:expr, $hash:expr, $kr:expr, $obj:expr, $how:expr) => {
+        match $entry {
+            RawEntryMut::Occupied(e) => {
+                let (stored, slot) = e.into_key_value();
+                let key = stored.clone();
+                let k = Hashed {
+                    key: stored,
+                    hash: $hash,
+                };
+                let (old, now) = store_over(
+                    &mut $indexer.indices,
+                    &mut $indexer.journal,
+                    k,
+                    slot,
+                    $obj,
+                    $how,
+                );
+                (key, old, now)
+            }
+            RawEntryMut::Vacant(v) => {
+                let key = $kr.to_key();
+                let new = New {
+                    slot: v,
+                    hash: $hash,
+                };
+                new.store(
+                    &mut $indexer.indices,
+                    &mut $indexer.journal,
+                    key.clone(),
+                    &$obj,
+                );
+                (key, None, $obj)
+            }
+        }
+    };
+}
+
 /// The store's entry for `key` and the key's hash, which the index buckets take too.
 fn entry_of<'a, K, Q>(
     items: &'a mut Items<K>,
@@ -635,29 +677,11 @@ impl<K: Object + 'static> Indexer<K> {
         // object not stored yet.
         let kr = obj.key_ref();
         let (hash, entry) = entry_of(&mut self.items, &kr);
-        match entry {
-            RawEntryMut::Occupied(e) => {
-                let (stored, slot) = e.into_key_value();
-                let key = stored.clone();
-                let k = Hashed { key: stored, hash };
-                let (old, now) =
-                    store_over(&mut self.indices, &mut self.journal, k, slot, obj, how);
-                (key, old, now)
-            }
-            RawEntryMut::Vacant(v) => {
-                let key = kr.to_key();
-                let new = New { slot: v, hash };
-                new.store(&mut self.indices, &mut self.journal, key.clone(), &obj);
-                (key, None, obj)
-            }
-        }
+        upsert_at!(self, entry, hash, kr, obj, how)
     }
 
     /// [`upsert_with`](Self::upsert_with) of an object whose key's hash is known already
-    /// (`hash`, [`hash_of`] its key), for a relist, which hashed it to find the deletes. The
-    /// same code as `upsert_with` but for where the hash comes from: written out twice
-    /// because sharing it cost the event path (`upsert_with`) ~40 instructions per event
-    /// (the compiler no longer inlined it into each watch event's path).
+    /// (`hash`, [`hash_of`] its key), for a relist, which hashed it to find the deletes.
     pub(crate) fn upsert_hashed(
         &mut self,
         hash: u64,
@@ -669,22 +693,7 @@ impl<K: Object + 'static> Indexer<K> {
             .items
             .raw_entry_mut()
             .from_key_hashed_nocheck(hash, &kr);
-        match entry {
-            RawEntryMut::Occupied(e) => {
-                let (stored, slot) = e.into_key_value();
-                let key = stored.clone();
-                let k = Hashed { key: stored, hash };
-                let (old, now) =
-                    store_over(&mut self.indices, &mut self.journal, k, slot, obj, how);
-                (key, old, now)
-            }
-            RawEntryMut::Vacant(v) => {
-                let key = kr.to_key();
-                let new = New { slot: v, hash };
-                new.store(&mut self.indices, &mut self.journal, key.clone(), &obj);
-                (key, None, obj)
-            }
-        }
+        upsert_at!(self, entry, hash, kr, obj, how)
     }
 
     /// Whether an object is stored under `key`, whose hash is `hash` ([`hash_of`] it).
