@@ -151,8 +151,7 @@ impl<K> Queue<K> {
 
     /// Whether `key` has a pending entry.
     fn contains(&self, key: &Key) -> bool {
-        self.head.as_ref().is_some_and(|(k, _)| k == key)
-            || (!self.entries.is_empty() && self.entries.contains_key(key))
+        self.contains_hashed(key::hash_of(key), key)
     }
 
     /// [`contains`](Self::contains) of a key whose hash is `hash` ([`key::hash_of`]).

@@ -154,18 +154,11 @@ enum Logged<K> {
 
 impl<K: Object> Logged<K> {
     fn new(change: Change<K>) -> Self {
-        match change {
-            Change::Upsert { key, obj } => Logged::Upsert {
-                hash: hash_of(&key),
-                obj,
-                replaces: 0,
-            },
-            Change::Delete { key } => Logged::Delete {
-                hash: hash_of(&key),
-                key,
-            },
-            Change::Clear => Logged::Clear,
-        }
+        let hash = match &change {
+            Change::Upsert { key, .. } | Change::Delete { key } => hash_of(key),
+            Change::Clear => 0,
+        };
+        Self::journaled(Journaled { hash, change })
     }
 
     /// A change the store recorded, with the hash it computed for its key.

@@ -183,7 +183,8 @@ fn of_split(before: &[u8], after: Option<&[u8]>) -> u64 {
 /// The hash of the joined key text `joined`.
 #[inline]
 pub(super) fn of_joined(joined: &[u8]) -> u64 {
-    if !has_slash(joined) {
+    // A short key without a `/` is told by a word test; any other is searched once.
+    if joined.len() <= 16 && !has_slash(joined) {
         return of_split(joined, None);
     }
     match joined.iter().position(|&c| c == b'/') {
