@@ -810,6 +810,21 @@ fn print_core_comparison(rows: &[serde_json::Value], before: &str, after: &str) 
             f(v, "peak_rss_kb") / f(peer, "peak_rss_kb")
         );
     }
+    // The floor: the same objects and events on a bare map in the same process (no index, no
+    // handler, no notification), what bounds any informer on this machine.
+    for v in &ours {
+        let floor = f(v, "events") / f(v, "floor_s");
+        if floor.is_finite() {
+            println!(
+                "floor with {} (a bare map, the same events): {:.0} events/s = {:.2}x client-go; \
+                 informer-rs reached {:.0}% of it",
+                v["allocator"].as_str().unwrap_or("?"),
+                floor,
+                floor / (f(peer, "events") / f(peer, "wall_s")),
+                100.0 * (f(v, "events") / f(v, "wall_s")) / floor
+            );
+        }
+    }
     println!(
         "events/s: events over the wall time of the timed part (objects built outside it).\n\
          events/CPU-s: informer-rs runs on one thread, its CPU time read from the thread's \
@@ -817,7 +832,9 @@ fn print_core_comparison(rows: &[serde_json::Value], before: &str, after: &str) 
          every core, its CPU time is the whole process's (getrusage: every thread, GC included).\n\
          peak RSS: VmHWM / ru_maxrss of the benchmark process at the end of the ConfigMap \
          workload (the harness's prebuilt chunk of 20,000 objects included on both sides).\n\
-         replace s: the initial 100k-object replace until every handler has every add."
+         replace s: the initial 100k-object replace until every handler has every add.\n\
+         floor: each event one lookup and one insert or remove in a hashbrown map of Key to \
+         Arc, the replaced object dropped there; built and timed as informer-rs's events."
     );
     Ok(())
 }

@@ -209,6 +209,69 @@ fn drain<K: Object + 'static>(p: &mut Pipeline<K>, counts: &mut [Counts]) {
     }
 }
 
+/// The workload's objects and events, the same for every run (and for the floor): `objects`
+/// listed first, then events 60% modify, 20% add, 20% delete of random live objects.
+struct Stream {
+    rng: Rng,
+    /// Ids of the objects in the cache.
+    live: Vec<usize>,
+    /// The resourceVersion each id was last written with.
+    rv_of: Vec<u64>,
+    next_id: usize,
+    rv: u64,
+    n_mod: usize,
+    n_add: usize,
+    n_del: usize,
+}
+
+impl Stream {
+    /// A stream of `events` after a list of `objects`; its bookkeeping allocated at full size.
+    fn new(objects: usize, events: usize) -> Self {
+        let mut live = Vec::with_capacity(objects + events);
+        live.extend(0..objects);
+        Stream {
+            rng: Rng(0x5EED),
+            live,
+            rv_of: vec![1; objects + events],
+            next_id: objects,
+            rv: 2,
+            n_mod: 0,
+            n_add: 0,
+            n_del: 0,
+        }
+    }
+
+    /// The initial list: every live object at resourceVersion 1.
+    fn initial<K>(&mut self, make: fn(usize, u64, &mut Rng) -> Arc<K>) -> Vec<Arc<K>> {
+        let ids = self.live.clone();
+        ids.into_iter().map(|i| make(i, 1, &mut self.rng)).collect()
+    }
+
+    /// The next event.
+    fn next<K>(&mut self, make: fn(usize, u64, &mut Rng) -> Arc<K>) -> Event<K> {
+        self.rv += 1;
+        let rv = self.rv;
+        let roll = self.rng.below(10);
+        if roll < 6 && !self.live.is_empty() {
+            self.n_mod += 1;
+            let id = self.live[self.rng.below(self.live.len())];
+            self.rv_of[id] = rv;
+            Event::Modified(make(id, rv, &mut self.rng))
+        } else if roll < 8 || self.live.is_empty() {
+            self.n_add += 1;
+            let id = self.next_id;
+            self.next_id += 1;
+            self.live.push(id);
+            self.rv_of[id] = rv;
+            Event::Added(make(id, rv, &mut self.rng))
+        } else {
+            self.n_del += 1;
+            let id = self.live.swap_remove(self.rng.below(self.live.len()));
+            Event::Deleted(make(id, rv, &mut self.rng))
+        }
+    }
+}
+
 enum Event<K> {
     Added(Arc<K>),
     Modified(Arc<K>),
@@ -360,6 +423,55 @@ fn mib(b: u64) -> f64 {
     b as f64 / (1024.0 * 1024.0)
 }
 
+/// The physical floor of the event work on this machine: the same objects and events (the
+/// same [`Stream`]) through nothing but a map of `Key` to `Arc` (hashbrown, foldhash), each
+/// event one lookup and one insert or remove, the replaced or removed object dropped there. No
+/// index, no handler, no notification: what no informer can do without. Returns ns per event
+/// of wall time.
+#[inline(never)]
+fn floor<K: Object + 'static>(make: fn(usize, u64, &mut Rng) -> Arc<K>) -> f64 {
+    let (objects, events) = (FULL_OBJECTS / scale(), FULL_EVENTS / scale());
+    let mut stream = Stream::new(objects, events);
+    let mut map: hashbrown::HashMap<informer_core::Key, Arc<K>> =
+        hashbrown::HashMap::with_capacity(objects);
+    for o in stream.initial(make) {
+        map.insert(o.key_ref().to_key(), o);
+    }
+    let mut total = Duration::ZERO;
+    let mut done = 0;
+    while done < events {
+        let n = CHUNK.min(events - done);
+        let mut chunk: Vec<Event<K>> = (0..n).map(|_| stream.next(make)).collect();
+        let t = Instant::now();
+        floor_feed(&mut map, &mut chunk);
+        total += t.elapsed();
+        done += n;
+    }
+    assert_eq!(map.len(), stream.live.len(), "the floor's map holds the live objects");
+    total.as_nanos() as f64 / events as f64
+}
+
+/// The floor's timed part (`--toggle-collect='*floor_feed*'` counts it).
+#[inline(never)]
+fn floor_feed<K: Object>(
+    map: &mut hashbrown::HashMap<informer_core::Key, Arc<K>>,
+    chunk: &mut Vec<Event<K>>,
+) {
+    for ev in chunk.drain(..) {
+        match ev {
+            Event::Added(o) | Event::Modified(o) => {
+                match map.get_mut(&o.key_ref()) {
+                    Some(slot) => drop(std::mem::replace(slot, o)),
+                    None => {
+                        map.insert(o.key_ref().to_key(), o);
+                    }
+                }
+            }
+            Event::Deleted(o) => drop(black_box(map.remove(&o.key_ref()))),
+        }
+    }
+}
+
 fn run<K: Object + 'static>(
     workload: &str,
     title: &str,
@@ -368,18 +480,15 @@ fn run<K: Object + 'static>(
     handlers: usize,
     verbose: bool,
 ) -> f64 {
-    let mut rng = Rng(0x5EED);
     let (objects, events) = (FULL_OBJECTS / scale(), FULL_EVENTS / scale());
     // The harness's own bookkeeping, allocated at full size before `base` so that the heap
     // figures below are the informer's alone (this was ~10 MiB counted as the informer's peak).
-    let mut rv_of: Vec<u64> = vec![1; objects + events];
-    let mut live: Vec<usize> = Vec::with_capacity(objects + events);
-    live.extend(0..objects);
+    let mut stream = Stream::new(objects, events);
     let mut counts: Vec<Counts> = (0..handlers).map(|_| Counts::default()).collect();
     let base = heap();
 
     // Decoded size of the objects alone.
-    let list: Vec<Arc<K>> = (0..objects).map(|i| make(i, 1, &mut rng)).collect();
+    let list: Vec<Arc<K>> = stream.initial(make);
     let list_vec_bytes = (list.capacity() * std::mem::size_of::<Arc<K>>()) as u64;
     let objects_bytes = heap() - base - list_vec_bytes;
     let per_object = objects_bytes as f64 / objects as f64;
@@ -402,14 +511,11 @@ fn run<K: Object + 'static>(
     assert_eq!(p.indexer().len(), objects);
 
     // Events.
-    let mut next_id = objects;
-    let mut rv = 2u64;
     let mut total = Duration::ZERO;
     let mut total_cpu = Duration::ZERO;
     let mut build = Duration::ZERO;
     let mut event_allocs = 0u64;
     let mut events_peak = 0u64;
-    let (mut n_mod, mut n_add, mut n_del) = (0usize, 0usize, 0usize);
     let mut done = 0;
     while done < events {
         let n = CHUNK.min(events - done);
@@ -417,26 +523,7 @@ fn run<K: Object + 'static>(
         let before_chunk = heap();
         let mut chunk = Vec::with_capacity(n);
         for _ in 0..n {
-            rv += 1;
-            let roll = rng.below(10);
-            let ev = if roll < 6 {
-                n_mod += 1;
-                let id = live[rng.below(live.len())];
-                rv_of[id] = rv;
-                Event::Modified(make(id, rv, &mut rng))
-            } else if roll < 8 || live.is_empty() {
-                n_add += 1;
-                let id = next_id;
-                next_id += 1;
-                live.push(id);
-                rv_of[id] = rv;
-                Event::Added(make(id, rv, &mut rng))
-            } else {
-                n_del += 1;
-                let id = live.swap_remove(rng.below(live.len()));
-                Event::Deleted(make(id, rv, &mut rng))
-            };
-            chunk.push(ev);
+            chunk.push(stream.next(make));
         }
         build += t.elapsed();
         let chunk_bytes = heap() - before_chunk;
@@ -459,6 +546,16 @@ fn run<K: Object + 'static>(
     let end = heap() - base;
     let cached = p.indexer().len();
 
+    let Stream {
+        mut rng,
+        live,
+        rv_of,
+        mut next_id,
+        mut rv,
+        n_mod,
+        n_add,
+        n_del,
+    } = stream;
     for (i, c) in counts.iter().enumerate() {
         assert_eq!(c.adds as usize, objects + n_add, "handler {i} adds");
         assert_eq!(c.updates as usize, n_mod, "handler {i} updates");
@@ -568,13 +665,24 @@ fn run<K: Object + 'static>(
     // larger), the harness's prebuilt objects included, as in the client-go harness.
     let rss = peak_rss_kib();
     println!("  peak RSS of the process so far: {:.1} MiB", rss as f64 / 1024.0);
+    // The floor runs last, the informer dropped first (its report and peak RSS are above), on
+    // objects of its own built outside its timing.
+    drop(p);
+    let floor_ns = floor(make);
+    println!(
+        "  floor, the same events on a bare map (one lookup, one insert or remove, the old object dropped): \
+         {:.0} events/s, {floor_ns:.0} ns/event wall; the informer took {:.2}x that",
+        1e9 / floor_ns,
+        (total.as_nanos() as f64 / events as f64) / floor_ns
+    );
     write_report(&format!(
         "{{\"bench\":\"informer-rs\",\"allocator\":\"{ALLOCATOR}\",\"workload\":\"{workload}\",\
          \"objects\":{objects},\"events\":{events},\"wall_s\":{},\"cpu_s\":{},\
-         \"replace_s\":{},\"peak_rss_kb\":{rss}}}",
+         \"replace_s\":{},\"peak_rss_kb\":{rss},\"floor_s\":{}}}",
         total.as_secs_f64(),
         total_cpu.as_secs_f64(),
         replace_time.as_secs_f64(),
+        floor_ns * events as f64 / 1e9,
     ));
     cpu_ns_per_event
 }
