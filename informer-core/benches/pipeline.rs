@@ -31,6 +31,11 @@
 //! changed, 1% gone while the watch was down, 1% new), applied and delivered; its instructions:
 //! `--toggle-collect='*relist_now*'`.
 //!
+//! Last, each workload's floor: the same objects and events through nothing but a map of `Key`
+//! to `Arc` (one lookup and one insert or remove per event, the old object dropped), what no
+//! informer can do without on this machine; its instructions: `--toggle-collect='*floor_events*'`
+//! (its timed function is named so that `'*feed*'` does not count it).
+//!
 //! `INFORMER_BENCH_DELIVERY` picks how the counting handlers get their notifications: `deliver`
 //! (the default: inline, by reference, `Pipeline::deliver`, as a driver that runs its handlers
 //! on its own thread) or `poll` (one owned notification at a time: `poll_notification`, then

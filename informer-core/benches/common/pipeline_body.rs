@@ -443,7 +443,7 @@ fn floor<K: Object + 'static>(make: fn(usize, u64, &mut Rng) -> Arc<K>) -> f64 {
         let n = CHUNK.min(events - done);
         let mut chunk: Vec<Event<K>> = (0..n).map(|_| stream.next(make)).collect();
         let t = Instant::now();
-        floor_feed(&mut map, &mut chunk);
+        floor_events(&mut map, &mut chunk);
         total += t.elapsed();
         done += n;
     }
@@ -451,9 +451,9 @@ fn floor<K: Object + 'static>(make: fn(usize, u64, &mut Rng) -> Arc<K>) -> f64 {
     total.as_nanos() as f64 / events as f64
 }
 
-/// The floor's timed part (`--toggle-collect='*floor_feed*'` counts it).
+/// The floor's timed part (`--toggle-collect='*floor_events*'` counts it).
 #[inline(never)]
-fn floor_feed<K: Object>(
+fn floor_events<K: Object>(
     map: &mut hashbrown::HashMap<informer_core::Key, Arc<K>>,
     chunk: &mut Vec<Event<K>>,
 ) {
