@@ -853,7 +853,14 @@ impl<K: Object + 'static> Indexer<K> {
     #[cfg(any(test, feature = "spin"))]
     pub(crate) fn take_journaled(&mut self, into: &mut Vec<Journaled<K>>) {
         if let Some(journal) = &mut self.journal {
-            into.append(journal);
+            if into.is_empty() && journal.len() > JOURNAL_KEEP {
+                // A large step (a list): its buffer changes hands rather than being copied
+                // into fresh memory (in a new process, a page fault per 4 KiB of it); the
+                // journal goes on in `into`'s former buffer.
+                core::mem::swap(into, journal);
+            } else {
+                into.append(journal);
+            }
             if journal.capacity() > JOURNAL_KEEP {
                 journal.shrink_to(JOURNAL_KEEP);
             }

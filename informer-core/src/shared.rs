@@ -273,7 +273,18 @@ impl<K: Object + 'static> Publisher<K> {
             self.drop_log();
             return;
         }
-        self.log.extend(self.taken.drain(..).map(Logged::journaled));
+        if self.log.is_empty() && self.taken.len() > JOURNAL_KEEP {
+            // A large step (a first list, a snapshot loaded) and nothing logged before it: the
+            // log is made in the taken buffer itself (a `Logged` is no larger than a
+            // `Journaled`, and collecting a mapped `Vec` reuses its buffer), not copied into a
+            // fresh one. `taken` starts over empty.
+            self.log = core::mem::take(&mut self.taken)
+                .into_iter()
+                .map(Logged::journaled)
+                .collect();
+        } else {
+            self.log.extend(self.taken.drain(..).map(Logged::journaled));
+        }
         // A relist grew it to the list's size: give that back.
         if self.taken.capacity() > JOURNAL_KEEP {
             self.taken.shrink_to(JOURNAL_KEEP);
@@ -950,6 +961,59 @@ mod tests {
             assert_eq!(copy.indexer().len(), 5000);
             assert_eq!(copy.indexer().index_len(NAMESPACE_INDEX, "ns"), Ok(5000));
             assert!(copy.has_synced());
+        }
+    }
+
+    /// A large step staged onto an empty log becomes the log in the buffer the informer's
+    /// journal filled (handed over, then collected in place: a `Logged` fits where a
+    /// `Journaled` was), and both copies still end up with every object.
+    #[test]
+    fn a_large_steps_journal_becomes_the_log_in_its_own_buffer() {
+        use core::mem::{align_of, size_of};
+        assert!(size_of::<Logged<SimObject>>() <= size_of::<Journaled<SimObject>>());
+        assert_eq!(
+            align_of::<Logged<SimObject>>(),
+            align_of::<Journaled<SimObject>>()
+        );
+        type Dynamic = crate::object::DynamicObject;
+        assert!(size_of::<Logged<Dynamic>>() <= size_of::<Journaled<Dynamic>>());
+        assert_eq!(
+            align_of::<Logged<Dynamic>>(),
+            align_of::<Journaled<Dynamic>>()
+        );
+
+        let mut inf: SharedIndexInformer<SimObject> =
+            SharedIndexInformer::new(InformerConfig::default());
+        inf.record_changes(true);
+        inf.start(Instant::ZERO);
+        let list_id = drain(&mut inf).unwrap();
+        let mut publisher = Publisher::new();
+        let items = (0..3000).map(|i| obj(&alloc::format!("o{i}"), 1)).collect();
+        inf.handle_input(Instant::ZERO, list_id, page(items, "1"));
+        drain(&mut inf);
+        publisher.stage(&mut inf);
+        assert_eq!(publisher.log.len(), 3000);
+        assert_eq!(
+            publisher.taken.capacity(),
+            0,
+            "the taken buffer went to the log"
+        );
+        // The next small step takes its changes through `taken` again.
+        publisher.stage_changes([Change::Delete {
+            key: crate::object::KeyRef {
+                namespace: Some("ns"),
+                name: "o0",
+            }
+            .to_key(),
+        }]);
+        assert!(publisher.try_publish());
+        for copy in &publisher.views().copies {
+            let copy = copy.read();
+            assert_eq!(copy.indexer().len(), 2999);
+            assert!(!copy.indexer().contains_key(crate::object::KeyRef {
+                namespace: Some("ns"),
+                name: "o0",
+            }));
         }
     }
 
