@@ -933,22 +933,29 @@ mod tests {
         assert!(views.read(|v| v.indexer().get_by_key("ns/b").is_some()));
     }
 
-    /// A publish of a large step (a relist) with no reader left on the copy readers just left
-    /// brings that copy up to date at once: a relist's log is given back in the publish that
-    /// applied it, not held (one entry per object) until the next change, and both copies
-    /// hold the list.
-    #[test]
-    fn a_publish_catches_the_other_copy_up_and_gives_the_log_back() {
+    /// A publisher with the first list of a recording informer (`n` objects `o0`, `o1`, … in
+    /// namespace `ns`) staged, not yet published.
+    fn staged_list(n: usize) -> Publisher<SimObject> {
         let mut inf: SharedIndexInformer<SimObject> =
             SharedIndexInformer::new(InformerConfig::default());
         inf.record_changes(true);
         inf.start(Instant::ZERO);
         let list_id = drain(&mut inf).unwrap();
         let mut publisher = Publisher::new();
-        let items = (0..5000).map(|i| obj(&alloc::format!("o{i}"), 1)).collect();
+        let items = (0..n).map(|i| obj(&alloc::format!("o{i}"), 1)).collect();
         inf.handle_input(Instant::ZERO, list_id, page(items, "1"));
         drain(&mut inf);
         publisher.stage(&mut inf);
+        publisher
+    }
+
+    /// A publish of a large step (a relist) with no reader left on the copy readers just left
+    /// brings that copy up to date at once: a relist's log is given back in the publish that
+    /// applied it, not held (one entry per object) until the next change, and both copies
+    /// hold the list.
+    #[test]
+    fn a_publish_catches_the_other_copy_up_and_gives_the_log_back() {
+        let mut publisher = staged_list(5000);
         assert!(publisher.try_publish());
         assert!(
             publisher.log.is_empty(),
@@ -982,16 +989,7 @@ mod tests {
             align_of::<Journaled<Dynamic>>()
         );
 
-        let mut inf: SharedIndexInformer<SimObject> =
-            SharedIndexInformer::new(InformerConfig::default());
-        inf.record_changes(true);
-        inf.start(Instant::ZERO);
-        let list_id = drain(&mut inf).unwrap();
-        let mut publisher = Publisher::new();
-        let items = (0..3000).map(|i| obj(&alloc::format!("o{i}"), 1)).collect();
-        inf.handle_input(Instant::ZERO, list_id, page(items, "1"));
-        drain(&mut inf);
-        publisher.stage(&mut inf);
+        let mut publisher = staged_list(3000);
         assert_eq!(publisher.log.len(), 3000);
         assert_eq!(
             publisher.taken.capacity(),
