@@ -226,15 +226,12 @@ impl<K: Object + 'static> Pipeline<K> {
             if !admit(&obj) {
                 continue;
             }
-            let key = obj.key_ref().to_key();
-            // A listed object, as through the FIFO.
-            match self
-                .indexer
-                .insert_with(key.clone(), obj, Stored::UnlessSameState)
-            {
+            // A listed object, as through the FIFO. Its key is hashed from its parts and built
+            // once, for the store, the journal and the handlers' log.
+            match self.indexer.upsert_with(obj, Stored::UnlessSameState) {
                 // Nothing was distributed before this first population, and the key is new to
                 // the store, so no handler has anything pending for it.
-                (None, obj) => self.processor.distribute_new(
+                (key, None, obj) => self.processor.distribute_new(
                     key,
                     Notification::Add {
                         obj,
@@ -242,7 +239,7 @@ impl<K: Object + 'static> Pipeline<K> {
                     },
                 ),
                 // A repeated key: an update, as the FIFO's second `Replaced` delta would give.
-                (old @ Some(_), obj) => {
+                (key, old @ Some(_), obj) => {
                     self.notify_upsert(key, DeltaType::Replaced, old, obj, true)
                 }
             }
