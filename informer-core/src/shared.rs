@@ -275,9 +275,10 @@ impl<K: Object + 'static> Publisher<K> {
         }
         if self.log.is_empty() && self.taken.len() > JOURNAL_KEEP {
             // A large step (a first list, a snapshot loaded) and nothing logged before it: the
-            // log is made in the taken buffer itself (a `Logged` is no larger than a
-            // `Journaled`, and collecting a mapped `Vec` reuses its buffer), not copied into a
-            // fresh one. `taken` starts over empty.
+            // log is made in the taken buffer itself rather than copied into a fresh one (std
+            // collects a mapped `Vec` in place when the new elements fit where the old ones
+            // were, as a `Logged` does where a `Journaled` was: a test checks that). `taken`
+            // starts over empty.
             self.log = core::mem::take(&mut self.taken)
                 .into_iter()
                 .map(Logged::journaled)
