@@ -277,8 +277,8 @@ impl<K: Object + 'static> Publisher<K> {
             // A large step (a first list, a snapshot loaded) and nothing logged before it: the
             // log is made in the taken buffer itself rather than copied into a fresh one (std
             // collects a mapped `Vec` in place when the new elements fit where the old ones
-            // were, as a `Logged` does where a `Journaled` was: a test checks that). `taken`
-            // starts over empty.
+            // were, as a `Logged` does where a `Journaled` was: a test checks that the log
+            // keeps the buffer). `taken` starts over empty.
             self.log = core::mem::take(&mut self.taken)
                 .into_iter()
                 .map(Logged::journaled)
@@ -934,19 +934,24 @@ mod tests {
         assert!(views.read(|v| v.indexer().get_by_key("ns/b").is_some()));
     }
 
-    /// A publisher with the first list of a recording informer (`n` objects `o0`, `o1`, … in
-    /// namespace `ns`) staged, not yet published.
-    fn staged_list(n: usize) -> Publisher<SimObject> {
+    /// A recording informer that has applied its first list: `n` objects `o0`, `o1`, … in
+    /// namespace `ns`.
+    fn listed(n: usize) -> SharedIndexInformer<SimObject> {
         let mut inf: SharedIndexInformer<SimObject> =
             SharedIndexInformer::new(InformerConfig::default());
         inf.record_changes(true);
         inf.start(Instant::ZERO);
         let list_id = drain(&mut inf).unwrap();
-        let mut publisher = Publisher::new();
         let items = (0..n).map(|i| obj(&alloc::format!("o{i}"), 1)).collect();
         inf.handle_input(Instant::ZERO, list_id, page(items, "1"));
         drain(&mut inf);
-        publisher.stage(&mut inf);
+        inf
+    }
+
+    /// A publisher with [`listed`]'s first list staged, not yet published.
+    fn staged_list(n: usize) -> Publisher<SimObject> {
+        let mut publisher = Publisher::new();
+        publisher.stage(&mut listed(n));
         publisher
     }
 
@@ -990,8 +995,18 @@ mod tests {
             align_of::<Journaled<Dynamic>>()
         );
 
-        let mut publisher = staged_list(3000);
+        // The journal taken as `stage` takes it, its buffer noted, then staged.
+        let mut inf = listed(3000);
+        let mut publisher = Publisher::new();
+        inf.take_journaled(&mut publisher.taken);
+        let buffer = publisher.taken.as_ptr() as usize;
+        publisher.stage(&mut inf);
         assert_eq!(publisher.log.len(), 3000);
+        assert_eq!(
+            publisher.log.as_ptr() as usize,
+            buffer,
+            "the log is made in the journal's buffer, not copied"
+        );
         assert_eq!(
             publisher.taken.capacity(),
             0,
