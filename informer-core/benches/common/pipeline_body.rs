@@ -241,10 +241,11 @@ impl Stream {
         }
     }
 
-    /// The initial list: every live object at resourceVersion 1.
+    /// The initial list: every object, ids `0..objects` (the live ones before any event), at
+    /// resourceVersion 1.
     fn initial<K>(&mut self, make: fn(usize, u64, &mut Rng) -> Arc<K>) -> Vec<Arc<K>> {
-        let ids = self.live.clone();
-        ids.into_iter().map(|i| make(i, 1, &mut self.rng)).collect()
+        let rng = &mut self.rng;
+        (0..self.live.len()).map(|i| make(i, 1, rng)).collect()
     }
 
     /// The next event.
