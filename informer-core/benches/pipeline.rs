@@ -36,6 +36,13 @@
 //! informer can do without on this machine; its instructions: `--toggle-collect='*floor_events*'`
 //! (its timed function is named so that `'*feed*'` does not count it).
 //!
+//! Then the *bare informer*: the floor plus the workload's namespace and label indices (each a
+//! map of value to a set of keys) and its handlers, each called in turn with every event's
+//! notification, written out by hand the most direct way. No FIFO, no resourceVersion check, no
+//! queue or log for a handler that falls behind, no journal for readers: what a hand-written
+//! loop doing only the workload's work costs, the other bound the informer is measured against.
+//! Its instructions: `--toggle-collect='*bare_events*'`.
+//!
 //! `INFORMER_BENCH_DELIVERY` picks how the counting handlers get their notifications: `deliver`
 //! (the default: inline, by reference, `Pipeline::deliver`, as a driver that runs its handlers
 //! on its own thread) or `poll` (one owned notification at a time: `poll_notification`, then

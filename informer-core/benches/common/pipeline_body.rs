@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use informer_core::indexer::{IndexFunc, LabelIndex};
 use informer_core::selector::Labels;
-use informer_core::{DynamicObject, Notification, Object, Pipeline};
+use informer_core::{DynamicObject, Notification, Object, ObjectOrTombstone, Pipeline};
 use smol_str::SmolStr;
 
 /// Counts heap bytes and allocations on top of an inner allocator.
@@ -473,11 +473,164 @@ fn floor_events<K: Object>(
     }
 }
 
+/// The issue's workload written out by hand, the *bare informer*: the floor's map plus what
+/// the workload asks of an informer, done the most direct way. A namespace index and the
+/// workload's index, each a map of value to a set of keys, updated on adds and deletes and on an
+/// update that changes the value; each event a notification (`Add`, `Update` with the replaced
+/// object, `Delete`) that every handler gets by reference, called in turn; nothing else. No
+/// FIFO, no resourceVersion check, no queue or log for a handler that falls behind, no readers'
+/// journal: a bound below anything that does the workload's work. Returns ns per event of wall
+/// time; its instructions: `--toggle-collect='*bare_events*'`.
+#[inline(never)]
+fn bare<K: Object + 'static>(
+    make: fn(usize, u64, &mut Rng) -> Arc<K>,
+    index: &impl IndexFunc<K>,
+    handlers: usize,
+) -> f64 {
+    let (objects, events) = (FULL_OBJECTS / scale(), FULL_EVENTS / scale());
+    let mut stream = Stream::new(objects, events);
+    let mut bare = Bare::with_capacity(objects);
+    let mut counts: Vec<Counts> = (0..handlers).map(|_| Counts::default()).collect();
+    let mut initial: Vec<Event<K>> = stream.initial(make).into_iter().map(Event::Added).collect();
+    bare_list(&mut bare, index, &mut initial, &mut counts);
+    let mut total = Duration::ZERO;
+    let mut done = 0;
+    while done < events {
+        let n = CHUNK.min(events - done);
+        let mut chunk: Vec<Event<K>> = (0..n).map(|_| stream.next(make)).collect();
+        let t = Instant::now();
+        bare_events(&mut bare, index, &mut chunk, &mut counts);
+        total += t.elapsed();
+        done += n;
+    }
+    assert_eq!(bare.objects.len(), stream.live.len(), "the bare informer holds the live objects");
+    let in_buckets = |b: &Buckets| b.values().map(|keys| keys.len()).sum::<usize>();
+    assert_eq!(in_buckets(&bare.by_namespace), stream.live.len(), "each object in its namespace");
+    for (i, c) in counts.iter().enumerate() {
+        assert_eq!(c.adds as usize, objects + stream.n_add, "bare handler {i} adds");
+        assert_eq!(c.updates as usize, stream.n_mod, "bare handler {i} updates");
+        assert_eq!(c.deletes as usize, stream.n_del, "bare handler {i} deletes");
+    }
+    total.as_nanos() as f64 / events as f64
+}
+
+/// An index of the bare informer: value to the keys of the objects with it.
+type Buckets = hashbrown::HashMap<SmolStr, hashbrown::HashSet<informer_core::Key>>;
+
+/// The bare informer's state (see [`bare`]).
+struct Bare<K> {
+    objects: hashbrown::HashMap<informer_core::Key, Arc<K>>,
+    by_namespace: Buckets,
+    by_value: Buckets,
+}
+
+impl<K: Object> Bare<K> {
+    fn with_capacity(objects: usize) -> Self {
+        Bare {
+            objects: hashbrown::HashMap::with_capacity(objects),
+            by_namespace: Buckets::default(),
+            by_value: Buckets::default(),
+        }
+    }
+}
+
+/// Puts `key` in the bucket of `value` (none: no bucket).
+fn bucket_insert(b: &mut Buckets, value: Option<&str>, key: &informer_core::Key) {
+    if let Some(v) = value {
+        b.entry_ref(v).or_default().insert(key.clone());
+    }
+}
+
+/// Takes `key` out of the bucket of `value`; an emptied bucket goes.
+fn bucket_remove(b: &mut Buckets, value: Option<&str>, key: &informer_core::Key) {
+    if let Some(v) = value {
+        if let Some(keys) = b.get_mut(v) {
+            keys.remove(key);
+            if keys.is_empty() {
+                b.remove(v);
+            }
+        }
+    }
+}
+
+/// The value of the workload's (single-valued) index for `o`.
+fn value<'a, K>(index: &impl IndexFunc<K>, o: &'a K) -> Option<&'a str> {
+    index.single_value(o).expect("the workload's index is single-valued")
+}
+
+/// The bare informer's timed part (see [`bare`]).
+#[inline(never)]
+fn bare_events<K: Object>(
+    bare: &mut Bare<K>,
+    index: &impl IndexFunc<K>,
+    chunk: &mut Vec<Event<K>>,
+    counts: &mut [Counts],
+) {
+    bare_apply(bare, index, chunk, counts);
+}
+
+/// The bare informer's initial list, not timed (nor counted by `'*bare_events*'`).
+#[inline(never)]
+fn bare_list<K: Object>(
+    bare: &mut Bare<K>,
+    index: &impl IndexFunc<K>,
+    list: &mut Vec<Event<K>>,
+    counts: &mut [Counts],
+) {
+    bare_apply(bare, index, list, counts);
+}
+
+/// Applies `chunk`'s events to the bare informer and has every handler count each one.
+#[inline(always)]
+fn bare_apply<K: Object>(
+    bare: &mut Bare<K>,
+    index: &impl IndexFunc<K>,
+    chunk: &mut Vec<Event<K>>,
+    counts: &mut [Counts],
+) {
+    for ev in chunk.drain(..) {
+        let n = match ev {
+            Event::Added(o) | Event::Modified(o) => match bare.objects.get_mut(&o.key_ref()) {
+                Some(slot) => {
+                    let old = std::mem::replace(slot, o.clone());
+                    if !index.same_values(&old, &o) {
+                        let key = o.key_ref().to_key();
+                        bucket_remove(&mut bare.by_value, value(index, &old), &key);
+                        bucket_insert(&mut bare.by_value, value(index, &o), &key);
+                    }
+                    Notification::Update { old, new: o }
+                }
+                None => {
+                    let key = o.key_ref().to_key();
+                    bucket_insert(&mut bare.by_namespace, o.namespace(), &key);
+                    bucket_insert(&mut bare.by_value, value(index, &o), &key);
+                    bare.objects.insert(key, o.clone());
+                    Notification::Add {
+                        obj: o,
+                        in_initial_list: false,
+                    }
+                }
+            },
+            Event::Deleted(o) => {
+                let Some((key, old)) = bare.objects.remove_entry(&o.key_ref()) else {
+                    continue;
+                };
+                bucket_remove(&mut bare.by_namespace, old.namespace(), &key);
+                bucket_remove(&mut bare.by_value, value(index, &old), &key);
+                Notification::Delete(ObjectOrTombstone::Object(old))
+            }
+        };
+        for c in counts.iter_mut() {
+            count(c, &n);
+        }
+    }
+}
+
 fn run<K: Object + 'static>(
     workload: &str,
     title: &str,
     make: fn(usize, u64, &mut Rng) -> Arc<K>,
-    index: impl IndexFunc<K> + 'static,
+    index: impl IndexFunc<K> + Clone + 'static,
     handlers: usize,
     verbose: bool,
 ) -> f64 {
@@ -495,7 +648,7 @@ fn run<K: Object + 'static>(
     let per_object = objects_bytes as f64 / objects as f64;
 
     let mut p: Pipeline<K> = Pipeline::new(Duration::ZERO);
-    p.add_index("app", index).unwrap();
+    p.add_index("app", index.clone()).unwrap();
     for _ in 0..handlers {
         p.add_handler(Duration::ZERO, informer_core::Instant::ZERO);
     }
@@ -676,14 +829,23 @@ fn run<K: Object + 'static>(
         1e9 / floor_ns,
         (total.as_nanos() as f64 / events as f64) / floor_ns
     );
+    let bare_ns = bare(make, &index, handlers);
+    println!(
+        "  bare informer, the floor plus the workload's two indices and {handlers} handlers written out by hand \
+         (no FIFO, no resourceVersion check, no log): {:.0} events/s, {bare_ns:.0} ns/event wall; \
+         the informer took {:.2}x that",
+        1e9 / bare_ns,
+        (total.as_nanos() as f64 / events as f64) / bare_ns
+    );
     write_report(&format!(
         "{{\"bench\":\"informer-rs\",\"allocator\":\"{ALLOCATOR}\",\"workload\":\"{workload}\",\
          \"objects\":{objects},\"events\":{events},\"wall_s\":{},\"cpu_s\":{},\
-         \"replace_s\":{},\"peak_rss_kb\":{rss},\"floor_s\":{}}}",
+         \"replace_s\":{},\"peak_rss_kb\":{rss},\"floor_s\":{},\"bare_s\":{}}}",
         total.as_secs_f64(),
         total_cpu.as_secs_f64(),
         replace_time.as_secs_f64(),
         floor_ns * events as f64 / 1e9,
+        bare_ns * events as f64 / 1e9,
     ));
     cpu_ns_per_event
 }
