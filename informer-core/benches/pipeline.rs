@@ -40,7 +40,7 @@
 //! map of value to a set of keys) and its handlers, each called in turn with every event's
 //! notification, written out by hand the most direct way. No FIFO, no resourceVersion check, no
 //! queue or log for a handler that falls behind, no journal for readers: what a hand-written
-//! loop doing only the workload's work costs, the other bound the informer is measured against.
+//! loop doing only the workload's work costs: a reference, not a bound (a cleverer loop does better).
 //! Its instructions: `--toggle-collect='*bare_events*'`.
 //!
 //! `INFORMER_BENCH_DELIVERY` picks how the counting handlers get their notifications: `deliver`
