@@ -810,30 +810,29 @@ fn print_core_comparison(rows: &[serde_json::Value], before: &str, after: &str) 
             f(v, "peak_rss_kb") / f(peer, "peak_rss_kb")
         );
     }
-    // The floor: the same objects and events on a bare map in the same process (no index, no
-    // handler, no notification), what bounds any informer on this machine.
+    // The references run in the same process on the same events: the floor (a bare map: no
+    // index, no handler, no notification), which bounds any informer on this machine, and the
+    // bare informer (the workload's work written out by hand).
     for v in &ours {
-        let floor = f(v, "events") / f(v, "floor_s");
-        if floor.is_finite() {
-            println!(
-                "floor with {} (a bare map, the same events): {:.0} events/s = {:.2}x client-go; \
-                 informer-rs reached {:.0}% of it",
-                v["allocator"].as_str().unwrap_or("?"),
-                floor,
-                floor / (f(peer, "events") / f(peer, "wall_s")),
-                100.0 * (f(v, "events") / f(v, "wall_s")) / floor
-            );
-        }
-        let bare = f(v, "events") / f(v, "bare_s");
-        if bare.is_finite() {
-            println!(
-                "bare informer with {} (the floor plus two indices and the handlers, by hand): \
-                 {:.0} events/s = {:.2}x client-go; informer-rs reached {:.0}% of it",
-                v["allocator"].as_str().unwrap_or("?"),
-                bare,
-                bare / (f(peer, "events") / f(peer, "wall_s")),
-                100.0 * (f(v, "events") / f(v, "wall_s")) / bare
-            );
+        let allocator = v["allocator"].as_str().unwrap_or("?");
+        for (field, name, what) in [
+            ("floor_s", "floor", "a bare map, the same events"),
+            (
+                "bare_s",
+                "bare informer",
+                "the floor plus two indices and the handlers, by hand",
+            ),
+        ] {
+            let reference = f(v, "events") / f(v, field);
+            if reference.is_finite() {
+                println!(
+                    "{name} with {allocator} ({what}): {:.0} events/s = {:.2}x client-go; \
+                     informer-rs reached {:.0}% of it",
+                    reference,
+                    reference / (f(peer, "events") / f(peer, "wall_s")),
+                    100.0 * (f(v, "events") / f(v, "wall_s")) / reference
+                );
+            }
         }
     }
     println!(

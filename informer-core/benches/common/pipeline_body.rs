@@ -438,17 +438,29 @@ fn floor<K: Object + 'static>(make: fn(usize, u64, &mut Rng) -> Arc<K>) -> f64 {
     for o in stream.initial(make) {
         map.insert(o.key_ref().to_key(), o);
     }
+    let ns = timed_chunks(&mut stream, make, events, |chunk| floor_events(&mut map, chunk));
+    assert_eq!(map.len(), stream.live.len(), "the floor's map holds the live objects");
+    ns
+}
+
+/// Feeds `events` events of `stream` to `apply` in chunks of [`CHUNK`], each built before its
+/// timing starts (as the informer's are); returns ns per event of the wall time `apply` took.
+fn timed_chunks<K>(
+    stream: &mut Stream,
+    make: fn(usize, u64, &mut Rng) -> Arc<K>,
+    events: usize,
+    mut apply: impl FnMut(&mut Vec<Event<K>>),
+) -> f64 {
     let mut total = Duration::ZERO;
     let mut done = 0;
     while done < events {
         let n = CHUNK.min(events - done);
         let mut chunk: Vec<Event<K>> = (0..n).map(|_| stream.next(make)).collect();
         let t = Instant::now();
-        floor_events(&mut map, &mut chunk);
+        apply(&mut chunk);
         total += t.elapsed();
         done += n;
     }
-    assert_eq!(map.len(), stream.live.len(), "the floor's map holds the live objects");
     total.as_nanos() as f64 / events as f64
 }
 
@@ -493,18 +505,12 @@ fn bare<K: Object + 'static>(
     let mut stream = Stream::new(objects, events);
     let mut bare = Bare::with_capacity(objects);
     let mut counts: Vec<Counts> = (0..handlers).map(|_| Counts::default()).collect();
+    // The initial list, applied here (inlined, so `'*bare_events*'` does not count it).
     let mut initial: Vec<Event<K>> = stream.initial(make).into_iter().map(Event::Added).collect();
-    bare_list(&mut bare, index, &mut initial, &mut counts);
-    let mut total = Duration::ZERO;
-    let mut done = 0;
-    while done < events {
-        let n = CHUNK.min(events - done);
-        let mut chunk: Vec<Event<K>> = (0..n).map(|_| stream.next(make)).collect();
-        let t = Instant::now();
-        bare_events(&mut bare, index, &mut chunk, &mut counts);
-        total += t.elapsed();
-        done += n;
-    }
+    bare_apply(&mut bare, index, &mut initial, &mut counts);
+    let ns = timed_chunks(&mut stream, make, events, |chunk| {
+        bare_events(&mut bare, index, chunk, &mut counts)
+    });
     assert_eq!(bare.objects.len(), stream.live.len(), "the bare informer holds the live objects");
     let in_buckets = |b: &Buckets| b.values().map(|keys| keys.len()).sum::<usize>();
     assert_eq!(in_buckets(&bare.by_namespace), stream.live.len(), "each object in its namespace");
@@ -514,7 +520,7 @@ fn bare<K: Object + 'static>(
         assert_eq!(c.updates as usize, stream.n_mod, "bare handler {i} updates");
         assert_eq!(c.deletes as usize, stream.n_del, "bare handler {i} deletes");
     }
-    total.as_nanos() as f64 / events as f64
+    ns
 }
 
 /// An index of the bare informer: value to the keys of the objects with it.
@@ -570,17 +576,6 @@ fn bare_events<K: Object>(
     counts: &mut [Counts],
 ) {
     bare_apply(bare, index, chunk, counts);
-}
-
-/// The bare informer's initial list, not timed (nor counted by `'*bare_events*'`).
-#[inline(never)]
-fn bare_list<K: Object>(
-    bare: &mut Bare<K>,
-    index: &impl IndexFunc<K>,
-    list: &mut Vec<Event<K>>,
-    counts: &mut [Counts],
-) {
-    bare_apply(bare, index, list, counts);
 }
 
 /// Applies `chunk`'s events to the bare informer and has every handler count each one.
