@@ -522,6 +522,19 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.check_key(obj)
     }
 
+    /// A listed object, as [`admit`](Self::admit) has it, except the very object the cache
+    /// holds under its key (a transport that took the objects it knew instead of decoding
+    /// them again): it was transformed and checked when it was cached, and is not transformed
+    /// twice.
+    fn admit_listed(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
+        if self.transform.is_some()
+            && (self.pipeline.indexer().get(&obj)).is_some_and(|held| Arc::ptr_eq(held, &obj))
+        {
+            return Some(obj);
+        }
+        self.admit(obj)
+    }
+
     /// Checks that the object can be keyed; a refused object is reported.
     fn check_key(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
         key_is_valid(&mut self.outputs, &obj).then_some(obj)
@@ -549,7 +562,10 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         match op {
             StoreOp::Replace { items, .. } => {
                 // Collected in place: a relist of 100k objects allocates no second list.
-                let admitted = items.into_iter().filter_map(|o| self.admit(o)).collect();
+                let admitted = items
+                    .into_iter()
+                    .filter_map(|o| self.admit_listed(o))
+                    .collect();
                 // The first list into an empty cache goes straight to the store and the
                 // handlers (the same notifications as through the DeltaFIFO, without its
                 // per-key tables); any later list is a Replace and its diff.

@@ -658,6 +658,51 @@ impl Object for DynamicObject {
     }
 }
 
+/// Who a JSON object is, read from its text without decoding it: its key and
+/// resourceVersion, as [`Object`] has them for the object decoded from the same text.
+///
+/// A list answer names the version of every object it holds, and an informer that relists
+/// already holds most of them at that version (the same key and resourceVersion are the same
+/// object): reading this much of an item is enough to take the cached object instead of
+/// building a copy.
+///
+/// ```
+/// use informer_core::object::JsonIdentity;
+///
+/// let text = r#"{"metadata":{"namespace":"ns","name":"a","resourceVersion":"7"},"data":{}},{"#;
+/// let (id, len) = JsonIdentity::of_json_start(text).unwrap();
+/// assert_eq!((id.namespace, id.name, id.resource_version), (Some("ns"), "a", Some("7")));
+/// assert_eq!(&text[len..], ",{");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JsonIdentity<'a> {
+    /// `metadata.namespace`; `None` when absent, `null` or empty.
+    pub namespace: Option<&'a str>,
+    /// `metadata.name`; empty when absent or `null`.
+    pub name: &'a str,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<&'a str>,
+}
+
+impl<'a> JsonIdentity<'a> {
+    /// The identity of the JSON object that starts `text` (at its `{`) and the bytes the
+    /// object takes (`text` may go on after it).
+    ///
+    /// Every byte of the object is read, its syntax checked as [`DynamicObject::from_json_start`]
+    /// checks it, but only these three strings are kept, borrowed from `text`. `None` when the
+    /// text is not one JSON object, or one of the three is not a string without escapes (or
+    /// `null`): decode the object then.
+    pub fn of_json_start(text: &'a str) -> Option<(JsonIdentity<'a>, usize)> {
+        crate::straight::identity(text)
+    }
+
+    /// The key an object with this identity is cached under.
+    pub fn key(&self) -> KeyRef<'a> {
+        KeyRef::new(self.namespace, self.name)
+    }
+}
+
 impl DynamicObject {
     /// Decodes the JSON object that starts `text` (at its `{`) as
     /// `serde_json::Deserializer::from_str(text).into_iter::<DynamicObject>().next()` does —

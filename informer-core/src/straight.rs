@@ -402,9 +402,56 @@ pub(crate) fn dynamic_object(text: &str) -> Option<(DynamicObject, usize)> {
     Some((obj, r.at))
 }
 
+/// The identity of the JSON object that starts `text` (at its `{`), read without building it:
+/// `metadata.namespace`, `metadata.name` and `metadata.resourceVersion` as a [`DynamicObject`]
+/// decoded from it would have them (a later `metadata` member replaces an earlier one, a later
+/// member of `metadata` an earlier one), and the bytes the object takes. Every other value is
+/// skipped with the grammar checks of [`dynamic_object`]'s raw values. `None` where that
+/// decoder would leave the text to serde_json for these members (an escape or a value that is
+/// not a string or `null`) or the text is not one JSON object.
+pub(crate) fn identity(text: &str) -> Option<(crate::object::JsonIdentity<'_>, usize)> {
+    let mut r = Reader {
+        text,
+        bytes: text.as_bytes(),
+        at: 0,
+    };
+    if r.bytes.first() != Some(&b'{') {
+        return None;
+    }
+    let (mut namespace, mut name, mut resource_version) = (None, None, None);
+    r.object(|r, key| {
+        if key != "metadata" {
+            return r.raw_value().map(drop);
+        }
+        (namespace, name, resource_version) = (None, None, None);
+        match r.peek()? {
+            b'n' => r.literal(b"null"),
+            b'{' => r.object(|r, key| {
+                match key {
+                    "name" => name = r.optional_str()?,
+                    "namespace" => namespace = r.optional_str()?,
+                    "resourceVersion" => resource_version = r.optional_str()?,
+                    _ => {
+                        r.raw_value()?;
+                    }
+                }
+                Some(())
+            }),
+            _ => None,
+        }
+    })?;
+    let id = crate::object::JsonIdentity {
+        namespace: namespace.filter(|n: &&str| !n.is_empty()),
+        name: name.unwrap_or(""),
+        resource_version,
+    };
+    Some((id, r.at))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::object::{KeyRef, Object};
     use alloc::format;
     use alloc::string::{String, ToString};
     use alloc::vec::Vec;
@@ -421,14 +468,35 @@ mod tests {
     /// Checks the straight decoder against serde_json on `text`: when it decodes, serde_json
     /// decodes the same object of the same length. Returns whether it decoded.
     fn agree(text: &str) -> bool {
+        identity_agrees(text);
         let Some((obj, len)) = dynamic_object(text) else {
             return false;
         };
+        assert!(identity(text).is_some(), "identity refused {text:?}");
         let (want, want_len) =
             serde(text).unwrap_or_else(|| panic!("accepted what serde_json refuses: {text:?}"));
         assert_eq!(obj, want, "{text:?}");
         assert_eq!(len, want_len, "{text:?}");
         true
+    }
+
+    /// Checks [`identity`] on `text`: what it reads is one JSON value for serde_json, of the
+    /// same length, and when serde_json decodes a `DynamicObject` from it, that object has the
+    /// identity read.
+    fn identity_agrees(text: &str) {
+        let Some((id, len)) = identity(text) else {
+            return;
+        };
+        let mut any = serde_json::Deserializer::from_str(text).into_iter::<serde::de::IgnoredAny>();
+        assert!(
+            matches!(any.next(), Some(Ok(_))),
+            "identity read what is not JSON: {text:?}"
+        );
+        assert_eq!(any.byte_offset(), len, "{text:?}");
+        if let Some((obj, _)) = serde(text) {
+            assert_eq!(id.key(), obj.key_ref(), "{text:?}");
+            assert_eq!(id.resource_version, obj.resource_version(), "{text:?}");
+        }
     }
 
     /// The bench's ConfigMap as kube-apiserver sends it.
@@ -773,6 +841,36 @@ mod tests {
             if let Ok(changed) = String::from_utf8(changed) {
                 agree(&changed);
             }
+        }
+    }
+
+    #[test]
+    fn identity_of_a_config_map_and_of_odd_metadata() {
+        let text = config_map("x") + ",{";
+        let (id, len) = identity(&text).unwrap();
+        assert_eq!(id.key(), KeyRef::new(Some("bench-1"), "cm-1"));
+        assert_eq!(id.resource_version, Some("2275"));
+        assert_eq!(&text[len..], ",{");
+        // A later `metadata` replaces an earlier one; a later member an earlier one.
+        let text =
+            r#"{"metadata":{"name":"a","resourceVersion":"1"},"metadata":{"name":"b","name":"c"}}"#;
+        let (id, _) = identity(text).unwrap();
+        assert_eq!(
+            (id.name, id.namespace, id.resource_version),
+            ("c", None, None)
+        );
+        let (id, _) = identity(r#"{"metadata":null}"#).unwrap();
+        assert_eq!((id.name, id.resource_version), ("", None));
+        // Left to decoding: an escape in a member kept, a member of another type, broken text.
+        for text in [
+            r#"{"metadata":{"name":"a\u0062"}}"#,
+            r#"{"metadata":{"resourceVersion":7}}"#,
+            r#"{"metadata":[]}"#,
+            r#"{"metadata":{"name":"a"},"data":{"k":"v",}}"#,
+            r#"{"metadata":{"name":"a"}"#,
+            r#"["metadata"]"#,
+        ] {
+            assert_eq!(identity(text), None, "{text}");
         }
     }
 

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::backend::{Backend, BoxStream, HttpResponse};
 use crate::client::{Client, error_failure};
-use crate::decode::{DEFAULT_MAX_LINE, DecodeError, ListDecoder, WatchDecoder};
+use crate::decode::{DEFAULT_MAX_LINE, DecodeError, KnownObjects, ListDecoder, WatchDecoder};
 use crate::request::{list_url, watch_url};
 use crate::resource::Resource;
 
@@ -122,6 +122,25 @@ where
 
     /// Fetches one list page.
     pub async fn list_page(&self, request: &ListRequest) -> Result<ListPage<K>, Failure> {
+        self.list_page_from(request, None).await
+    }
+
+    /// Fetches one list page, taking from `known` every object it holds at the listed
+    /// resourceVersion instead of decoding the item ([`ListDecoder::with_known`]): a relist
+    /// of mostly unchanged objects builds only the changed ones.
+    pub async fn list_page_known(
+        &self,
+        request: &ListRequest,
+        known: Arc<dyn KnownObjects<K>>,
+    ) -> Result<ListPage<K>, Failure> {
+        self.list_page_from(request, Some(known)).await
+    }
+
+    async fn list_page_from(
+        &self,
+        request: &ListRequest,
+        known: Option<Arc<dyn KnownObjects<K>>>,
+    ) -> Result<ListPage<K>, Failure> {
         let url = list_url(&self.resource, self.namespace.as_deref(), request);
         let resp = self.get_url(&url, ACCEPT_PARTIAL_METADATA_LIST).await?;
         if !resp.status.is_success() {
@@ -131,6 +150,9 @@ where
         // being received needs to be held, never the whole body.
         let mut body = resp.body;
         let mut decoder = ListDecoder::<K>::new();
+        if let Some(known) = known {
+            decoder = decoder.with_known(known);
+        }
         let mut received = 0usize;
         while let Some(chunk) = body.next().await {
             let chunk = chunk?;
@@ -156,6 +178,7 @@ where
             }
         }
         let mut page = decoder.finish().map_err(|e| e.to_failure())?;
+        // Known objects are shared (so left alone here): they were filled when first listed.
         self.fill_type_meta(&mut page.items);
         Ok(page)
     }

@@ -23,6 +23,20 @@ mod list_stream;
 
 pub use list_stream::ListDecoder;
 
+/// The objects an informer already holds, for a list to take instead of decoding its items
+/// again ([`ListDecoder::with_known`], [`Transport::list_known`](crate::Transport::list_known)).
+///
+/// A relist usually returns most objects unchanged: the same key at the same resourceVersion,
+/// which Kubernetes gives only to the very same object. Reading an item's key and
+/// resourceVersion costs a fraction of decoding it; an item the informer holds at that version
+/// is then the cached `Arc`, not a new copy, and the relist's diff finds it unchanged at once.
+pub trait KnownObjects<K>: Send + Sync {
+    /// The object held under `key` when its resourceVersion is `resource_version`; `None`
+    /// otherwise (not held, or at another version). It must have been decoded from the same
+    /// resource as the list (as the informer's own cache was).
+    fn known(&self, key: informer_core::KeyRef<'_>, resource_version: &str) -> Option<Arc<K>>;
+}
+
 /// Default bound on one watch line (one event): 16 MiB.
 ///
 /// kube-apiserver refuses objects over 1.5 MiB by default (etcd's request limit), so a line

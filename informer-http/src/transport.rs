@@ -6,8 +6,12 @@
 //! decoded) — and are re-exported here, so `informer_http::transport::*` names the whole
 //! stack.
 
+use std::sync::Arc;
+
 use informer_core::protocol::{Failure, ListPage, ListRequest, WatchEvent, WatchRequest};
 use serde::de::DeserializeOwned;
+
+use crate::decode::KnownObjects;
 
 pub use crate::api::{Api, MAX_LIST_BODY, end_at_first_decode_error, watch_results};
 pub use crate::backend::{Backend, BoxFuture, BoxStream, HttpResponse, transport_failure};
@@ -27,6 +31,19 @@ pub trait Transport<K>: Send + Sync {
     /// Fetches one list page.
     fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<ListPage<K>, Failure>>;
 
+    /// Fetches one list page as [`list`](Transport::list) does, but may take from `known` the
+    /// objects it holds at the listed resourceVersion instead of building them again (the
+    /// runtime passes its cache when it relists). The page must be the one `list` would give,
+    /// but for sharing those objects. The default ignores `known`.
+    fn list_known<'a>(
+        &'a self,
+        request: &'a ListRequest,
+        known: Arc<dyn KnownObjects<K>>,
+    ) -> BoxFuture<'a, Result<ListPage<K>, Failure>> {
+        let _ = known;
+        self.list(request)
+    }
+
     /// Opens a watch. Fails before the first event when the server refuses the watch (an HTTP
     /// error status, a refused connection, …).
     fn watch<'a>(
@@ -42,6 +59,14 @@ where
 {
     fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<ListPage<K>, Failure>> {
         Box::pin(self.list_page(request))
+    }
+
+    fn list_known<'a>(
+        &'a self,
+        request: &'a ListRequest,
+        known: Arc<dyn KnownObjects<K>>,
+    ) -> BoxFuture<'a, Result<ListPage<K>, Failure>> {
+        Box::pin(self.list_page_known(request, known))
     }
 
     fn watch<'a>(

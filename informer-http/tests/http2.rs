@@ -98,11 +98,19 @@ fn twenty_informers_share_one_http2_connection_and_watches_survive_the_server_en
     }
     assert_eq!(testcluster::connections_to(port), 0);
     let mut watches = rt.block_on(start_informers(&h2));
-    assert_eq!(
-        testcluster::connections_to(port),
-        1,
-        "HTTP/2: one connection"
-    );
+    // Requests sent before any connection is up each start one, as the protocol is only known
+    // once TLS has negotiated it; hyper drops every one that negotiates HTTP/2 after the
+    // first did, and one still in its TLS handshake is open until then (this assertion failed
+    // once in six runs under load without the wait).
+    let mut conns = testcluster::connections_to(port);
+    for _ in 0..100 {
+        if conns == 1 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        conns = testcluster::connections_to(port);
+    }
+    assert_eq!(conns, 1, "HTTP/2: one connection");
     // Every watch still delivers.
     create(&tc, "/api/v1/namespaces/h2-7/configmaps", "late");
     rt.block_on(async {

@@ -13,8 +13,10 @@ use futures_util::stream::{Stream, StreamExt};
 use informer_core::informer::Output;
 use informer_core::protocol::{Failure, Input, Request, WatchEvent};
 use informer_core::reflector::RequestId;
-use informer_core::{Instant, Object};
+use informer_core::shared::Views;
+use informer_core::{Instant, KeyRef, Object};
 use informer_http::Transport;
+use informer_http::decode::KnownObjects;
 
 use crate::delivery::hand_over;
 use crate::runtime::{BoxFuture, Runtime};
@@ -349,7 +351,13 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
         }
         let (handle, registration) = AbortHandle::new_pair();
         let task = Abortable::new(
-            perform(self.transport.clone(), id, request, self.reply_tx.clone()),
+            perform(
+                self.transport.clone(),
+                self.shared.views.clone(),
+                id,
+                request,
+                self.reply_tx.clone(),
+            ),
             registration,
         );
         match self.shared.rt.spawn(Box::pin(async move {
@@ -382,16 +390,39 @@ fn drain<K: Object + 'static>(state: &mut State<K>, outs: &mut Vec<Output<K>>) {
     }
 }
 
+/// The objects the cache holds, as the readers' copies have them: a lookup is one read of the
+/// current copy, which never waits for the driver (nor the driver for it).
+struct Cached<K>(Arc<Views<K>>);
+
+impl<K: Object + Send + Sync + 'static> KnownObjects<K> for Cached<K> {
+    fn known(&self, key: KeyRef<'_>, resource_version: &str) -> Option<Arc<K>> {
+        self.0.read(|v| {
+            let obj = v.indexer().get_ref(key)?;
+            (obj.resource_version() == Some(resource_version)).then(|| obj.clone())
+        })
+    }
+}
+
 /// Performs one request and feeds its replies to the driver.
-async fn perform<K: Send + Sync + 'static>(
+///
+/// A list while the cache holds objects (a relist, or the list after a warm restart's snapshot
+/// was too old) takes the objects the cache holds at the listed resourceVersion from the
+/// readers' copies instead of decoding them again: most of a relist is unchanged.
+async fn perform<K: Object + Send + Sync + 'static>(
     transport: Arc<dyn Transport<K>>,
+    views: Arc<Views<K>>,
     id: RequestId,
     request: Request,
     tx: async_channel::Sender<(RequestId, Input<K>)>,
 ) {
     match request {
         Request::List(req) => {
-            let r = match transport.list(&req).await {
+            let listed = if views.read(|v| v.indexer().is_empty()) {
+                transport.list(&req).await
+            } else {
+                transport.list_known(&req, Arc::new(Cached(views))).await
+            };
+            let r = match listed {
                 Ok(page) => Input::ListPage(page),
                 Err(f) => Input::Failed(f),
             };

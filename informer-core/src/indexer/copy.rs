@@ -588,7 +588,8 @@ impl<K: Object + 'static> ReadCopy<K> {
         }
     }
 
-    fn get_ref(&self, key: KeyRef<'_>) -> Option<&Arc<K>> {
+    /// The stored object under `key`.
+    pub fn get_ref(&self, key: KeyRef<'_>) -> Option<&Arc<K>> {
         let table = match key.namespace {
             None => &self.cluster,
             Some(ns) => self.namespaces.get(ns)?,

@@ -1061,3 +1061,56 @@ fn deliver_and_batches_give_each_handler_what_poll_gives() {
     assert_eq!(seen, [(inline, "update c 6->7".to_string())]);
     assert!(drain(&mut inf).notes.is_empty());
 }
+
+/// A relist that hands back the very objects the cache holds (a transport that took them
+/// instead of decoding the items again) does not transform them a second time; listed copies,
+/// changed or not, are transformed as always.
+#[test]
+fn a_relist_of_the_cached_objects_does_not_transform_them_again() {
+    let calls = Arc::new(core::sync::atomic::AtomicUsize::new(0));
+    let mut inf = informer(Duration::ZERO);
+    let counted = calls.clone();
+    assert!(
+        inf.set_transform(alloc::boxed::Box::new(move |o: Arc<SimObject>| {
+            counted.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+            let mut c = (*o).clone();
+            c.noise += 1;
+            Arc::new(c)
+        }))
+    );
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0), obj("b", 2, 0)], 2);
+    assert_eq!(calls.load(core::sync::atomic::Ordering::Relaxed), 2);
+    let wid = d.last_request();
+    let status = Status {
+        code: 410,
+        ..Status::default()
+    };
+    inf.handle_input(at(5), wid, Input::Failed(Failure::Expired(status)));
+    let mut d = drain(&mut inf);
+    if d.requests.is_empty() {
+        // After the backoff.
+        inf.handle_timeout(inf.poll_timeout().expect("a backoff"));
+        d = drain(&mut inf);
+    }
+    let (lid, req) = d.requests.last().cloned().expect("a list");
+    assert!(matches!(req, Request::List(_)), "{req:?}");
+    let held_a = inf.indexer().get_by_key("ns/a").unwrap().clone();
+    // `a` as held, `b` changed, `c` new, and a copy of `a` as listed would be: only the copies
+    // go through the transform.
+    inf.handle_input(
+        at(6),
+        lid,
+        Input::ListPage(page(
+            vec![held_a.clone(), obj("b", 3, 1), obj("c", 4, 0)],
+            4,
+        )),
+    );
+    let d = drain(&mut inf);
+    assert_eq!(calls.load(core::sync::atomic::Ordering::Relaxed), 4);
+    let now_a = inf.indexer().get_by_key("ns/a").unwrap();
+    assert!(Arc::ptr_eq(now_a, &held_a));
+    assert_eq!(now_a.noise, 8, "transformed once");
+    assert_eq!(inf.indexer().get_by_key("ns/b").unwrap().noise, 8);
+    assert_eq!(d.for_handler(h), ["update b 2->3", "add c 4"]);
+}

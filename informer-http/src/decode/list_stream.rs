@@ -7,10 +7,14 @@
 
 use std::sync::Arc;
 
+use informer_core::object::JsonIdentity;
 use informer_core::protocol::ListPage;
 use serde::de::DeserializeOwned;
 
-use super::{DecodeError, ListMeta, object_error, straight_object};
+use super::{DecodeError, KnownObjects, ListMeta, object_error, straight_object};
+
+/// Items looked up in [`KnownObjects`] before the decoder judges whether it is worth it.
+const KNOWN_PROBE: u32 = 64;
 
 /// Deepest nesting of arrays and objects accepted (the top-level object included), as
 /// `serde_json`'s own recursion limit.
@@ -91,6 +95,13 @@ struct Capture {
     /// Where it starts in the chunk being fed, when it started in that chunk; otherwise its
     /// beginning is in the decoder's buffer.
     start: Option<usize>,
+}
+
+/// The objects a list may take instead of decoding its items, and how often it did.
+struct Known<K> {
+    objects: Arc<dyn KnownObjects<K>>,
+    looked: u32,
+    found: u32,
 }
 
 /// What a captured value is.
@@ -183,6 +194,18 @@ pub struct ListDecoder<K> {
     /// an item is not tried that way when less than this is left of the chunk, as it would
     /// most likely not end there.
     last_item_len: usize,
+    /// The objects to take instead of decoding items ([`ListDecoder::with_known`]); `None`
+    /// when not given, or given up on (most items were not there).
+    known: Option<Known<K>>,
+}
+
+impl<K> std::fmt::Debug for Known<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Known")
+            .field("looked", &self.looked)
+            .field("found", &self.found)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<K: DeserializeOwned + 'static> Default for ListDecoder<K> {
@@ -297,6 +320,51 @@ impl<K: DeserializeOwned + 'static> ListDecoder<K> {
             error: None,
             fed: 0,
             last_item_len: 0,
+            known: None,
+        }
+    }
+
+    /// Takes an item's object from `known` instead of decoding the item, whenever `known`
+    /// holds the item's key at the item's resourceVersion (a relist: most objects are
+    /// unchanged). Such an item is read once, for its syntax, its key and resourceVersion (see
+    /// [`JsonIdentity`]), and builds nothing. Any other item is decoded as without `known`.
+    ///
+    /// When fewer than half of the first 64 items looked up are found (a relist after most of
+    /// the objects changed), the decoder stops looking. The page is the one decoding every
+    /// item gives, but for sharing the known objects: an error is the same error.
+    pub fn with_known(mut self, known: Arc<dyn KnownObjects<K>>) -> Self {
+        self.known = Some(Known {
+            objects: known,
+            looked: 0,
+            found: 0,
+        });
+        self
+    }
+
+    /// How many items were taken from the known objects ([`ListDecoder::with_known`]) so far;
+    /// 0 once the decoder stopped looking.
+    pub fn items_known(&self) -> usize {
+        self.known.as_ref().map_or(0, |k| k.found as usize)
+    }
+
+    /// The known object for the item that starts `text`, and the item's length, when the
+    /// item ends within `text` and its key is known at its resourceVersion.
+    fn known_item(&mut self, text: &str) -> Option<(Arc<K>, usize)> {
+        let known = self.known.as_mut()?;
+        let (id, len) = JsonIdentity::of_json_start(text)?;
+        let resource_version = id.resource_version?;
+        known.looked += 1;
+        match known.objects.known(id.key(), resource_version) {
+            Some(obj) => {
+                known.found += 1;
+                Some((obj, len))
+            }
+            None => {
+                if known.looked >= KNOWN_PROBE && known.found < known.looked / 2 {
+                    self.known = None;
+                }
+                None
+            }
         }
     }
 
@@ -388,6 +456,11 @@ impl<K: DeserializeOwned + 'static> ListDecoder<K> {
     fn item_at_once(&mut self, text: &str) -> Option<usize> {
         if self.item_error.is_some() || text.len() < self.last_item_len {
             return None;
+        }
+        if let Some((obj, len)) = self.known_item(text) {
+            self.items.push(obj);
+            self.last_item_len = len;
+            return Some(len);
         }
         let (obj, len) = match straight_object::<K>(text) {
             Some(decoded) => decoded,
@@ -506,6 +579,13 @@ impl<K: DeserializeOwned + 'static> ListDecoder<K> {
                 };
                 if self.item_error.is_some() {
                     return check_syntax(bytes);
+                }
+                if let Some((obj, len)) = self.known_item(text) {
+                    // The scanner delimited the item, so it ends where its object does.
+                    if len == text.len() {
+                        self.items.push(obj);
+                        return Ok(());
+                    }
                 }
                 // Already known to be UTF-8: `from_str` does not check it again.
                 match serde_json::from_str::<K>(text) {

@@ -167,6 +167,45 @@ fn streamed<K: DeserializeOwned + 'static>(
     d.finish()
 }
 
+/// Objects held as an informer's cache holds them, one per key, for
+/// [`ListDecoder::with_known`].
+#[derive(Default)]
+struct Held(BTreeMap<(Option<String>, String), Arc<DynamicObject>>);
+
+impl Held {
+    fn hold(&mut self, obj: Arc<DynamicObject>) {
+        let k = obj.key_ref();
+        self.0
+            .insert((k.namespace.map(str::to_string), k.name.to_string()), obj);
+    }
+}
+
+impl KnownObjects<DynamicObject> for Held {
+    fn known(&self, key: informer_core::KeyRef<'_>, rv: &str) -> Option<Arc<DynamicObject>> {
+        let obj = self
+            .0
+            .get(&(key.namespace.map(str::to_string), key.name.to_string()))?;
+        (obj.resource_version() == Some(rv)).then(|| obj.clone())
+    }
+}
+
+/// [`streamed`] with `known` objects.
+fn streamed_known(
+    body: &[u8],
+    cuts: &[usize],
+    known: Arc<Held>,
+) -> Result<ListPage<DynamicObject>, DecodeError> {
+    let mut points: Vec<usize> = cuts.iter().map(|&c| c.min(body.len())).collect();
+    points.sort_unstable();
+    let mut d = ListDecoder::<DynamicObject>::new().with_known(known);
+    let mut prev = 0;
+    for p in points.into_iter().chain([body.len()]) {
+        d.feed(&body[prev..p])?;
+        prev = p;
+    }
+    d.finish()
+}
+
 /// Positions to cut a body of `len` bytes at, from a seed (a small xorshift generator: the
 /// same cuts every run).
 fn random_cuts(len: usize, seed: u64) -> Vec<usize> {
@@ -618,14 +657,18 @@ fn arb_item_with(extra: BoxedStrategy<String>) -> impl Strategy<Value = String> 
     let good = (
         arb_string(),
         prop::option::of(arb_string()),
+        prop::option::of(0u32..4),
         prop::collection::vec((arb_string(), arb_string()), 0..3),
         prop::option::of(extra),
         ws(),
     )
-        .prop_map(|(name, ns, data, extra, w)| {
+        .prop_map(|(name, ns, rv, data, extra, w)| {
             let mut meta = format!(r#""name":{w}{name}"#);
             if let Some(ns) = ns {
                 meta.push_str(&format!(r#","namespace":{ns}"#));
+            }
+            if let Some(rv) = rv {
+                meta.push_str(&format!(r#","resourceVersion":{w}"{rv}""#));
             }
             let data: BTreeMap<String, String> = data
                 .into_iter()
@@ -837,6 +880,45 @@ proptest! {
         );
     }
 
+    /// With known objects (some of the listed ones, others at another resourceVersion), random
+    /// lists cut into random chunks decode to the same page (or the same error), and every
+    /// item known at its resourceVersion is the known object itself, not a copy.
+    #[test]
+    fn known_objects_are_taken_as_they_are(
+        body in arb_list(),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
+        pick in any::<u64>(),
+    ) {
+        let bytes = body.as_bytes();
+        let cuts: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
+        let reference = oracle::<DynamicObject>(bytes);
+        let mut held = Held::default();
+        for (i, obj) in reference.iter().flat_map(|p| &p.items).enumerate() {
+            if pick >> (i % 64) & 1 == 1 {
+                held.hold(obj.clone());
+            } else if let Some(rv) = obj.resource_version() {
+                // The same key at another version: decoded, not taken.
+                let mut other = (**obj).clone();
+                other.metadata.edit(|m| m.resource_version = Some(format!("{rv}0").into()));
+                held.hold(Arc::new(other));
+            }
+        }
+        let held = Arc::new(held);
+        let got = streamed_known(bytes, &cuts, held.clone());
+        prop_assert_eq!(show(&got), show(&reference), "{}", body);
+        // Taken: the items whose key and version read without decoding (no escapes there)
+        // and are held at that version.
+        let raw = serde_json::from_slice::<RawList<'_>>(bytes).ok().and_then(|l| l.items);
+        for (item, raw) in got.iter().flat_map(|p| &p.items).zip(raw.iter().flatten()) {
+            let Some((id, _)) = informer_core::object::JsonIdentity::of_json_start(raw.get()) else {
+                continue;
+            };
+            if let Some(known) = id.resource_version.and_then(|rv| held.known(id.key(), rv)) {
+                prop_assert!(Arc::ptr_eq(&known, item), "a copy of {:?}", item.key_ref());
+            }
+        }
+    }
+
     /// Junk in the fields the list decoder skips — invalid UTF-8, unpaired surrogate escapes,
     /// numbers out of range, next to their valid neighbours — in `kind`, `metadata`, other
     /// top-level fields and items: the streaming decoder cut anywhere, and `decode_list`, say
@@ -958,4 +1040,73 @@ fn items_decoded_straight_from_the_chunk() {
         all_ways::<Strict>(trailing.as_bytes()),
         Err(DecodeError::Malformed { .. })
     ));
+}
+
+/// A relist of ConfigMaps, most held at the listed version: those are the held objects (one
+/// read each, nothing built), the others decoded; the decoder stops looking when most are not
+/// held; a syntax error is the same error with or without known objects.
+#[test]
+fn known_objects_in_a_relist() {
+    let item = |i: usize, rv: usize| {
+        format!(
+            r#"{{"metadata":{{"name":"cm-{i}","namespace":"ns","resourceVersion":"{rv}"}},"data":{{"k":"{}"}}}}"#,
+            "v".repeat(i % 50)
+        )
+    };
+    let list = |items: &[String]| {
+        format!(
+            r#"{{"kind":"ConfigMapList","metadata":{{"resourceVersion":"999"}},"items":[{}]}}"#,
+            items.join(",")
+        )
+    };
+    let first: Vec<String> = (0..300).map(|i| item(i, 10 + i)).collect();
+    let held_page = decode_list::<DynamicObject>(list(&first).as_bytes()).unwrap();
+    let mut held = Held::default();
+    for obj in &held_page.items {
+        held.hold(obj.clone());
+    }
+    let held = Arc::new(held);
+    // Every tenth object changed since.
+    let relist: Vec<String> = (0..300)
+        .map(|i| item(i, if i % 10 == 0 { 1000 + i } else { 10 + i }))
+        .collect();
+    let body = list(&relist);
+    for chunk in [body.len(), 4096, 100, 7] {
+        let mut d = ListDecoder::<DynamicObject>::new().with_known(held.clone());
+        for c in body.as_bytes().chunks(chunk) {
+            d.feed(c).unwrap();
+        }
+        assert_eq!(d.items_known(), 270, "chunks of {chunk}");
+        let page = d.finish();
+        assert_eq!(
+            show(&page),
+            show(&decode_list::<DynamicObject>(body.as_bytes()))
+        );
+        for (i, obj) in page.unwrap().items.iter().enumerate() {
+            let same = Arc::ptr_eq(obj, &held_page.items[i]);
+            assert_eq!(same, i % 10 != 0, "item {i}, chunks of {chunk}");
+        }
+    }
+    // Most objects changed: after 64 lookups with fewer than half found, no more lookups.
+    let changed: Vec<String> = (0..300)
+        .map(|i| item(i, if i % 4 == 0 { 10 + i } else { 2000 + i }))
+        .collect();
+    let mut d = ListDecoder::<DynamicObject>::new().with_known(held.clone());
+    d.feed(list(&changed).as_bytes()).unwrap();
+    assert_eq!(d.items_known(), 0);
+    let page = d.finish().unwrap();
+    // Held and listed at the same version, but after the decoder stopped looking: decoded.
+    assert!(Arc::ptr_eq(&page.items[0], &held_page.items[0]));
+    assert_eq!(page.items[200], held_page.items[200]);
+    assert!(!Arc::ptr_eq(&page.items[200], &held_page.items[200]));
+    // A syntax error after held items: the same error either way.
+    let mut broken = relist.clone();
+    broken[200] = broken[200].replace(r#""data":{"#, r#""data":{,"#);
+    let body = list(&broken);
+    let with = streamed_known(body.as_bytes(), &[1000, 20_000], held.clone());
+    assert_eq!(
+        show(&with),
+        show(&decode_list::<DynamicObject>(body.as_bytes()))
+    );
+    assert!(with.is_err());
 }
