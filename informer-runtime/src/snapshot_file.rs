@@ -325,6 +325,7 @@ fn grow_heap(body: u64) {
     let spawned = std::thread::Builder::new()
         .name("informer-prefault".into())
         .spawn(move || {
+            lowest_priority();
             for mut block in blocks {
                 // One write per page faults it in. The kernel hands the page over zeroed:
                 // filling the rest of it too (as `resize` did) cost this thread a tenth of
@@ -338,6 +339,17 @@ fn grow_heap(body: u64) {
         });
     // Without the thread the blocks were dropped unwritten: the heap has grown all the same.
     drop(spawned);
+}
+
+/// Has the calling thread run only when nothing else wants its core (nice 19, Linux): the
+/// prefault thread's work only pays off when a core is idle, and a warm restart's first
+/// request (the watch from the snapshot's resourceVersion) waits for the API server, which
+/// may share this machine's cores.
+fn lowest_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);
+    }
 }
 
 /// A file that ends before its size said (it shrank while being read) is truncated.
