@@ -696,12 +696,9 @@ impl<K: Object + 'static> Indexer<K> {
         upsert_at!(self, entry, hash, kr, obj, how)
     }
 
-    /// Whether an object is stored under `key`, whose hash is `hash` ([`hash_of`] it).
-    pub(crate) fn contains_hashed(&self, hash: u64, key: KeyRef<'_>) -> bool {
-        self.items
-            .raw_entry()
-            .from_key_hashed_nocheck(hash, &key)
-            .is_some()
+    /// The object stored under `key`, whose hash is `hash` ([`hash_of`] it).
+    pub(crate) fn get_hashed(&self, hash: u64, key: KeyRef<'_>) -> Option<(&Key, &Arc<K>)> {
+        self.items.raw_entry().from_key_hashed_nocheck(hash, &key)
     }
 
     /// Removes the object stored under `key`; returns the stored key and the object.

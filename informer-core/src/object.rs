@@ -56,10 +56,12 @@ pub trait Object {
 /// values have the same content (a listed object that equals the cached one). Without a
 /// resourceVersion nothing can be told: false.
 pub(crate) fn same_state<K: Object + ?Sized>(a: &K, b: &K) -> bool {
-    matches!(
-        (a.resource_version(), b.resource_version()),
-        (Some(x), Some(y)) if !x.is_empty() && x == y
-    ) && a.uid() == b.uid()
+    // The very same object (a relist that took the cached one) has a resourceVersion or not.
+    (core::ptr::eq(a, b) && a.resource_version().is_some_and(|v| !v.is_empty()))
+        || matches!(
+            (a.resource_version(), b.resource_version()),
+            (Some(x), Some(y)) if !x.is_empty() && x == y
+        ) && a.uid() == b.uid()
 }
 
 impl<T: Object + ?Sized> Object for Arc<T> {

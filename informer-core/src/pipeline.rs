@@ -139,15 +139,18 @@ impl<K: Object + 'static> Pipeline<K> {
         // The listed keys (a key listed twice is noted once), hashed as the store hashes keys:
         // each listed key is hashed once, here, and stored with that hash below.
         let mut listed = KeyRefSet::with_capacity(items.len());
-        let mut hashes: Vec<u64> = Vec::with_capacity(items.len());
+        // Each listed object's key hash, and whether the object is the very one stored (a
+        // transport that took the cached objects instead of decoding them again).
+        let mut hashes: Vec<(u64, bool)> = Vec::with_capacity(items.len());
         // How many of the stored keys are listed.
         let mut stored_and_listed = 0;
         for obj in &items {
             let k = obj.key_ref();
             let hash = key::hash_of(&k);
-            hashes.push(hash);
+            let stored = self.indexer.get_hashed(hash, k);
+            hashes.push((hash, stored.is_some_and(|(_, s)| Arc::ptr_eq(s, obj))));
             if listed.insert_hashed(hash, k) {
-                stored_and_listed += usize::from(self.indexer.contains_hashed(hash, k));
+                stored_and_listed += usize::from(stored.is_some());
             }
         }
         // The stored keys not listed are the deletes missed, in the store's order (as the
@@ -165,9 +168,14 @@ impl<K: Object + 'static> Pipeline<K> {
             }
         }
         drop(listed);
-        for (obj, hash) in items.into_iter().zip(hashes) {
-            // Not an initial-list add: the FIFO has synced. An object listed unchanged stays
-            // as cached (its update is a resync).
+        // An object listed unchanged stays as cached, and its update is a resync: for the
+        // very object stored, which needs nothing else, only when some handler is due for one.
+        let syncing = self.processor.any_syncing();
+        for (obj, (hash, held)) in items.into_iter().zip(hashes) {
+            if held && !syncing && obj.resource_version().is_some_and(|v| !v.is_empty()) {
+                continue;
+            }
+            // Not an initial-list add: the FIFO has synced.
             let (key, old, stored) = self
                 .indexer
                 .upsert_hashed(hash, obj, Stored::UnlessSameState);

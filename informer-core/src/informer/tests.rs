@@ -1114,3 +1114,50 @@ fn a_relist_of_the_cached_objects_does_not_transform_them_again() {
     assert_eq!(inf.indexer().get_by_key("ns/b").unwrap().noise, 8);
     assert_eq!(d.for_handler(h), ["update b 2->3", "add c 4"]);
 }
+
+/// A relist that hands back the very objects the cache holds notifies them as a relist of
+/// unchanged copies does: a resync update for the handlers due for one (the last resync check
+/// chose them), nothing for the others.
+#[test]
+fn a_relist_of_the_cached_objects_is_a_resync_for_the_handlers_due() {
+    let mut inf = informer(Duration::from_secs(1));
+    let (due, _) = inf.add_handler(Duration::from_secs(1), at(0));
+    let (never, _) = inf.add_handler(Duration::ZERO, at(0));
+    let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0), obj("b", 2, 0)], 2);
+    let wid = d.last_request();
+    inf.handle_timeout(at(1000));
+    let d = drain(&mut inf);
+    let mut resynced = d.for_handler(due);
+    resynced.sort();
+    assert_eq!(resynced, ["update a 1->1", "update b 2->2"]);
+    let status = Status {
+        code: 410,
+        ..Status::default()
+    };
+    inf.handle_input(at(1001), wid, Input::Failed(Failure::Expired(status)));
+    let mut d = drain(&mut inf);
+    while !d
+        .requests
+        .iter()
+        .any(|(_, r)| matches!(r, Request::List(_)))
+    {
+        // The relist comes after a backoff.
+        inf.handle_timeout(inf.poll_timeout().expect("a backoff"));
+        d = drain(&mut inf);
+    }
+    let (lid, _) = d.requests.last().cloned().expect("a list");
+    let held: Vec<_> = ["ns/a", "ns/b"]
+        .iter()
+        .map(|k| inf.indexer().get_by_key(k).unwrap().clone())
+        .collect();
+    inf.handle_input(at(1002), lid, Input::ListPage(page(held, 3)));
+    let d = drain(&mut inf);
+    let mut resynced = d.for_handler(due);
+    resynced.sort();
+    assert_eq!(resynced, ["update a 1->1", "update b 2->2"]);
+    assert!(
+        d.for_handler(never).is_empty(),
+        "{:?}",
+        d.for_handler(never)
+    );
+}
