@@ -1,0 +1,85 @@
+//! A relist's `Replace` in the core, without a cluster: 20,000 ConfigMaps shaped as in
+//! `cargo xtask bench e2e` are listed into a pipeline with one handler, then listed again
+//! with 0% or 5% of them changed. The unchanged ones come either as new copies (what decoding
+//! every item gives) or as the very objects the cache holds (what the runtime's list takes
+//! from the cache instead of decoding them, `ListDecoder::with_known`). Printed: the time
+//! from handing the list to the pipeline until the handler has had every notification, best
+//! of 5 (each on a fresh pipeline).
+//!
+//! `cargo run --release -p informer-bench --bin relist [-- OBJECTS]`
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use informer_core::{DynamicObject, Pipeline};
+
+fn configmap(i: usize, rv: usize) -> Arc<DynamicObject> {
+    let filler: String = (0..1000)
+        .map(|k| (b'a' + ((i * 31 + k * 7) % 26) as u8) as char)
+        .collect();
+    let text = format!(
+        r#"{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"cm-{i}","namespace":"bench-{}","uid":"{:08x}-1b2c-4d5e-8f90-{:012x}","resourceVersion":"{rv}","creationTimestamp":"2026-11-22T23:00:00Z","labels":{{"app":"bench","shard":"{}"}},"managedFields":[{{"manager":"curl","operation":"Update","apiVersion":"v1","time":"2026-11-22T23:00:00Z","fieldsType":"FieldsV1","fieldsV1":{{"f:data":{{".":{{}},"f:payload":{{}}}},"f:metadata":{{"f:labels":{{".":{{}},"f:app":{{}},"f:shard":{{}}}}}}}}}}]}},"data":{{"payload":"{filler}"}}}}"#,
+        i % 10,
+        i,
+        i * 7919,
+        i % 16
+    );
+    Arc::new(serde_json::from_str(&text).expect("a ConfigMap"))
+}
+
+fn drain(p: &mut Pipeline<DynamicObject>) -> usize {
+    let mut n = 0;
+    while let Some((id, _)) = p.poll_notification() {
+        p.handler_done(id);
+        n += 1;
+    }
+    n
+}
+
+/// One relist of `n` objects, every `changed_every`th changed (0: none), unchanged ones
+/// `shared` with the cache or copies: its time and the notifications it gave.
+fn relist(n: usize, changed_every: usize, shared: bool) -> (Duration, usize) {
+    let zero = informer_core::Instant::from_epoch(Duration::ZERO);
+    let first: Vec<_> = (0..n).map(|i| configmap(i, 1000 + i)).collect();
+    let mut p: Pipeline<DynamicObject> = Pipeline::new(Duration::ZERO);
+    p.add_handler(Duration::ZERO, zero);
+    p.start(zero);
+    p.populate(first.clone());
+    while p.process_one() {}
+    drain(&mut p);
+    let again: Vec<_> = (0..n)
+        .map(|i| {
+            if changed_every > 0 && i % changed_every == 0 {
+                configmap(i, 50_000 + i)
+            } else if shared {
+                first[i].clone()
+            } else {
+                configmap(i, 1000 + i)
+            }
+        })
+        .collect();
+    drop(first);
+    let t = Instant::now();
+    p.replace(again);
+    while p.process_one() {}
+    let notified = drain(&mut p);
+    (t.elapsed(), notified)
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(20_000);
+    for (changed_every, what) in [(0, "none changed"), (20, "5% changed")] {
+        for (shared, how) in [(false, "copies"), (true, "the cached objects")] {
+            let runs: Vec<_> = (0..5).map(|_| relist(n, changed_every, shared)).collect();
+            let best = runs.iter().map(|r| r.0).min().expect("runs");
+            println!(
+                "relist of {n} ConfigMaps, {what}, unchanged ones as {how}: {:.2} ms (best of 5), {} notifications",
+                best.as_secs_f64() * 1e3,
+                runs[0].1
+            );
+        }
+    }
+}
