@@ -168,6 +168,18 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                     self.apply(state, wakeup, now, &mut stop);
                     drain(state, &mut outs);
                 }
+                // Requests go out now: publishing a large step (a snapshot loaded, a relist)
+                // takes milliseconds that the next list or watch need not wait for.
+                let mut i = 0;
+                while i < outs.len() {
+                    if matches!(outs[i], Output::Request { .. }) {
+                        if let Output::Request { id, request } = outs.remove(i) {
+                            self.start_request(id, request);
+                        }
+                    } else {
+                        i += 1;
+                    }
+                }
                 // Readers see the whole batch at once; its notifications go out only then.
                 state.publisher.stage(&mut state.core);
                 let published = if stop {
@@ -221,6 +233,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             };
             for output in outs.drain(..) {
                 match output {
+                    // None are left: the step started them (or panicked, and `outs` was cleared).
                     Output::Request { id, request } => self.start_request(id, request),
                     Output::WatchError(f) => self.report(&f),
                     Output::Notify { .. } => {}
