@@ -64,8 +64,6 @@ pub(crate) struct Driver<K, R> {
     /// Wakeups produced by the driver itself (a request that could not be spawned).
     local: VecDeque<Wakeup<K>>,
     /// Reused across loop turns so that a turn (often one watch event) allocates nothing.
-    batch: Vec<Wakeup<K>>,
-    /// Reused across loop turns, as `batch`.
     outs: Vec<Output<K>>,
 }
 
@@ -93,7 +91,6 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             retry: None,
             backoff_until: None,
             local: VecDeque::new(),
-            batch: Vec::with_capacity(BATCH),
             outs: Vec::new(),
         }
     }
@@ -145,15 +142,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
         tracing::debug!(informer = %name, "driver running");
         loop {
             let first = self.next_wakeup().await;
-            let mut batch = std::mem::take(&mut self.batch);
-            batch.push(first);
-            while batch.len() < BATCH {
-                match self.try_wakeup() {
-                    Some(w) => batch.push(w),
-                    None => break,
-                }
-            }
-            let now = self.shared.now();
+            let mut now = self.shared.now();
             let mut outs = std::mem::take(&mut self.outs);
             let mut stop = false;
             let shared = self.shared.clone();
@@ -164,9 +153,22 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let mut state = shared.state.write();
                 let state = &mut *state;
-                for wakeup in batch.drain(..) {
+                // Up to `BATCH` inputs, taking those that arrive while the step runs too (a
+                // watch's 410 read while a loaded snapshot is applied).
+                let mut next = Some(first);
+                let mut applied = 0;
+                while let Some(wakeup) = next {
                     self.apply(state, wakeup, now, &mut stop);
                     drain(state, &mut outs);
+                    applied += 1;
+                    next = if applied < BATCH {
+                        self.try_wakeup()
+                    } else {
+                        None
+                    };
+                    if next.is_some() {
+                        now = self.shared.now();
+                    }
                 }
                 // Requests go out now: publishing a large step (a snapshot loaded, a relist)
                 // takes milliseconds that the next list or watch need not wait for.
@@ -239,7 +241,6 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                     Output::Notify { .. } => {}
                 }
             }
-            self.batch = batch;
             self.outs = outs;
             if backoff != self.backoff_until {
                 if let Some(until) = backoff {
