@@ -11,8 +11,8 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use informer_http::core::DynamicObject;
 use informer_http::core::protocol::ListPage;
+use informer_http::core::{DynamicObject, Object};
 use informer_http::decode::{DecodeError, LineDecoder, ListDecoder, WatchDecoder};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -215,8 +215,62 @@ fn list_as<K: DeserializeOwned + Debug + 'static>(body: &[u8], seed: u8) {
     }
 }
 
+/// The objects of a list, held as a cache holds them, for `ListDecoder::with_known`.
+struct Held(std::collections::BTreeMap<(Option<String>, String), Arc<DynamicObject>>);
+
+impl informer_http::decode::KnownObjects<DynamicObject> for Held {
+    fn known(&self, key: informer_http::core::KeyRef<'_>, rv: &str) -> Option<Arc<DynamicObject>> {
+        let obj = self
+            .0
+            .get(&(key.namespace.map(str::to_string), key.name.to_string()))?;
+        (obj.resource_version() == Some(rv)).then(|| obj.clone())
+    }
+}
+
+/// The list decoder given the oracle's objects as known ones (every other item, by `seed`):
+/// the same page. Only a key listed once at its resourceVersion is held: two items with the
+/// same key and resourceVersion are one object to the decoder (as they are on a server).
+fn list_known(body: &[u8], seed: u8) {
+    let Some(page) = oracle::<DynamicObject>(body) else {
+        return;
+    };
+    let mut seen = std::collections::BTreeMap::new();
+    for obj in &page.items {
+        let k = obj.key_ref();
+        *seen
+            .entry((k.namespace, k.name, obj.resource_version()))
+            .or_insert(0) += 1;
+    }
+    let mut held = std::collections::BTreeMap::new();
+    for (i, obj) in page.items.iter().enumerate() {
+        let k = obj.key_ref();
+        let once = seen[&(k.namespace, k.name, obj.resource_version())] == 1;
+        if once && (i + usize::from(seed)) % 2 == 0 {
+            let k = obj.key_ref();
+            held.insert(
+                (k.namespace.map(str::to_string), k.name.to_string()),
+                obj.clone(),
+            );
+        }
+    }
+    let held = Arc::new(Held(held));
+    let mut d = ListDecoder::<DynamicObject>::new().with_known(held.clone());
+    let got = chunks(body, seed)
+        .iter()
+        .try_for_each(|p| d.feed(p))
+        .and_then(|()| d.finish());
+    let got = got.expect("a list serde_json decodes, with known objects");
+    assert_eq!(
+        page_text(&got),
+        page_text(&page),
+        "known objects changed the page of {:?}",
+        String::from_utf8_lossy(body)
+    );
+}
+
 /// List decoder fed in random chunkings, with serde_json as the oracle: the same items,
-/// resourceVersion, continue token and remaining count, or both an error.
+/// resourceVersion, continue token and remaining count, or both an error; for `DynamicObject`
+/// also with some of the objects known (`ListDecoder::with_known`): the same page.
 ///
 /// Input: `[item type and chunk seed, body...]`; even: items as `serde_json::Value` (any JSON),
 /// odd: as `DynamicObject`.
@@ -228,6 +282,7 @@ pub fn list_decoder(data: &[u8]) {
         list_as::<serde_json::Value>(body, *sel / 2);
     } else {
         list_as::<DynamicObject>(body, *sel / 2);
+        list_known(body, *sel / 2);
     }
 }
 
