@@ -528,7 +528,11 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     /// twice.
     fn admit_listed(&mut self, obj: Arc<K>) -> Option<Arc<K>> {
         if self.transform.is_some()
-            && (self.pipeline.indexer().get(&obj)).is_some_and(|held| Arc::ptr_eq(held, &obj))
+            && self
+                .pipeline
+                .indexer()
+                .get(&obj)
+                .is_some_and(|held| Arc::ptr_eq(held, &obj))
         {
             return Some(obj);
         }

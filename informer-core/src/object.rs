@@ -56,7 +56,8 @@ pub trait Object {
 /// values have the same content (a listed object that equals the cached one). Without a
 /// resourceVersion nothing can be told: false.
 pub(crate) fn same_state<K: Object + ?Sized>(a: &K, b: &K) -> bool {
-    // The very same object (a relist that took the cached one) has a resourceVersion or not.
+    // The very same object (a relist that took the cached one) is in the same state, given
+    // a resourceVersion.
     (core::ptr::eq(a, b) && a.resource_version().is_some_and(|v| !v.is_empty()))
         || matches!(
             (a.resource_version(), b.resource_version()),

@@ -35,6 +35,12 @@ pub trait KnownObjects<K>: Send + Sync {
     /// otherwise (not held, or at another version). It must have been decoded from the same
     /// resource as the list (as the informer's own cache was).
     fn known(&self, key: informer_core::KeyRef<'_>, resource_version: &str) -> Option<Arc<K>>;
+
+    /// Whether nothing is held (a first list): the decoder then does not look anything up.
+    /// Asked when the first item arrives. The default says no.
+    fn is_empty(&self) -> bool {
+        false
+    }
 }
 
 /// Default bound on one watch line (one event): 16 MiB.

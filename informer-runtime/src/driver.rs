@@ -415,13 +415,19 @@ impl<K: Object + Send + Sync + 'static> KnownObjects<K> for Cached<K> {
             (obj.resource_version() == Some(resource_version)).then(|| obj.clone())
         })
     }
+
+    fn is_empty(&self) -> bool {
+        self.0.read(|v| v.indexer().is_empty())
+    }
 }
 
 /// Performs one request and feeds its replies to the driver.
 ///
-/// A list while the cache holds objects (a relist, or the list after a warm restart's snapshot
-/// was too old) takes the objects the cache holds at the listed resourceVersion from the
-/// readers' copies instead of decoding them again: most of a relist is unchanged.
+/// A list takes the objects the cache holds at the listed resourceVersion from the readers'
+/// copies instead of decoding them again: most of a relist (or of the list after a warm
+/// restart's snapshot was too old) is unchanged. The copies are looked up as the items arrive,
+/// so a step not yet published when the list was sent is there by then; into an empty cache
+/// (a first list) nothing is looked up.
 async fn perform<K: Object + Send + Sync + 'static>(
     transport: Arc<dyn Transport<K>>,
     views: Arc<Views<K>>,
@@ -431,12 +437,7 @@ async fn perform<K: Object + Send + Sync + 'static>(
 ) {
     match request {
         Request::List(req) => {
-            let listed = if views.read(|v| v.indexer().is_empty()) {
-                transport.list(&req).await
-            } else {
-                transport.list_known(&req, Arc::new(Cached(views))).await
-            };
-            let r = match listed {
+            let r = match transport.list_known(&req, Arc::new(Cached(views))).await {
                 Ok(page) => Input::ListPage(page),
                 Err(f) => Input::Failed(f),
             };

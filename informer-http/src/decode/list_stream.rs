@@ -100,6 +100,8 @@ struct Capture {
 /// The objects a list may take instead of decoding its items, and how often it did.
 struct Known<K> {
     objects: Arc<dyn KnownObjects<K>>,
+    /// Whether `objects` was asked if it is empty (at the first item).
+    checked: bool,
     looked: u32,
     found: u32,
 }
@@ -329,12 +331,17 @@ impl<K: DeserializeOwned + 'static> ListDecoder<K> {
     /// unchanged). Such an item is read once, for its syntax, its key and resourceVersion (see
     /// [`JsonIdentity`]), and builds nothing. Any other item is decoded as without `known`.
     ///
-    /// When fewer than half of the first 64 items looked up are found (a relist after most of
-    /// the objects changed), the decoder stops looking. The page is the one decoding every
-    /// item gives, but for sharing the known objects: an error is the same error.
+    /// When `known` is empty as the first item arrives (a first list), or fewer than half of
+    /// the first 64 items looked up are found (a relist after most of the objects changed),
+    /// the decoder stops looking. The page is the one decoding every
+    /// item gives, but for sharing the known objects, and a body that is not JSON fails the
+    /// same way. One difference: an item that is JSON but would not decode as `K` is taken
+    /// when its key is known at its resourceVersion, as the server gives one version of an
+    /// object one content, and that content decoded when it was cached.
     pub fn with_known(mut self, known: Arc<dyn KnownObjects<K>>) -> Self {
         self.known = Some(Known {
             objects: known,
+            checked: false,
             looked: 0,
             found: 0,
         });
@@ -351,6 +358,13 @@ impl<K: DeserializeOwned + 'static> ListDecoder<K> {
     /// item ends within `text` and its key is known at its resourceVersion.
     fn known_item(&mut self, text: &str) -> Option<(Arc<K>, usize)> {
         let known = self.known.as_mut()?;
+        if !known.checked {
+            known.checked = true;
+            if known.objects.is_empty() {
+                self.known = None;
+                return None;
+            }
+        }
         let (id, len) = JsonIdentity::of_json_start(text)?;
         let resource_version = id.resource_version?;
         known.looked += 1;

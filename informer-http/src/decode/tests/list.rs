@@ -1110,3 +1110,27 @@ fn known_objects_in_a_relist() {
     );
     assert!(with.is_err());
 }
+
+/// Known objects that are empty as the first item arrives (a first list into an empty cache)
+/// are never looked up.
+#[test]
+fn empty_known_objects_are_not_looked_up() {
+    struct Empty;
+    impl KnownObjects<DynamicObject> for Empty {
+        fn known(&self, key: informer_core::KeyRef<'_>, _: &str) -> Option<Arc<DynamicObject>> {
+            panic!("looked up {key:?}");
+        }
+        fn is_empty(&self) -> bool {
+            true
+        }
+    }
+    let body = br#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"a","resourceVersion":"1"}},{"metadata":{"name":"b","resourceVersion":"2"}}]}"#;
+    for chunk in [body.len(), 20] {
+        let mut d = ListDecoder::<DynamicObject>::new().with_known(Arc::new(Empty));
+        for c in body.chunks(chunk) {
+            d.feed(c).unwrap();
+        }
+        assert_eq!(d.items_known(), 0);
+        assert_eq!(d.finish().unwrap().items.len(), 2);
+    }
+}
