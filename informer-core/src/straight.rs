@@ -103,6 +103,12 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader at the `{` that starts `text`; `None` when `text` does not start with one.
+    fn at_object(text: &'a str) -> Option<Self> {
+        let bytes = text.as_bytes();
+        (bytes.first() == Some(&b'{')).then_some(Reader { text, bytes, at: 0 })
+    }
+
     /// The next byte that is not JSON whitespace (not consumed); `None` at the end.
     fn peek(&mut self) -> Option<u8> {
         loop {
@@ -379,14 +385,7 @@ impl<'a> Reader<'a> {
 /// The [`DynamicObject`] whose JSON object starts `text` (at its `{`), and the bytes it takes;
 /// `None` when this decoder leaves it to serde_json.
 pub(crate) fn dynamic_object(text: &str) -> Option<(DynamicObject, usize)> {
-    let mut r = Reader {
-        text,
-        bytes: text.as_bytes(),
-        at: 0,
-    };
-    if r.bytes.first() != Some(&b'{') {
-        return None;
-    }
+    let mut r = Reader::at_object(text)?;
     let mut obj = DynamicObject::default();
     let mut fields = RawFieldsBuilder::default();
     r.object(|r, key| {
@@ -410,14 +409,7 @@ pub(crate) fn dynamic_object(text: &str) -> Option<(DynamicObject, usize)> {
 /// decoder would leave the text to serde_json for these members (an escape or a value that is
 /// not a string or `null`) or the text is not one JSON object.
 pub(crate) fn identity(text: &str) -> Option<(crate::object::JsonIdentity<'_>, usize)> {
-    let mut r = Reader {
-        text,
-        bytes: text.as_bytes(),
-        at: 0,
-    };
-    if r.bytes.first() != Some(&b'{') {
-        return None;
-    }
+    let mut r = Reader::at_object(text)?;
     let (mut namespace, mut name, mut resource_version) = (None, None, None);
     r.object(|r, key| {
         if key != "metadata" {
