@@ -1,6 +1,8 @@
 //! The reqwest backend (tokio). TLS is the shared rustls configuration ([`crate::tls`]).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,7 +27,7 @@ use crate::transport::{Client, transport_failure};
 /// with the old certificate are not reused; requests still running on them finish there.
 #[derive(Clone)]
 pub struct ReqwestBackend {
-    client: Arc<Mutex<(u64, reqwest::Client)>>,
+    client: Arc<Mutex<(u64, Built)>>,
     base: String,
     /// Kept to build the client again after a certificate rotation (exec plugins only).
     rebuild: Option<(Arc<Config>, Arc<crate::credential::ExecCache>)>,
@@ -36,6 +38,115 @@ impl std::fmt::Debug for ReqwestBackend {
         f.debug_struct("ReqwestBackend")
             .field("base", &self.base)
             .finish_non_exhaustive()
+    }
+}
+
+/// A reqwest client and the gate on its first connection.
+#[derive(Clone)]
+struct Built {
+    client: reqwest::Client,
+    first: Arc<FirstConnection>,
+}
+
+/// Holds a client's requests back until its first connection is up.
+///
+/// Over TLS the protocol is known only once ALPN has picked it: requests sent together before
+/// any connection is up (the informers of a factory starting) would each open a connection,
+/// and one that took a watch keeps its connection for as long as the watch lives, beside the
+/// HTTP/2 connection every later request shares. So the first request goes alone; the others
+/// wait until its connection is made (the connector's answer, TLS included: from then on
+/// hyper's pool hands out the HTTP/2 connection, or HTTP/1.1 connections open side by side as
+/// usual), or until the first request ends or is dropped, whichever comes first.
+#[derive(Default)]
+struct FirstConnection {
+    /// A request is making the first connection.
+    claimed: AtomicBool,
+    /// The first connection was made (or its attempt ended): requests go straight on.
+    open: AtomicBool,
+    opened: event_listener::Event,
+}
+
+impl FirstConnection {
+    fn open(&self) {
+        if !self.open.swap(true, Ordering::AcqRel) {
+            self.opened.notify(usize::MAX);
+        }
+    }
+
+    /// Waits for the first connection, unless this request is the one to make it: then a
+    /// guard that opens the gate when dropped (the request ended, or was dropped).
+    async fn pass(self: &Arc<Self>) -> Option<OpenOnDrop> {
+        if self.open.load(Ordering::Acquire) {
+            return None;
+        }
+        if !self.claimed.swap(true, Ordering::AcqRel) {
+            return Some(OpenOnDrop(self.clone()));
+        }
+        loop {
+            if self.open.load(Ordering::Acquire) {
+                return None;
+            }
+            let listener = self.opened.listen();
+            if self.open.load(Ordering::Acquire) {
+                return None;
+            }
+            listener.await;
+        }
+    }
+}
+
+/// Opens the gate of a [`FirstConnection`] when dropped.
+struct OpenOnDrop(Arc<FirstConnection>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+/// The connector layer that opens a [`FirstConnection`] once a connection attempt ends.
+#[derive(Clone)]
+struct SignalLayer(Arc<FirstConnection>);
+
+impl<S> tower_layer::Layer<S> for SignalLayer {
+    type Service = Signal<S>;
+
+    fn layer(&self, inner: S) -> Signal<S> {
+        Signal {
+            inner,
+            first: self.0.clone(),
+        }
+    }
+}
+
+/// See [`SignalLayer`].
+#[derive(Clone)]
+struct Signal<S> {
+    inner: S,
+    first: Arc<FirstConnection>,
+}
+
+impl<S, R> tower_service::Service<R> for Signal<S>
+where
+    S: tower_service::Service<R>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        let connecting = self.inner.call(request);
+        let first = self.first.clone();
+        Box::pin(async move {
+            let connected = connecting.await;
+            first.open();
+            connected
+        })
     }
 }
 
@@ -57,7 +168,7 @@ impl ReqwestBackend {
 
     /// The reqwest client to send with: a new one when the exec plugin's certificate changed
     /// since the current one was built.
-    fn client(&self) -> Result<reqwest::Client, Failure> {
+    fn client(&self) -> Result<Built, Failure> {
         let mut current = self.client.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((config, exec)) = &self.rebuild {
             let generation = exec.cert_generation();
@@ -71,10 +182,12 @@ impl ReqwestBackend {
 }
 
 /// The reqwest client for `config`, and the base URL requests go to.
-fn build(config: &Config) -> Result<(reqwest::Client, String), ClientError> {
+fn build(config: &Config) -> Result<(Built, String), ClientError> {
     {
         let addr = ServerAddr::parse(&config.server)?;
+        let first = Arc::new(FirstConnection::default());
         let mut builder = reqwest::Client::builder()
+            .connector_layer(SignalLayer(first.clone()))
             .connect_timeout(Duration::from_secs(30))
             .tcp_nodelay(true)
             .tcp_keepalive(Duration::from_secs(30))
@@ -141,7 +254,7 @@ fn build(config: &Config) -> Result<(reqwest::Client, String), ClientError> {
         let client = builder
             .build()
             .map_err(|e| ClientError::Backend(e.to_string()))?;
-        Ok((client, base))
+        Ok((Built { client, first }, base))
     }
 }
 
@@ -151,7 +264,9 @@ impl Backend for ReqwestBackend {
         let url = format!("{}{}", self.base, parts.uri);
         let client = self.client();
         Box::pin(async move {
-            let mut rb = client?.request(parts.method, url).headers(parts.headers);
+            let Built { client, first } = client?;
+            let _first = first.pass().await;
+            let mut rb = client.request(parts.method, url).headers(parts.headers);
             if !body.is_empty() {
                 rb = rb.body(body);
             }
@@ -243,5 +358,86 @@ impl Client<ReqwestBackend> {
     /// A client on the reqwest backend (needs a tokio runtime to run requests).
     pub fn reqwest(config: Config) -> Result<Client<ReqwestBackend>, ClientError> {
         Ok(Client::new(ReqwestBackend::new(&config)?, config))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower_layer::Layer;
+    use tower_service::Service;
+
+    /// A connector that answers when told to.
+    #[derive(Clone)]
+    struct Held(Arc<event_listener::Event>, Arc<AtomicBool>);
+
+    impl Service<()> for Held {
+        type Response = ();
+        type Error = ();
+        type Future = BoxFuture<'static, Result<(), ()>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, (): ()) -> Self::Future {
+            let (event, go) = (self.0.clone(), self.1.clone());
+            Box::pin(async move {
+                while !go.load(Ordering::Acquire) {
+                    let l = event.listen();
+                    if go.load(Ordering::Acquire) {
+                        break;
+                    }
+                    l.await;
+                }
+                Ok(())
+            })
+        }
+    }
+
+    /// The first request goes; the others wait until its connection is made (the connector
+    /// answered), not for its answer; later requests do not wait at all.
+    #[tokio::test]
+    async fn requests_wait_for_the_first_connection_only() {
+        let first = Arc::new(FirstConnection::default());
+        let leader = first
+            .pass()
+            .await
+            .expect("the first request makes the connection");
+        let waiter = tokio::spawn({
+            let first = first.clone();
+            async move { first.pass().await.is_none() }
+        });
+        tokio::task::yield_now().await;
+        assert!(
+            !waiter.is_finished(),
+            "waits while the first connection is being made"
+        );
+        let (event, go) = (
+            Arc::new(event_listener::Event::new()),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let mut connector = SignalLayer(first.clone()).layer(Held(event.clone(), go.clone()));
+        let connecting = tokio::spawn(connector.call(()));
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        go.store(true, Ordering::Release);
+        event.notify(usize::MAX);
+        connecting.await.unwrap().unwrap();
+        assert!(
+            waiter.await.unwrap(),
+            "released by the connection, the first request still on"
+        );
+        assert!(first.pass().await.is_none());
+        drop(leader);
+        // A first request dropped before any connection releases the others too.
+        let first = Arc::new(FirstConnection::default());
+        let leader = first.pass().await.expect("first");
+        let waiter = tokio::spawn({
+            let first = first.clone();
+            async move { first.pass().await.is_none() }
+        });
+        drop(leader);
+        assert!(waiter.await.unwrap());
     }
 }

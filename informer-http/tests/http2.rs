@@ -98,10 +98,10 @@ fn twenty_informers_share_one_http2_connection_and_watches_survive_the_server_en
     }
     assert_eq!(testcluster::connections_to(port), 0);
     let mut watches = rt.block_on(start_informers(&h2));
-    // Requests sent before any connection is up each start one, as the protocol is only known
-    // once TLS has negotiated it; hyper drops every one that negotiates HTTP/2 after the
-    // first did, and one still in its TLS handshake is open until then (this assertion failed
-    // once in six runs under load without the wait).
+    // All 20 lists go out at once, before any connection is up: the backend sends the first
+    // alone and holds the others until its connection is made, so that they do not each open
+    // one before ALPN has said HTTP/2 (this assertion failed once in six runs under load
+    // before). A connection being torn down may take a moment to leave the table.
     let mut conns = testcluster::connections_to(port);
     for _ in 0..100 {
         if conns == 1 {
