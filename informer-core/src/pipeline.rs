@@ -9,7 +9,7 @@ use crate::fifo::{Delta, DeltaFifo, DeltaType};
 use crate::indexer::Journaled;
 use crate::indexer::{Change, IndexError, IndexFunc, Indexer, Stored};
 use crate::key::{self, KeyRefSet};
-use crate::object::{Key, Object, ObjectOrTombstone, Tombstone};
+use crate::object::{Key, Object, ObjectOrTombstone, Tombstone, same_state};
 use crate::processor::{HandlerId, Notification, Processor, ResyncPeriods};
 use crate::time::Instant;
 
@@ -139,8 +139,8 @@ impl<K: Object + 'static> Pipeline<K> {
         // The listed keys (a key listed twice is noted once), hashed as the store hashes keys:
         // each listed key is hashed once, here, and stored with that hash below.
         let mut listed = KeyRefSet::with_capacity(items.len());
-        // Each listed object's key hash, and whether the object is the very one stored (a
-        // transport that took the cached objects instead of decoding them again).
+        // Each listed object's key hash, and whether the object is the very one stored and so
+        // unchanged (a transport that took the cached objects instead of decoding them again).
         let mut hashes: Vec<(u64, bool)> = Vec::with_capacity(items.len());
         // How many of the stored keys are listed.
         let mut stored_and_listed = 0;
@@ -148,7 +148,8 @@ impl<K: Object + 'static> Pipeline<K> {
             let k = obj.key_ref();
             let hash = key::hash_of(&k);
             let stored = self.indexer.get_hashed(hash, k);
-            hashes.push((hash, stored.is_some_and(|(_, s)| Arc::ptr_eq(s, obj))));
+            let held = stored.is_some_and(|(_, s)| Arc::ptr_eq(s, obj) && same_state(&**s, obj));
+            hashes.push((hash, held));
             if listed.insert_hashed(hash, k) {
                 stored_and_listed += usize::from(stored.is_some());
             }
@@ -172,7 +173,7 @@ impl<K: Object + 'static> Pipeline<K> {
         // very object stored, which needs nothing else, only when some handler is due for one.
         let syncing = self.processor.any_syncing();
         for (obj, (hash, held)) in items.into_iter().zip(hashes) {
-            if held && !syncing && obj.resource_version().is_some_and(|v| !v.is_empty()) {
+            if held && !syncing {
                 continue;
             }
             // Not an initial-list add: the FIFO has synced.

@@ -1029,15 +1029,15 @@ impl<K> Processor<K> {
         }
     }
 
-    /// A resync goes to some handlers only: always through their queues (it is rare, and a
-    /// log entry cannot be skipped by the handlers it is not for while they have unread
-    /// entries before it).
     /// Whether some handler is due for the resync being distributed (see
     /// [`should_resync`](Self::should_resync)): a resync notification reaches nobody otherwise.
     pub(crate) fn any_syncing(&self) -> bool {
         self.listeners.iter().any(|l| l.syncing)
     }
 
+    /// A resync goes to some handlers only: always through their queues (it is rare, and a
+    /// log entry cannot be skipped by the handlers it is not for while they have unread
+    /// entries before it).
     fn distribute_sync(&mut self, key: &Key, n: Notification<K>) {
         let mut behind = self.listeners.iter_mut().filter(|l| l.syncing).peekable();
         let mut n = Some(n);

@@ -27,9 +27,10 @@ pub use list_stream::ListDecoder;
 /// again ([`ListDecoder::with_known`], [`Transport::list_known`](crate::Transport::list_known)).
 ///
 /// A relist usually returns most objects unchanged: the same key at the same resourceVersion,
-/// which Kubernetes gives only to the very same object. Reading an item's key and
-/// resourceVersion costs a fraction of decoding it; an item the informer holds at that version
-/// is then the cached `Arc`, not a new copy, and the relist's diff finds it unchanged at once.
+/// which Kubernetes gives only to the very same object. An item the informer holds at that
+/// version is then the cached `Arc`, not a new copy: nothing is built, held twice during the
+/// relist or freed after it, and the relist's diff finds it unchanged at once. (The item is
+/// still read whole, its syntax checked, which is most of what decoding a small object costs.)
 pub trait KnownObjects<K>: Send + Sync {
     /// The object held under `key` when its resourceVersion is `resource_version`; `None`
     /// otherwise (not held, or at another version). It must have been decoded from the same
