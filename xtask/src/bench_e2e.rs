@@ -639,6 +639,12 @@ fn relay(cluster: &TestCluster) -> Result<Relay, String> {
             let Ok(server) = TcpStream::connect(&target) else {
                 continue;
             };
+            // Both ends as the real peers set theirs (kube-apiserver, like every Go server,
+            // and the clients): without it Nagle holds a small write behind an unacknowledged
+            // one until the other side's delayed ACK, ~40 ms, and a start's short exchanges
+            // (HTTP/2 settings, a 410, a watch's headers then its first event) pay that.
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
             let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) else {
                 continue;
             };
