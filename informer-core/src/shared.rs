@@ -326,6 +326,12 @@ impl<K: Object + 'static> Publisher<K> {
         !self.dirty
     }
 
+    /// How many staged changes readers do not see yet: what the next publish replays (a
+    /// first list or a relist stages one per object).
+    pub fn staged(&self) -> usize {
+        self.log.len() - self.published
+    }
+
     /// Publishes what was staged: replays it on the copy readers are not using and switches
     /// readers to that copy. Returns `false`, changing nothing readers see, when a reader is
     /// still on that copy (it started before the previous publish and has not finished): try

@@ -37,6 +37,27 @@ const PUBLISH_RETRY: std::time::Duration = std::time::Duration::from_micros(200)
 /// Transport results buffered between a request task and the driver.
 const RESULTS_CAPACITY: usize = 256;
 
+/// A step staging at least this many changes is published after the requests it started have
+/// gone out (see the driver's loop). Smaller steps publish in microseconds.
+const LARGE_STEP: usize = 1024;
+
+/// Completes at its second poll, having woken its task at the first: the task goes to the back
+/// of its executor's queue, behind the tasks it has just spawned.
+struct YieldNow(bool);
+
+impl std::future::Future for YieldNow {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
 /// What request tasks report, tagged with the request they answer.
 type Replies<K> = async_channel::Receiver<(RequestId, Input<K>)>;
 
@@ -58,8 +79,12 @@ pub(crate) struct Driver<K, R> {
     watch_error: Option<WatchErrorHook>,
     inflight: Option<AbortHandle>,
     timer: Option<(Instant, BoxFuture<'static, ()>)>,
-    /// Armed while a step is not published yet (a reader held the copy).
+    /// Armed while a step is not published yet: a reader held the copy, or the step was
+    /// deferred behind the requests it started (`deferred`).
     retry: Option<BoxFuture<'static, ()>>,
+    /// The last step's publish was deferred until after a yield (a large step that started a
+    /// request); the next step publishes whatever it does.
+    deferred: bool,
     backoff_until: Option<Instant>,
     /// Wakeups produced by the driver itself (a request that could not be spawned).
     local: VecDeque<Wakeup<K>>,
@@ -89,6 +114,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             inflight: None,
             timer: None,
             retry: None,
+            deferred: false,
             backoff_until: None,
             local: VecDeque::new(),
             outs: Vec::new(),
@@ -170,18 +196,20 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                         now = self.shared.now();
                     }
                 }
-                // Requests are spawned now, before publishing a large step (a snapshot loaded,
-                // a relist), which takes milliseconds. That does not make them go out sooner
-                // yet: in `cargo xtask bench e2e --client-log` a cold start's watch was sent
-                // 9.5-12.5 ms after it was spawned here, once the 20,000 objects were
-                // published, on both runtimes (on tokio a task spawned from a worker waits in
-                // that worker's LIFO slot, which other workers do not steal). Harmless: the
-                // watch starts at the list's resourceVersion, so it misses nothing.
+                // Requests go out before a large step (a first list, a relist) is published:
+                // publishing 20,000 objects takes milliseconds that the next list or watch need
+                // not wait for. Spawning the request is not enough, since its task runs only
+                // once this one yields (on tokio it waits in this worker's LIFO slot, which no
+                // other worker steals: client logs had a cold start's watch sent 9.5-12.5 ms
+                // after it was spawned, on both runtimes). So such a step is published at the
+                // driver's next turn, after a yield that lets the request be sent first.
+                let mut spawned = false;
                 let mut i = 0;
                 while i < outs.len() {
                     if matches!(outs[i], Output::Request { .. }) {
                         if let Output::Request { id, request } = outs.remove(i) {
                             self.start_request(id, request);
+                            spawned = true;
                         }
                     } else {
                         i += 1;
@@ -193,7 +221,12 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                     // The last state readers keep: worth waiting for a straggling reader.
                     state.publisher.publish();
                     true
+                } else if spawned && !self.deferred && state.publisher.staged() >= LARGE_STEP {
+                    // Once: the next turn publishes whatever it spawns.
+                    self.deferred = true;
+                    false
                 } else {
+                    self.deferred = false;
                     state.publisher.try_publish()
                 };
                 if published {
@@ -217,6 +250,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                 Ok((deadline, backoff, published)) => {
                     if published {
                         self.retry = None;
+                    } else if self.deferred {
+                        // Deferred (above): published right after the yield.
+                        self.retry = Some(Box::pin(YieldNow(false)));
                     } else if self.retry.is_none() {
                         self.shared.counters.publish_retries.add(1);
                         self.retry = Some(self.shared.rt.sleep(PUBLISH_RETRY));

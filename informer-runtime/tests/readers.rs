@@ -378,3 +378,91 @@ async fn a_handler_finds_its_change_in_the_store_while_readers_hammer_it<E: Env>
     );
     inf.shutdown().await;
 }
+
+/// Records how many objects readers saw when the informer asked for a watch.
+struct WatchSees {
+    script: Script,
+    store: std::sync::OnceLock<Store<DynamicObject>>,
+    at_watch: Mutex<Option<usize>>,
+}
+
+impl Transport<DynamicObject> for WatchSees {
+    fn list<'a>(
+        &'a self,
+        request: &'a ListRequest,
+    ) -> BoxFuture<'a, Result<ListPage<DynamicObject>, Failure>> {
+        self.script.list(request)
+    }
+
+    fn watch<'a>(
+        &'a self,
+        request: &'a WatchRequest,
+    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<DynamicObject>>, Failure>> {
+        let seen = self.store.get().map(|s| s.list().len());
+        self.at_watch
+            .lock()
+            .unwrap()
+            .get_or_insert(seen.unwrap_or(usize::MAX));
+        self.script.watch(request)
+    }
+}
+
+/// A first list of 2,000 objects: the watch it starts is asked for before the list is
+/// published (the driver publishes a large step after a yield that lets the request go out
+/// first), so the transport is called while readers still see an empty cache. Run on one
+/// executor thread, where the order is the driver's alone.
+async fn a_large_lists_watch_is_requested_before_the_list_is_published<R: Runtime + Default>() {
+    let items: Vec<_> = (0..2000).map(|i| obj(&format!("a{i}"), 1, 1)).collect();
+    let (script, _watches) = Script::new(vec![(items, "1")], 1);
+    let transport = Arc::new(WatchSees {
+        script,
+        store: std::sync::OnceLock::new(),
+        at_watch: Mutex::new(None),
+    });
+    let inf = InformerBuilder::<DynamicObject, R>::from_transport(
+        R::default(),
+        transport.clone(),
+        "script",
+    )
+    .build()
+    .unwrap();
+    let _ = transport.store.set(inf.store());
+    inf.start().unwrap();
+    inf.wait_for_sync(Some(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(inf.store().list().len(), 2000);
+    // The watch is requested once the step that applied the list has started it.
+    for _ in 0..1500 {
+        if transport.at_watch.lock().unwrap().is_some() {
+            break;
+        }
+        R::default().sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        *transport.at_watch.lock().unwrap(),
+        Some(0),
+        "the watch was requested after the list was published"
+    );
+    inf.shutdown().await;
+}
+
+#[test]
+fn a_large_lists_watch_is_requested_before_the_list_is_published_on_tokio() {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(
+            a_large_lists_watch_is_requested_before_the_list_is_published::<informer_tokio::Tokio>(
+            ),
+        );
+}
+
+#[test]
+fn a_large_lists_watch_is_requested_before_the_list_is_published_on_smol() {
+    informer_smol::block_on(
+        a_large_lists_watch_is_requested_before_the_list_is_published::<informer_smol::Smol>(),
+    )
+    .unwrap();
+}
