@@ -10,9 +10,10 @@
 //! call takes milliseconds.
 //!
 //! [`TestCluster::start`] runs etcd and kube-apiserver on free loopback ports in a fresh temporary
-//! directory and waits until `/readyz` answers `ok`. Dropping the [`TestCluster`] kills both
-//! processes (by their own pids) and removes the directory. A watchdog process does the same if
-//! the owning process dies without dropping it (for example when a test binary is killed).
+//! directory and waits until `/readyz` answers `ok` and the `default` namespace exists. Dropping
+//! the [`TestCluster`] kills both processes (by their own pids) and removes the directory. A
+//! watchdog process does the same if the owning process dies without dropping it (for example
+//! when a test binary is killed).
 //!
 //! Nothing here needs `kubectl`: [`TestCluster::request`] makes plain HTTPS calls with `curl`.
 //!
@@ -54,7 +55,7 @@ const MARKER_TEXT: &str =
     "kube-apiserver v1.20.2 (Debian kubernetes source, reflect2 v1.0.2 vendored)";
 /// Directory (inside the cache directory) that holds the finished build.
 const VERSION_DIR: &str = "kube-apiserver-v1.20.2";
-/// How long [`TestCluster::start`] waits for `/readyz`.
+/// How long [`TestCluster::start`] waits for `/readyz` (and then for the `default` namespace).
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a stopped process gets after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -560,7 +561,8 @@ impl TestCluster {
     }
 
     /// Builds if needed ([`ensure_built`]), then starts etcd and kube-apiserver on free loopback
-    /// ports in a fresh temporary directory and waits (up to 60 s) until `/readyz` is `ok`.
+    /// ports in a fresh temporary directory and waits (up to 60 s) until `/readyz` is `ok` and
+    /// the `default` namespace exists.
     pub fn start() -> Result<TestCluster, Error> {
         Self::start_with(StartOptions::default())
     }
@@ -828,6 +830,39 @@ impl TestCluster {
                 });
             }
             sleep(Duration::from_millis(200));
+        }
+        // `/readyz` says `ok` once the bootstrap controller has started, not once it has
+        // created the `default` namespace: a test that writes there at once could get a 404
+        // (`namespaces "default" not found`, seen in CI). Wait for the namespace too.
+        let url = format!("{}/api/v1/namespaces/default", self.server);
+        loop {
+            self.check_running(true)?;
+            let out = Command::new("curl")
+                .args([
+                    "-sk",
+                    "--max-time",
+                    "2",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "-H",
+                ])
+                .arg(format!("Authorization: Bearer {}", self.token))
+                .arg(&url)
+                .stdin(Stdio::null())
+                .output();
+            if matches!(&out, Ok(o) if o.stdout == b"200") {
+                break;
+            }
+            if start.elapsed() > READY_TIMEOUT {
+                return Err(Error::Timeout {
+                    what: format!("namespace default at {url}"),
+                    waited: start.elapsed(),
+                    log_tail: tail(&self.dir.join("kube-apiserver.log"), 30),
+                });
+            }
+            sleep(Duration::from_millis(100));
         }
         let ca = self.ca_file_path();
         self.ca_pem = fs::read(&ca).map_err(io_err(format!("reading {}", ca.display())))?;

@@ -72,6 +72,10 @@ fn serves_namespaces_and_configmaps_with_auth() {
 
     // `request` verifies the serving certificate against ca_pem (curl --cacert).
     assert_eq!(ok(&c, "GET", "/readyz", None), "ok");
+    // Tests write to `default` as soon as `start` returns: it must exist by then (the
+    // bootstrap controller creates it after `/readyz` may already say `ok`).
+    let default = ok(&c, "GET", "/api/v1/namespaces/default", None);
+    assert_eq!(json_str(&default, "name"), Some("default"), "{default}");
 
     create_namespace(&c, "informer-test");
     let created = ok(
