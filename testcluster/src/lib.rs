@@ -810,59 +810,32 @@ impl TestCluster {
 
     fn wait_apiserver(&mut self) -> Result<(), Error> {
         let start = Instant::now();
-        let url = format!("{}/readyz", self.server);
-        loop {
-            self.check_running(true)?;
-            let out = Command::new("curl")
-                .args(["-sk", "--max-time", "2", "-H"])
-                .arg(format!("Authorization: Bearer {}", self.token))
-                .arg(&url)
-                .stdin(Stdio::null())
-                .output();
-            if matches!(&out, Ok(o) if o.stdout == b"ok") {
-                break;
-            }
-            if start.elapsed() > READY_TIMEOUT {
-                return Err(Error::Timeout {
-                    what: format!("kube-apiserver {url}"),
-                    waited: start.elapsed(),
-                    log_tail: tail(&self.dir.join("kube-apiserver.log"), 30),
-                });
-            }
-            sleep(Duration::from_millis(200));
-        }
         // `/readyz` says `ok` once the bootstrap controller has started, not once it has
         // created the `default` namespace: a test that writes there at once could get a 404
-        // (`namespaces "default" not found`, seen in CI). Wait for the namespace too.
-        let url = format!("{}/api/v1/namespaces/default", self.server);
-        loop {
-            self.check_running(true)?;
-            let out = Command::new("curl")
-                .args([
-                    "-sk",
-                    "--max-time",
-                    "2",
-                    "-o",
-                    "/dev/null",
-                    "-w",
-                    "%{http_code}",
-                    "-H",
-                ])
-                .arg(format!("Authorization: Bearer {}", self.token))
-                .arg(&url)
-                .stdin(Stdio::null())
-                .output();
-            if matches!(&out, Ok(o) if o.stdout == b"200") {
-                break;
+        // (`namespaces "default" not found`, seen in CI). So wait for the namespace too.
+        for path in ["/readyz", "/api/v1/namespaces/default"] {
+            let url = format!("{}{path}", self.server);
+            loop {
+                self.check_running(true)?;
+                let out = Command::new("curl")
+                    .args(["-sk", "--max-time", "2", "-o", "/dev/null"])
+                    .args(["-w", "%{http_code}", "-H"])
+                    .arg(format!("Authorization: Bearer {}", self.token))
+                    .arg(&url)
+                    .stdin(Stdio::null())
+                    .output();
+                if matches!(&out, Ok(o) if o.stdout == b"200") {
+                    break;
+                }
+                if start.elapsed() > READY_TIMEOUT {
+                    return Err(Error::Timeout {
+                        what: format!("kube-apiserver {url}"),
+                        waited: start.elapsed(),
+                        log_tail: tail(&self.dir.join("kube-apiserver.log"), 30),
+                    });
+                }
+                sleep(Duration::from_millis(100));
             }
-            if start.elapsed() > READY_TIMEOUT {
-                return Err(Error::Timeout {
-                    what: format!("namespace default at {url}"),
-                    waited: start.elapsed(),
-                    log_tail: tail(&self.dir.join("kube-apiserver.log"), 30),
-                });
-            }
-            sleep(Duration::from_millis(100));
         }
         let ca = self.ca_file_path();
         self.ca_pem = fs::read(&ca).map_err(io_err(format!("reading {}", ca.display())))?;
