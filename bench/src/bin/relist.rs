@@ -4,9 +4,12 @@
 //! every item gives) or as the very objects the cache holds (what the runtime's list takes
 //! from the cache instead of decoding them, `ListDecoder::with_known`). Printed: the time
 //! from handing the list to the pipeline until the handler has had every notification, best
-//! of 5 (each on a fresh pipeline). The 5% relist of the cached objects is timed a second
-//! time with the CPU caches evicted first (64 MiB written), as a restart's relist finds them:
-//! the objects were loaded hundreds of milliseconds before, while the API server built the list.
+//! of 5 (each on a fresh pipeline). The 5% relist of the cached objects is timed twice more:
+//! with the CPU caches evicted first (64 MiB written), as a restart's relist finds them (the
+//! objects were loaded hundreds of milliseconds before, while the API server built the list);
+//! and listed in another order than the one they lie in memory, as kube-apiserver's watch
+//! cache serves a list (from a hash map, so no order a cache could have loaded them in), with
+//! the caches evicted too: what the relist after a warm restart's 410 meets.
 //!
 //! First, the list's decoding: the same relist as the body kube-apiserver sends, fed to the
 //! list decoder 64 KiB at a time, decoding every item or taking the unchanged ones from the
@@ -98,15 +101,41 @@ fn evict_caches(scratch: &mut [u8]) {
     std::hint::black_box(&scratch);
 }
 
-/// One relist of `n` objects, every `changed_every`th changed (0: none), unchanged ones
-/// `shared` with the cache or copies, with the CPU caches evicted just before if `scratch`
-/// is given: its time and the notifications it gave.
-fn relist(
-    n: usize,
+/// One relist's setting.
+struct Case {
+    /// Every nth object changed (0: none).
     changed_every: usize,
+    /// Unchanged objects are the cached ones (else copies).
     shared: bool,
-    scratch: Option<&mut [u8]>,
-) -> (Duration, usize) {
+    /// The CPU caches are evicted just before.
+    evict: bool,
+    /// Listed in an order unrelated to the one the objects were allocated in.
+    scattered: bool,
+    /// What the printed line says.
+    said: &'static str,
+}
+
+/// The position listed `i`th out of `n`: `i` itself, or a step of a prime through all of
+/// them (which no allocator's order follows).
+fn listed_at(i: usize, n: usize, scattered: bool) -> usize {
+    const STEP: usize = 7919;
+    if scattered && n % STEP != 0 {
+        (i * STEP) % n
+    } else {
+        i
+    }
+}
+
+/// One relist of `n` objects as `case` says, with `scratch` written over to evict the caches:
+/// its time and the notifications it gave.
+fn relist(n: usize, case: &Case, scratch: &mut [u8]) -> (Duration, usize) {
+    let Case {
+        changed_every,
+        shared,
+        evict,
+        scattered,
+        ..
+    } = *case;
     let zero = informer_core::Instant::from_epoch(Duration::ZERO);
     let first: Vec<_> = (0..n).map(|i| configmap(i, 1000 + i)).collect();
     let mut p: Pipeline<DynamicObject> = Pipeline::new(Duration::ZERO);
@@ -116,6 +145,7 @@ fn relist(
     while p.process_one() {}
     drain(&mut p);
     let again: Vec<_> = (0..n)
+        .map(|i| listed_at(i, n, scattered))
         .map(|i| {
             if changed_every > 0 && i % changed_every == 0 {
                 configmap(i, 50_000 + i)
@@ -127,7 +157,7 @@ fn relist(
         })
         .collect();
     drop(first);
-    if let Some(scratch) = scratch {
+    if evict {
         evict_caches(scratch);
     }
     let t = Instant::now();
@@ -157,31 +187,65 @@ fn main() {
             took.as_secs_f64() * 1e3
         );
     }
-    // (every nth changed, said as, unchanged ones shared with the cache, said as, caches evicted)
+    let case = |changed_every, shared, evict, scattered, said| Case {
+        changed_every,
+        shared,
+        evict,
+        scattered,
+        said,
+    };
     let cases = [
-        (0, "none changed", false, "copies", false),
-        (0, "none changed", true, "the cached objects", false),
-        (20, "5% changed", false, "copies", false),
-        (20, "5% changed", true, "the cached objects", false),
-        (
+        case(
+            0,
+            false,
+            false,
+            false,
+            "none changed, unchanged ones as copies",
+        ),
+        case(
+            0,
+            true,
+            false,
+            false,
+            "none changed, unchanged ones as the cached objects",
+        ),
+        case(
             20,
-            "5% changed",
+            false,
+            false,
+            false,
+            "5% changed, unchanged ones as copies",
+        ),
+        case(
+            20,
             true,
-            "the cached objects, CPU caches evicted first",
+            false,
+            false,
+            "5% changed, unchanged ones as the cached objects",
+        ),
+        case(
+            20,
             true,
+            true,
+            false,
+            "5% changed, unchanged ones as the cached objects, CPU caches evicted first",
+        ),
+        case(
+            20,
+            true,
+            true,
+            true,
+            "5% changed, unchanged ones as the cached objects, CPU caches evicted first, \
+             listed in another order than loaded",
         ),
     ];
     let mut scratch = vec![1u8; 64 << 20];
-    for (changed_every, what, shared, how, evict) in cases {
-        let runs: Vec<_> = (0..5)
-            .map(|_| {
-                let scratch = if evict { Some(&mut scratch[..]) } else { None };
-                relist(n, changed_every, shared, scratch)
-            })
-            .collect();
+    for case in &cases {
+        let runs: Vec<_> = (0..5).map(|_| relist(n, case, &mut scratch)).collect();
         let best = runs.iter().map(|r| r.0).min().expect("runs");
         println!(
-            "relist of {n} ConfigMaps, {what}, unchanged ones as {how}: {:.2} ms (best of 5), {} notifications",
+            "relist of {n} ConfigMaps, {}: {:.2} ms (best of 5), {} notifications",
+            case.said,
             best.as_secs_f64() * 1e3,
             runs[0].1
         );
