@@ -40,6 +40,11 @@ pub struct Pipeline<K> {
     next_resync_check: Option<Instant>,
 }
 
+/// How many objects ahead a pass over many objects reads the key of the one it will come to:
+/// far enough for that read's cache misses to be under way when it gets there, near enough
+/// for the line to still be cached.
+const AHEAD: usize = 8;
+
 impl<K: Object + 'static> Pipeline<K> {
     /// A pipeline whose resync check runs every `resync_check_period` (0: no resyncs).
     pub fn new(resync_check_period: Duration) -> Self {
@@ -144,7 +149,16 @@ impl<K: Object + 'static> Pipeline<K> {
         let mut hashes: Vec<(u64, bool)> = Vec::with_capacity(items.len());
         // How many of the stored keys are listed.
         let mut stored_and_listed = 0;
-        for obj in &items {
+        // The listed objects lie in memory in no order the list follows (kube-apiserver's watch
+        // cache lists from a hash map; the objects taken from the cache lie where they were
+        // loaded): each key read is a cache miss, or two. As in `populate`, each key is read
+        // `AHEAD` objects early, so that the misses overlap instead of queueing.
+        for (i, obj) in items.iter().enumerate() {
+            if i % AHEAD == 0 {
+                for ahead in items.iter().skip(i + AHEAD).take(AHEAD) {
+                    core::hint::black_box(ahead.key_ref());
+                }
+            }
             let k = obj.key_ref();
             let hash = key::hash_of(&k);
             let stored = self.indexer.get_hashed(hash, k);
@@ -172,7 +186,16 @@ impl<K: Object + 'static> Pipeline<K> {
         // An object listed unchanged stays as cached, and its update is a resync: for the
         // very object stored, which needs nothing else, only when some handler is due for one.
         let syncing = self.processor.any_syncing();
-        for (obj, (hash, held)) in items.into_iter().zip(hashes) {
+        let mut items = items.into_iter();
+        for (at, (hash, held)) in hashes.into_iter().enumerate() {
+            // Dropping a listed object writes its count: read a batch of them ahead, as above.
+            if at % AHEAD == 0 {
+                for ahead in items.as_slice().iter().skip(AHEAD).take(AHEAD) {
+                    core::hint::black_box(Arc::strong_count(ahead));
+                }
+            }
+            // One hash per item: never `None`.
+            let Some(obj) = items.next() else { break };
             if held && !syncing {
                 continue;
             }
@@ -226,7 +249,6 @@ impl<K: Object + 'static> Pipeline<K> {
         // The objects were decoded a while ago (a list or snapshot of many MB): their keys are
         // no longer in the CPU's caches. Each key is read `AHEAD` objects before the object
         // is stored, so that those reads' cache misses overlap instead of queueing.
-        const AHEAD: usize = 8;
         let mut items = items.into_iter();
         while let Some(obj) = items.next() {
             if let Some(ahead) = items.as_slice().get(AHEAD) {
