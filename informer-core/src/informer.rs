@@ -564,6 +564,15 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     /// Applies one store change of the reflector (the caller runs the FIFO to empty).
     fn apply_store_op(&mut self, op: StoreOp<K>) {
         match op {
+            StoreOp::Replace { items, .. } if self.transform.is_none() => {
+                // The key check alone: the pipeline asks it of each object as it reads the
+                // object's key (a relist's objects lie in memory in no order the list follows:
+                // a pass of its own read every key once more).
+                let Self {
+                    pipeline, outputs, ..
+                } = self;
+                pipeline.populate_admitted(items, |o| key_is_valid(outputs, o));
+            }
             StoreOp::Replace { items, .. } => {
                 // Collected in place: a relist of 100k objects allocates no second list.
                 let admitted = items

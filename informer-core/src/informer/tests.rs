@@ -1161,3 +1161,76 @@ fn a_relist_of_the_cached_objects_is_a_resync_for_the_handlers_due() {
         d.for_handler(never)
     );
 }
+
+/// A relist without a transform checks keys as it applies the list (no pass of its own): an
+/// object whose key cannot be stored is refused and reported, and counts as not listed (its
+/// presence saves no stored object from its tombstone); the very objects the cache holds are
+/// kept as they are, changed and new ones applied, the missing one deleted.
+#[test]
+fn a_relist_refuses_unstorable_keys_as_it_applies_the_list() {
+    let odd = |name: &str, rv: u64| {
+        Arc::new(SimObject {
+            name: name.into(),
+            namespace: Some("ns".into()),
+            resource_version: rv.to_string(),
+            uid: alloc::format!("uid-{name}"),
+            data: 0,
+            noise: 0,
+        })
+    };
+    let mut inf = informer(Duration::ZERO);
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    let first = vec![obj("a", 1, 0), obj("b", 2, 0), obj("gone", 3, 0)];
+    let d = start_and_list(&mut inf, at(0), first, 3);
+    assert!(d.errors.is_empty(), "{:?}", d.errors);
+    let wid = d.last_request();
+    let status = Status {
+        code: 410,
+        ..Status::default()
+    };
+    inf.handle_input(at(5), wid, Input::Failed(Failure::Expired(status)));
+    let mut d = drain(&mut inf);
+    while !d
+        .requests
+        .iter()
+        .any(|(_, r)| matches!(r, Request::List(_)))
+    {
+        inf.handle_timeout(inf.poll_timeout().expect("a backoff"));
+        d = drain(&mut inf);
+    }
+    let (lid, _) = d.requests.last().cloned().expect("a list");
+    let held_a = inf.indexer().get_by_key("ns/a").unwrap().clone();
+    inf.handle_input(
+        at(6),
+        lid,
+        Input::ListPage(page(
+            vec![
+                odd("p/q", 7),
+                held_a.clone(),
+                obj("b", 4, 1),
+                odd("", 8),
+                obj("c", 5, 0),
+            ],
+            8,
+        )),
+    );
+    let d = drain(&mut inf);
+    assert_eq!(d.errors.len(), 2, "{:?}", d.errors);
+    assert!(
+        d.errors
+            .iter()
+            .all(|e| matches!(e, Failure::InvalidObject(m) if m.contains("not stored")))
+    );
+    assert_eq!(
+        d.for_handler(h),
+        ["update b 2->4", "add c 5", "delete gone tombstone"]
+    );
+    let mut keys: Vec<String> = inf.indexer().list_keys().map(|k| k.to_string()).collect();
+    keys.sort();
+    assert_eq!(keys, ["ns/a", "ns/b", "ns/c"]);
+    assert!(Arc::ptr_eq(
+        inf.indexer().get_by_key("ns/a").unwrap(),
+        &held_a
+    ));
+    assert_eq!(inf.last_sync_resource_version(), "8");
+}
