@@ -40,9 +40,9 @@ pub struct Pipeline<K> {
     next_resync_check: Option<Instant>,
 }
 
-/// How many objects ahead a pass over many objects reads the key of the one it will come to:
-/// far enough for that read's cache misses to be under way when it gets there, near enough
-/// for the line to still be cached.
+/// How far ahead a pass over many objects reads what it will need of them (their keys): far
+/// enough for those reads' cache misses to be under way when it gets there, near enough for
+/// the lines to still be cached.
 const AHEAD: usize = 8;
 
 /// What a listed object is to the store, in a relist's straight path.
@@ -174,8 +174,10 @@ impl<K: Object + 'static> Pipeline<K> {
         let mut stored_and_listed = 0;
         // The listed objects lie in memory in no order the list follows (kube-apiserver's watch
         // cache lists from a hash map; the objects taken from the cache lie where they were
-        // loaded): each key read is a cache miss, or two. As in `populate`, each key is read
-        // `AHEAD` objects early, so that the misses overlap instead of queueing.
+        // loaded): each key read is a cache miss, or two, the second depending on the first.
+        // At the start of each batch of `AHEAD` objects the next batch's keys are read, so
+        // that their misses are under way together (reading a single key ahead, as `populate`
+        // does, gained nothing here: its chain of misses held the loop up all the same).
         for (i, obj) in items.iter().enumerate() {
             if i % AHEAD == 0 {
                 for ahead in items.iter().skip(i + AHEAD).take(AHEAD) {
