@@ -146,6 +146,34 @@ fn start_and_list(inf: &mut Inf, now: Instant, items: Vec<Arc<SimObject>>, rv: u
     drain(inf)
 }
 
+/// Ends the watch `wid` with a 410 at `now` and runs `inf` (through a backoff, if it takes
+/// one) until it asks for the relist; returns the list's id.
+fn expire_until_relisted(inf: &mut Inf, wid: RequestId, now: Instant) -> RequestId {
+    let status = Status {
+        code: 410,
+        ..Status::default()
+    };
+    inf.handle_input(now, wid, Input::Failed(Failure::Expired(status)));
+    let mut d = drain(inf);
+    while !matches!(d.requests.last(), Some((_, Request::List(_)))) {
+        inf.handle_timeout(inf.poll_timeout().expect("a backoff"));
+        d = drain(inf);
+    }
+    d.last_request()
+}
+
+/// An object named `name` in `namespace`, whatever the name (an empty one, one with a `/`).
+fn named(name: &str, namespace: Option<&str>, rv: u64) -> Arc<SimObject> {
+    Arc::new(SimObject {
+        name: name.into(),
+        namespace: namespace.map(Into::into),
+        resource_version: rv.to_string(),
+        uid: alloc::format!("uid-{name}"),
+        data: 0,
+        noise: 0,
+    })
+}
+
 #[test]
 fn conformance_12_resync_reaches_only_due_handlers_changed_rv_reaches_all() {
     let mut inf = informer(Duration::from_secs(1));
@@ -517,16 +545,7 @@ fn has_synced_last_sync_rv_watch_errors_and_deadlines() {
 #[test]
 fn objects_with_a_slash_in_their_name_are_refused_and_reported() {
     let long = alloc::format!("x/{}", "y".repeat(400));
-    let odd = |name: &str, rv: u64| {
-        Arc::new(SimObject {
-            name: name.into(),
-            namespace: None,
-            resource_version: rv.to_string(),
-            uid: alloc::format!("uid-{name}"),
-            data: 0,
-            noise: 0,
-        })
-    };
+    let odd = |name: &str, rv: u64| named(name, None, rv);
     let mut inf = informer(Duration::ZERO);
     let (h, _) = inf.add_handler(Duration::ZERO, at(0));
     let d = start_and_list(
@@ -1081,20 +1100,7 @@ fn a_relist_of_the_cached_objects_does_not_transform_them_again() {
     let (h, _) = inf.add_handler(Duration::ZERO, at(0));
     let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0), obj("b", 2, 0)], 2);
     assert_eq!(calls.load(core::sync::atomic::Ordering::Relaxed), 2);
-    let wid = d.last_request();
-    let status = Status {
-        code: 410,
-        ..Status::default()
-    };
-    inf.handle_input(at(5), wid, Input::Failed(Failure::Expired(status)));
-    let mut d = drain(&mut inf);
-    if d.requests.is_empty() {
-        // After the backoff.
-        inf.handle_timeout(inf.poll_timeout().expect("a backoff"));
-        d = drain(&mut inf);
-    }
-    let (lid, req) = d.requests.last().cloned().expect("a list");
-    assert!(matches!(req, Request::List(_)), "{req:?}");
+    let lid = expire_until_relisted(&mut inf, d.last_request(), at(5));
     let held_a = inf.indexer().get_by_key("ns/a").unwrap().clone();
     // `a` as held, `b` changed, `c` new, and a copy of `a` as listed would be: only the copies
     // go through the transform.
@@ -1130,22 +1136,7 @@ fn a_relist_of_the_cached_objects_is_a_resync_for_the_handlers_due() {
     let mut resynced = d.for_handler(due);
     resynced.sort();
     assert_eq!(resynced, ["update a 1->1", "update b 2->2"]);
-    let status = Status {
-        code: 410,
-        ..Status::default()
-    };
-    inf.handle_input(at(1001), wid, Input::Failed(Failure::Expired(status)));
-    let mut d = drain(&mut inf);
-    while !d
-        .requests
-        .iter()
-        .any(|(_, r)| matches!(r, Request::List(_)))
-    {
-        // The relist comes after a backoff.
-        inf.handle_timeout(inf.poll_timeout().expect("a backoff"));
-        d = drain(&mut inf);
-    }
-    let (lid, _) = d.requests.last().cloned().expect("a list");
+    let lid = expire_until_relisted(&mut inf, wid, at(1001));
     let held: Vec<_> = ["ns/a", "ns/b"]
         .iter()
         .map(|k| inf.indexer().get_by_key(k).unwrap().clone())
@@ -1168,37 +1159,13 @@ fn a_relist_of_the_cached_objects_is_a_resync_for_the_handlers_due() {
 /// kept as they are, changed and new ones applied, the missing one deleted.
 #[test]
 fn a_relist_refuses_unstorable_keys_as_it_applies_the_list() {
-    let odd = |name: &str, rv: u64| {
-        Arc::new(SimObject {
-            name: name.into(),
-            namespace: Some("ns".into()),
-            resource_version: rv.to_string(),
-            uid: alloc::format!("uid-{name}"),
-            data: 0,
-            noise: 0,
-        })
-    };
+    let odd = |name: &str, rv: u64| named(name, Some("ns"), rv);
     let mut inf = informer(Duration::ZERO);
     let (h, _) = inf.add_handler(Duration::ZERO, at(0));
     let first = vec![obj("a", 1, 0), obj("b", 2, 0), obj("gone", 3, 0)];
     let d = start_and_list(&mut inf, at(0), first, 3);
     assert!(d.errors.is_empty(), "{:?}", d.errors);
-    let wid = d.last_request();
-    let status = Status {
-        code: 410,
-        ..Status::default()
-    };
-    inf.handle_input(at(5), wid, Input::Failed(Failure::Expired(status)));
-    let mut d = drain(&mut inf);
-    while !d
-        .requests
-        .iter()
-        .any(|(_, r)| matches!(r, Request::List(_)))
-    {
-        inf.handle_timeout(inf.poll_timeout().expect("a backoff"));
-        d = drain(&mut inf);
-    }
-    let (lid, _) = d.requests.last().cloned().expect("a list");
+    let lid = expire_until_relisted(&mut inf, d.last_request(), at(5));
     let held_a = inf.indexer().get_by_key("ns/a").unwrap().clone();
     inf.handle_input(
         at(6),
