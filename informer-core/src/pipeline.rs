@@ -224,16 +224,7 @@ impl<K: Object + 'static> Pipeline<K> {
         // An object listed unchanged stays as cached, and its update is a resync: for the
         // very object stored, which needs nothing else, only when some handler is due for one.
         let syncing = self.processor.any_syncing();
-        let mut items = items.into_iter();
-        for (at, (hash, listed_as)) in hashes.into_iter().enumerate() {
-            // Dropping a listed object writes its count: read a batch of them ahead, as above.
-            if at % AHEAD == 0 {
-                for ahead in items.as_slice().iter().skip(AHEAD).take(AHEAD) {
-                    core::hint::black_box(Arc::strong_count(ahead));
-                }
-            }
-            // One hash per item: never `None`.
-            let Some(obj) = items.next() else { break };
+        for (obj, (hash, listed_as)) in items.into_iter().zip(hashes) {
             match listed_as {
                 Listed::Refused => continue,
                 Listed::Held if !syncing => continue,
