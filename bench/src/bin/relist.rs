@@ -137,19 +137,19 @@ fn list_page(items: Vec<Arc<DynamicObject>>, rv: &str) -> Input<DynamicObject> {
     })
 }
 
-/// The relist of the last case, through a whole informer: listed and watching, its watch
-/// ends with a 410 and the relist is answered with the cached objects in another order than
-/// loaded, 5% changed, caches evicted first. The time from handing the page over until every
-/// notification was handled, and the notifications.
-fn relist_informer(n: usize, scratch: &mut [u8]) -> (Duration, usize) {
+/// A relist as `case` says, through a whole informer: listed and watching, its watch ends
+/// with a 410 and the relist it starts is answered. The time from handing the page over until
+/// every notification was handled, and the notifications.
+fn relist_informer(n: usize, case: &Case, scratch: &mut [u8]) -> (Duration, usize) {
     let zero = informer_core::Instant::from_epoch(Duration::ZERO);
     let mut inf = SharedIndexInformer::<DynamicObject>::new(InformerConfig::default());
     inf.add_handler(Duration::ZERO, zero);
     inf.start(zero);
     let (_, list) = drain_informer(&mut inf);
     let (id, _) = list.expect("a list");
+    // Without a transform the informer caches these very objects.
     let first: Vec<_> = (0..n).map(|i| configmap(i, 1000 + i)).collect();
-    inf.handle_input(zero, id, list_page(first, "30000"));
+    inf.handle_input(zero, id, list_page(first.clone(), "30000"));
     let (_, watch) = drain_informer(&mut inf);
     let (id, _) = watch.expect("a watch");
     let gone = Status {
@@ -164,19 +164,10 @@ fn relist_informer(n: usize, scratch: &mut [u8]) -> (Duration, usize) {
         relist = drain_informer(&mut inf).1;
     }
     let (id, _) = relist.expect("a relist");
-    let again: Vec<_> = (0..n)
-        .map(|i| listed_at(i, n, true))
-        .map(|i| {
-            if i % 20 == 0 {
-                configmap(i, 50_000 + i)
-            } else {
-                let (ns, name) = (format!("bench-{}", i % 10), format!("cm-{i}"));
-                let key = KeyRef::new(Some(&ns), &name);
-                inf.indexer().get_key_value(key).expect("cached").1.clone()
-            }
-        })
-        .collect();
-    evict_caches(scratch);
+    let again = case.relisted(first);
+    if case.evict {
+        evict_caches(scratch);
+    }
     let t = Instant::now();
     inf.handle_input(zero, id, list_page(again, "60000"));
     let (notified, _) = drain_informer(&mut inf);
@@ -197,6 +188,26 @@ struct Case {
     said: &'static str,
 }
 
+impl Case {
+    /// The relist of `first` (the objects listed first, in allocation order) this case makes;
+    /// `first` itself is dropped, as the cache holds its objects.
+    fn relisted(&self, first: Vec<Arc<DynamicObject>>) -> Vec<Arc<DynamicObject>> {
+        let n = first.len();
+        (0..n)
+            .map(|i| listed_at(i, n, self.scattered))
+            .map(|i| {
+                if self.changed_every > 0 && i % self.changed_every == 0 {
+                    configmap(i, 50_000 + i)
+                } else if self.shared {
+                    first[i].clone()
+                } else {
+                    configmap(i, 1000 + i)
+                }
+            })
+            .collect()
+    }
+}
+
 /// The position listed `i`th out of `n`: `i` itself, or a step of a prime through all of
 /// them (which no allocator's order follows).
 fn listed_at(i: usize, n: usize, scattered: bool) -> usize {
@@ -211,13 +222,6 @@ fn listed_at(i: usize, n: usize, scattered: bool) -> usize {
 /// One relist of `n` objects as `case` says, with `scratch` written over to evict the caches:
 /// its time and the notifications it gave.
 fn relist(n: usize, case: &Case, scratch: &mut [u8]) -> (Duration, usize) {
-    let Case {
-        changed_every,
-        shared,
-        evict,
-        scattered,
-        ..
-    } = *case;
     let zero = informer_core::Instant::from_epoch(Duration::ZERO);
     let first: Vec<_> = (0..n).map(|i| configmap(i, 1000 + i)).collect();
     let mut p: Pipeline<DynamicObject> = Pipeline::new(Duration::ZERO);
@@ -226,20 +230,8 @@ fn relist(n: usize, case: &Case, scratch: &mut [u8]) -> (Duration, usize) {
     p.populate(first.clone());
     while p.process_one() {}
     drain(&mut p);
-    let again: Vec<_> = (0..n)
-        .map(|i| listed_at(i, n, scattered))
-        .map(|i| {
-            if changed_every > 0 && i % changed_every == 0 {
-                configmap(i, 50_000 + i)
-            } else if shared {
-                first[i].clone()
-            } else {
-                configmap(i, 1000 + i)
-            }
-        })
-        .collect();
-    drop(first);
-    if evict {
+    let again = case.relisted(first);
+    if case.evict {
         evict_caches(scratch);
     }
     let t = Instant::now();
@@ -332,11 +324,14 @@ fn main() {
             runs[0].1
         );
     }
-    let runs: Vec<_> = (0..5).map(|_| relist_informer(n, &mut scratch)).collect();
+    let last = &cases[cases.len() - 1];
+    let runs: Vec<_> = (0..5)
+        .map(|_| relist_informer(n, last, &mut scratch))
+        .collect();
     let best = runs.iter().map(|r| r.0).min().expect("runs");
     println!(
         "relist of {n} ConfigMaps through an informer after its watch's 410, {}: {:.2} ms (best of 5), {} notifications",
-        cases[cases.len() - 1].said,
+        last.said,
         best.as_secs_f64() * 1e3,
         runs[0].1
     );
