@@ -42,7 +42,7 @@ use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::sleep;
@@ -781,23 +781,46 @@ impl TestCluster {
     }
 
     fn wait_etcd(&mut self) -> Result<(), Error> {
-        let start = Instant::now();
         let url = format!("{}/health", self.etcd_url());
+        let healthy =
+            |o: &Output| String::from_utf8_lossy(&o.stdout).contains("\"health\":\"true\"");
+        let mut probe = Command::new("curl");
+        probe.args(["-s", "--max-time", "2", &url]);
+        self.poll_until(
+            Instant::now(),
+            false,
+            &format!("etcd at {url}"),
+            probe,
+            healthy,
+        )
+    }
+
+    /// Runs `probe` every 100 ms until its output is `ready`, while the process (kube-apiserver
+    /// or etcd) runs; gives up `READY_TIMEOUT` after `start` with `what` and the log's tail.
+    fn poll_until(
+        &mut self,
+        start: Instant,
+        apiserver: bool,
+        what: &str,
+        mut probe: Command,
+        ready: impl Fn(&Output) -> bool,
+    ) -> Result<(), Error> {
+        probe.stdin(Stdio::null());
         loop {
-            self.check_running(false)?;
-            let out = Command::new("curl")
-                .args(["-s", "--max-time", "2", &url])
-                .stdin(Stdio::null())
-                .output();
-            if matches!(&out, Ok(o) if String::from_utf8_lossy(&o.stdout).contains("\"health\":\"true\""))
-            {
+            self.check_running(apiserver)?;
+            if matches!(&probe.output(), Ok(o) if ready(o)) {
                 return Ok(());
             }
             if start.elapsed() > READY_TIMEOUT {
+                let log = if apiserver {
+                    "kube-apiserver.log"
+                } else {
+                    "etcd.log"
+                };
                 return Err(Error::Timeout {
-                    what: format!("etcd at {url}"),
+                    what: what.into(),
                     waited: start.elapsed(),
-                    log_tail: tail(&self.dir.join("etcd.log"), 30),
+                    log_tail: tail(&self.dir.join(log), 30),
                 });
             }
             sleep(Duration::from_millis(100));
@@ -815,27 +838,14 @@ impl TestCluster {
         // (`namespaces "default" not found`, seen in CI). So wait for the namespace too.
         for path in ["/readyz", "/api/v1/namespaces/default"] {
             let url = format!("{}{path}", self.server);
-            loop {
-                self.check_running(true)?;
-                let out = Command::new("curl")
-                    .args(["-sk", "--max-time", "2", "-o", "/dev/null"])
-                    .args(["-w", "%{http_code}", "-H"])
-                    .arg(format!("Authorization: Bearer {}", self.token))
-                    .arg(&url)
-                    .stdin(Stdio::null())
-                    .output();
-                if matches!(&out, Ok(o) if o.stdout == b"200") {
-                    break;
-                }
-                if start.elapsed() > READY_TIMEOUT {
-                    return Err(Error::Timeout {
-                        what: format!("kube-apiserver {url}"),
-                        waited: start.elapsed(),
-                        log_tail: tail(&self.dir.join("kube-apiserver.log"), 30),
-                    });
-                }
-                sleep(Duration::from_millis(100));
-            }
+            let mut probe = Command::new("curl");
+            probe
+                .args(["-sk", "--max-time", "2", "-o", "/dev/null"])
+                .args(["-w", "%{http_code}", "-H"])
+                .arg(format!("Authorization: Bearer {}", self.token))
+                .arg(&url);
+            let what = format!("kube-apiserver {url}");
+            self.poll_until(start, true, &what, probe, |o| o.stdout == b"200")?;
         }
         let ca = self.ca_file_path();
         self.ca_pem = fs::read(&ca).map_err(io_err(format!("reading {}", ca.display())))?;
