@@ -285,8 +285,10 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     /// [`SnapshotCodec`](informer_core::SnapshotCodec): a binary encoding for
     /// [`DynamicObject`](crate::DynamicObject) and
     /// [`PartialObjectMetadata`](crate::PartialObjectMetadata), JSON for other types (which must
-    /// serialize back to what they were decoded from). The file is decoded on up to four
-    /// threads.
+    /// serialize back to what they were decoded from). The file is read and decoded a piece
+    /// at a time on a thread of its own. It is written readable by its owner only (`0600` on
+    /// Unix: it holds every cached object, Secrets included), and its directory is created
+    /// (`0700`) if missing.
     pub fn snapshot(mut self, path: impl Into<std::path::PathBuf>) -> Self
     where
         K: informer_core::SnapshotCodec,

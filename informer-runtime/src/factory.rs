@@ -156,7 +156,8 @@ impl<R: Runtime, B: Backend> SharedInformerFactory<R, B> {
     /// [snapshot file](InformerBuilder::snapshot) of its own in `dir`, named after its
     /// resource, namespace, selectors and object type ([`snapshot_path`](Self::snapshot_path)).
     /// An informer resumes from its file at start and writes it at
-    /// [`shutdown`](Self::shutdown) (or when its last handle is dropped). `dir` must exist. A
+    /// [`shutdown`](Self::shutdown) (or when its last handle is dropped). `dir` is created at
+    /// the first write if missing (`0700` on Unix; the files are `0600`). A
     /// `customize` function of [`informer_with`](Self::informer_with) may add
     /// [`snapshot_every`](InformerBuilder::snapshot_every) or another path.
     pub fn with_snapshot_dir(mut self, dir: impl Into<PathBuf>) -> Self {

@@ -393,7 +393,9 @@ fn remove_stale_temporaries(path: &Path) {
     }
 }
 
-/// Temporary file in the same directory, fsync, rename, fsync the directory.
+/// Temporary file in the same directory, fsync, rename, fsync the directory. The directory is
+/// created if missing. On Unix the file is readable and writable by its owner only (`0600`,
+/// and `0700` for directories created): it holds every cached object, Secrets included.
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let dir = match path.parent() {
@@ -408,8 +410,13 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
     let tmp = dir.join(tmp_name);
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(&dir)?;
     let result = (|| {
-        let mut f = fs::File::create(&tmp)?;
+        let mut f = create_private(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         drop(f);
@@ -422,6 +429,18 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// Creates the file at `path` for writing, readable and writable by its owner only on Unix
+/// (`0600`). A file already there (left by a process of the same id that died while writing: a
+/// container's PID 1 is always 1) is removed first, so that the new one gets this mode.
+fn create_private(path: &Path) -> std::io::Result<fs::File> {
+    let _ = fs::remove_file(path);
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
 }
 
 /// Runs `f` on a thread of its own and awaits its result (file I/O off the runtime).
@@ -612,5 +631,57 @@ mod tests {
         assert!(!file.write(5, &newer).unwrap().unchanged);
         assert_eq!(fs::read(&path).unwrap(), on_disk);
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A snapshot is written into a directory that does not exist yet (created), readable by
+    /// its owner only: it holds every cached object, Secrets included.
+    #[test]
+    fn a_snapshot_is_private_to_its_owner_and_its_directory_is_made() {
+        let (items, bytes) = snapshot_bytes(3);
+        let root =
+            std::env::temp_dir().join(format!("informer-snapshot-mode-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let path = root.join("state").join("configmaps.snap");
+        let file = SnapshotFile::<DynamicObject>::new(path.clone(), None, identity());
+        let snapshot = Snapshot {
+            resource_version: "77".into(),
+            items,
+        };
+        let w = file.write(1, &snapshot).unwrap();
+        assert!(!w.unchanged && !w.superseded, "{w:?}");
+        assert_eq!(fs::read(&path).unwrap(), bytes);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode(&path), 0o600, "the file");
+            assert_eq!(
+                mode(&root.join("state")),
+                0o700,
+                "the directory made for it"
+            );
+            // A temporary file left over under the same name is replaced, not reused with
+            // its mode and content.
+            let stale = root.join("state").join(".configmaps.snap.tmp-1-0");
+            fs::write(&stale, b"left over").unwrap();
+            fs::set_permissions(&stale, fs::Permissions::from_mode(0o644)).unwrap();
+            let mut f = create_private(&stale).unwrap();
+            f.write_all(b"new").unwrap();
+            drop(f);
+            assert_eq!(mode(&stale), 0o600, "the file made anew");
+            assert_eq!(fs::read(&stale).unwrap(), b"new");
+        }
+        let newer = Snapshot {
+            resource_version: "78".into(),
+            items: snapshot.items[1..].to_vec(),
+        };
+        assert!(!file.write(2, &newer).unwrap().unchanged);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "a file replaced by a later snapshot");
+        }
+        let _ = fs::remove_dir_all(&root);
     }
 }
