@@ -175,6 +175,7 @@ fn relist_informer(n: usize, case: &Case, scratch: &mut [u8]) -> (Duration, usiz
 }
 
 /// One relist's setting.
+#[derive(Clone, Copy)]
 struct Case {
     /// Every nth object changed (0: none).
     changed_every: usize,
@@ -184,8 +185,37 @@ struct Case {
     evict: bool,
     /// Listed in an order unrelated to the one the objects were allocated in.
     scattered: bool,
-    /// What the printed line says.
-    said: &'static str,
+}
+
+/// None changed, the unchanged ones as copies, caches warm, listed in allocation order.
+const COPIES: Case = Case {
+    changed_every: 0,
+    shared: false,
+    evict: false,
+    scattered: false,
+};
+
+impl std::fmt::Display for Case {
+    /// What the printed line says of the case.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.changed_every {
+            0 => f.write_str("none changed")?,
+            n => write!(f, "{}% changed", 100 / n)?,
+        }
+        let unchanged = if self.shared {
+            "the cached objects"
+        } else {
+            "copies"
+        };
+        write!(f, ", unchanged ones as {unchanged}")?;
+        if self.evict {
+            f.write_str(", CPU caches evicted first")?;
+        }
+        if self.scattered {
+            f.write_str(", listed in another order than loaded")?;
+        }
+        Ok(())
+    }
 }
 
 impl Case {
@@ -261,78 +291,53 @@ fn main() {
             took.as_secs_f64() * 1e3
         );
     }
-    let case = |changed_every, shared, evict, scattered, said| Case {
-        changed_every,
-        shared,
-        evict,
-        scattered,
-        said,
-    };
     let cases = [
-        case(
-            0,
-            false,
-            false,
-            false,
-            "none changed, unchanged ones as copies",
-        ),
-        case(
-            0,
-            true,
-            false,
-            false,
-            "none changed, unchanged ones as the cached objects",
-        ),
-        case(
-            20,
-            false,
-            false,
-            false,
-            "5% changed, unchanged ones as copies",
-        ),
-        case(
-            20,
-            true,
-            false,
-            false,
-            "5% changed, unchanged ones as the cached objects",
-        ),
-        case(
-            20,
-            true,
-            true,
-            false,
-            "5% changed, unchanged ones as the cached objects, CPU caches evicted first",
-        ),
-        case(
-            20,
-            true,
-            true,
-            true,
-            "5% changed, unchanged ones as the cached objects, CPU caches evicted first, \
-             listed in another order than loaded",
-        ),
+        COPIES,
+        Case {
+            shared: true,
+            ..COPIES
+        },
+        Case {
+            changed_every: 20,
+            ..COPIES
+        },
+        Case {
+            changed_every: 20,
+            shared: true,
+            ..COPIES
+        },
+        Case {
+            changed_every: 20,
+            shared: true,
+            evict: true,
+            ..COPIES
+        },
+        Case {
+            changed_every: 20,
+            shared: true,
+            evict: true,
+            scattered: true,
+        },
     ];
     let mut scratch = vec![1u8; 64 << 20];
     for case in &cases {
-        let runs: Vec<_> = (0..5).map(|_| relist(n, case, &mut scratch)).collect();
-        let best = runs.iter().map(|r| r.0).min().expect("runs");
+        let (best, notified) = best_of_5(|| relist(n, case, &mut scratch));
         println!(
-            "relist of {n} ConfigMaps, {}: {:.2} ms (best of 5), {} notifications",
-            case.said,
+            "relist of {n} ConfigMaps, {case}: {:.2} ms (best of 5), {notified} notifications",
             best.as_secs_f64() * 1e3,
-            runs[0].1
         );
     }
     let last = &cases[cases.len() - 1];
-    let runs: Vec<_> = (0..5)
-        .map(|_| relist_informer(n, last, &mut scratch))
-        .collect();
-    let best = runs.iter().map(|r| r.0).min().expect("runs");
+    let (best, notified) = best_of_5(|| relist_informer(n, last, &mut scratch));
     println!(
-        "relist of {n} ConfigMaps through an informer after its watch's 410, {}: {:.2} ms (best of 5), {} notifications",
-        last.said,
+        "relist of {n} ConfigMaps through an informer after its watch's 410, {last}: {:.2} ms (best of 5), {notified} notifications",
         best.as_secs_f64() * 1e3,
-        runs[0].1
     );
+}
+
+/// The best time of five runs of `run`, and the notifications of the first.
+fn best_of_5(mut run: impl FnMut() -> (Duration, usize)) -> (Duration, usize) {
+    let runs: Vec<_> = (0..5).map(|_| run()).collect();
+    let best = runs.iter().map(|r| r.0).min().expect("runs");
+    (best, runs[0].1)
 }
