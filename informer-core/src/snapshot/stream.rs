@@ -136,7 +136,24 @@ impl Checksum {
             self.block(&block);
             self.pending_len = 0;
         }
-        let mut blocks = bytes.chunks_exact(32);
+        // Two blocks a step, each lane in a local: written as four array lanes a block at a
+        // time, LLVM made SSE2 vectors of the lanes, whose 64-bit multiplies it emulates with
+        // three 32-bit ones; scalar multiplies summed a 64 KiB piece in half the time (1.4 vs
+        // 3.0 ms for 28 MB here). The value is the same: each lane takes its words in order.
+        let [mut l0, mut l1, mut l2, mut l3] = self.lanes;
+        let mut pairs = bytes.chunks_exact(64);
+        for b in &mut pairs {
+            l0 = step(l0, word(&b[0..8]));
+            l1 = step(l1, word(&b[8..16]));
+            l2 = step(l2, word(&b[16..24]));
+            l3 = step(l3, word(&b[24..32]));
+            l0 = step(l0, word(&b[32..40]));
+            l1 = step(l1, word(&b[40..48]));
+            l2 = step(l2, word(&b[48..56]));
+            l3 = step(l3, word(&b[56..64]));
+        }
+        self.lanes = [l0, l1, l2, l3];
+        let mut blocks = pairs.remainder().chunks_exact(32);
         for b in &mut blocks {
             self.block(b);
         }

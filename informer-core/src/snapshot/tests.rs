@@ -551,6 +551,24 @@ fn stream_decode_equals_decode_for_every_cut_and_flip() {
     assert_eq!(back.items.len(), dynamic_sample().len());
 }
 
+/// The checksum's values are part of the format: a snapshot written by an earlier build must
+/// still load. These were computed by the first implementation (four array lanes, a block at
+/// a time), before the bulk loop was rewritten for speed.
+#[test]
+fn checksum_values_are_those_of_the_format() {
+    let bytes: Vec<u8> = (0..1000u32).map(|i| (i * 37 % 251) as u8).collect();
+    for (n, want) in [
+        (0, 0xd0d1_385d_1a72_3e0a_u64),
+        (5, 0x2753_742b_36fb_c58b),
+        (32, 0x7f3c_71bc_c2f4_f14f),
+        (64, 0x5209_7532_3b4d_d9c8),
+        (100, 0x6b92_d18a_0756_f5c3),
+        (1000, 0x8b17_0fac_6d65_8cb4),
+    ] {
+        assert_eq!(checksum(&bytes[..n]), want, "{n} bytes");
+    }
+}
+
 /// The incremental checksum equals the one-shot checksum whatever the pieces, and a frame
 /// announced longer than the body is refused as truncated without holding its bytes.
 #[test]
@@ -558,7 +576,7 @@ fn incremental_checksum_and_overlong_frames() {
     let bytes: Vec<u8> = (0..300u32).map(|i| (i * 37 % 251) as u8).collect();
     for n in [0, 1, 7, 8, 31, 32, 33, 64, 100, 300] {
         let want = checksum(&bytes[..n]);
-        for piece in [1, 3, 8, 31, 32, 33, 1000] {
+        for piece in [1, 3, 8, 31, 32, 33, 63, 64, 65, 97, 1000] {
             let mut sum = stream::Checksum::new(n as u64);
             for p in bytes[..n].chunks(piece) {
                 sum.update(p);
