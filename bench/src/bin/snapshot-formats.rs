@@ -12,6 +12,12 @@
 //! `snapshot-formats --resume-once --snapshot PATH [--log] [--smol]`: one restart from the file
 //! at PATH in this (fresh) process, on tokio (or smol), its phases printed in seconds since the
 //! process started, with `--log` the informer's log too.
+//!
+//! `snapshot-formats --copy-once --snapshot PATH --objects N`: a floor for such a restart, in
+//! this (fresh) process: the file read in 64 KiB pieces and its bytes copied into N objects
+//! held in a hash table, nothing decoded, checked or indexed, no runtime and no handler. The
+//! bytes are cut evenly, each object in three allocations (an `Arc` and two boxes) as the
+//! decoder makes for a `DynamicObject`: the memory any cache that owns its objects writes.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -49,6 +55,9 @@ fn best<T>(f: impl Fn() -> T) -> f64 {
 fn main() {
     if std::env::args().any(|a| a == "--resume-once") {
         return resume_once();
+    }
+    if std::env::args().any(|a| a == "--copy-once") {
+        return copy_once();
     }
     let n: usize = std::env::args()
         .nth(1)
@@ -138,6 +147,7 @@ impl informer_tokio::http::Transport<DynamicObject> for Fake {
 /// `start` until the snapshot is loaded (read + decode), the informer has synced (the objects
 /// indexed and queued for the handlers), and a handler has had every initial add.
 fn resume_phases(objects: Vec<Arc<DynamicObject>>) {
+    let n = objects.len();
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     // `--keep PATH`: the restarts' file there, and left there (for a profiler).
     let args: Vec<String> = std::env::args().collect();
@@ -219,6 +229,30 @@ fn resume_phases(objects: Vec<Arc<DynamicObject>>) {
             .collect();
         eprintln!("resume in a fresh process: {}", phases.join(", "));
     }
+    // The floor: the same file only read and copied into as many objects, in fresh processes.
+    for _ in 0..5 {
+        let out = std::process::Command::new(&exe)
+            .arg("--copy-once")
+            .arg("--snapshot")
+            .arg(&path)
+            .arg("--objects")
+            .arg(n.to_string())
+            .output()
+            .expect("a child process");
+        let text = String::from_utf8_lossy(&out.stderr);
+        match text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("phase copied: "))
+        {
+            Some(copied) if out.status.success() => eprintln!(
+                "the file only read and copied into {n} objects in a fresh process: {copied}"
+            ),
+            _ => eprintln!(
+                "copying in a fresh process failed ({}):\n{text}",
+                out.status
+            ),
+        }
+    }
     if kept.is_none() {
         let _ = std::fs::remove_file(&path);
     }
@@ -283,4 +317,41 @@ fn resume_once() {
         matches!(load, Some(informer_tokio::SnapshotLoad::Resumed { .. })),
         "resumed: {load:?}"
     );
+}
+
+/// `--copy-once`: the floor described in the crate docs, on this process's main thread.
+fn copy_once() {
+    use std::io::Read;
+    let run = informer_bench::Run::start();
+    let path = run.snapshot.clone().expect("--snapshot PATH");
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args
+        .iter()
+        .position(|a| a == "--objects")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .expect("--objects N");
+    let mut file = std::fs::File::open(&path).expect("the snapshot file");
+    let len = file.metadata().expect("its size").len() as usize;
+    let per = (len / n.max(1)).max(1);
+    // Whole objects in each piece, so that none is cut across two reads.
+    let mut buf = vec![0u8; per * (64 * 1024 / per).max(1)];
+    type Held = (Arc<[u8]>, Box<[u8]>, Box<[u8]>);
+    let mut held: std::collections::HashMap<usize, Held> =
+        std::collections::HashMap::with_capacity(n);
+    loop {
+        let got = file.read(&mut buf).expect("read");
+        if got == 0 {
+            break;
+        }
+        // A short read ends mid-object rarely; the object is then cut there, which changes
+        // nothing measured here.
+        for bytes in buf[..got].chunks(per) {
+            let (head, rest) = bytes.split_at(bytes.len().min(96));
+            let (meta, fields) = rest.split_at(rest.len() / 4);
+            held.insert(held.len(), (Arc::from(head), meta.into(), fields.into()));
+        }
+    }
+    run.mark("copied");
+    assert!(held.len() >= n, "{} objects from {len} bytes", held.len());
 }
