@@ -110,17 +110,19 @@ pub struct Run {
     done_rx: Receiver<()>,
 }
 
+/// The value given after `name` on this process's command line (`--name VALUE`), if any.
+pub fn arg_value(name: &str) -> Option<String> {
+    let mut args = std::env::args().skip(1);
+    args.by_ref().find(|a| a == name)?;
+    args.next()
+}
+
 impl Run {
     /// Starts the clock and reads the arguments.
     pub fn start() -> Run {
         let started = Instant::now();
         let args: Vec<String> = std::env::args().skip(1).collect();
-        let flag = |name: &str| {
-            args.iter()
-                .position(|a| a == name)
-                .and_then(|i| args.get(i + 1))
-                .and_then(|v| v.parse::<u64>().ok())
-        };
+        let flag = |name: &str| arg_value(name).and_then(|v| v.parse::<u64>().ok());
         let (done_tx, done_rx) = mpsc::sync_channel(1);
         if args.iter().any(|a| a == "--log") {
             let _ = tracing::subscriber::set_global_default(StderrLog { started });
@@ -131,11 +133,7 @@ impl Run {
             timeout: Duration::from_secs(flag("--timeout").unwrap_or(120)),
             strip_managed_fields: args.iter().any(|a| a == "--strip-managed-fields"),
             metadata_only: args.iter().any(|a| a == "--metadata-only"),
-            snapshot: args
-                .iter()
-                .position(|a| a == "--snapshot")
-                .and_then(|i| args.get(i + 1))
-                .map(PathBuf::from),
+            snapshot: arg_value("--snapshot").map(PathBuf::from),
             seen: Arc::default(),
             done_tx,
             done_rx,

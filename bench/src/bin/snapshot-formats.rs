@@ -150,12 +150,7 @@ fn resume_phases(objects: Vec<Arc<DynamicObject>>) {
     let n = objects.len();
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     // `--keep PATH`: the restarts' file there, and left there (for a profiler).
-    let args: Vec<String> = std::env::args().collect();
-    let kept = args
-        .iter()
-        .position(|a| a == "--keep")
-        .and_then(|i| args.get(i + 1))
-        .map(std::path::PathBuf::from);
+    let kept = informer_bench::arg_value("--keep").map(std::path::PathBuf::from);
     let path = kept.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("snapshot-resume-{}.snap", std::process::id()))
     });
@@ -324,11 +319,7 @@ fn copy_once() {
     use std::io::Read;
     let run = informer_bench::Run::start();
     let path = run.snapshot.clone().expect("--snapshot PATH");
-    let args: Vec<String> = std::env::args().collect();
-    let n: usize = args
-        .iter()
-        .position(|a| a == "--objects")
-        .and_then(|i| args.get(i + 1))
+    let n: usize = informer_bench::arg_value("--objects")
         .and_then(|v| v.parse().ok())
         .expect("--objects N");
     let mut file = std::fs::File::open(&path).expect("the snapshot file");
