@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
-use informer_core::DynamicObject;
+use informer_core::object::DynamicObject;
 
 /// A transform dropping `metadata.managedFields` (about a quarter of a small ConfigMap).
 pub fn strip_managed_fields(obj: Arc<DynamicObject>) -> Arc<DynamicObject> {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use informer_http::core::protocol::ListPage;
-use informer_http::core::{DynamicObject, Object};
+use informer_http::core::{object::DynamicObject, object::Object};
 use informer_http::decode::{DecodeError, LineDecoder, ListDecoder, WatchDecoder};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -219,7 +219,7 @@ fn list_as<K: DeserializeOwned + Debug + 'static>(body: &[u8], seed: u8) {
 struct Held(std::collections::BTreeMap<(Option<String>, String), Arc<DynamicObject>>);
 
 impl informer_http::decode::KnownObjects<DynamicObject> for Held {
-    fn known(&self, key: informer_http::core::KeyRef<'_>, rv: &str) -> Option<Arc<DynamicObject>> {
+    fn known(&self, key: informer_http::core::object::KeyRef<'_>, rv: &str) -> Option<Arc<DynamicObject>> {
         let obj = self
             .0
             .get(&(key.namespace.map(str::to_string), key.name.to_string()))?;
@@ -487,7 +487,7 @@ pub fn informer_core(data: &[u8]) {
 /// and `Selector::matches` agrees, on labels built from the selector's own keys and values
 /// and from the input, with a plain matcher written from the grammar's definitions.
 pub fn selector(data: &[u8]) {
-    use informer_core::selector::{Operator, Selector};
+    use informer_core::object::selector::{Operator, Selector};
     use std::collections::BTreeMap;
 
     let (text, rest) = match data.iter().position(|b| *b == 0) {
@@ -582,8 +582,8 @@ pub fn selector(data: &[u8]) {
 /// dropped and `pop` answers `ShutDown` once the queue is empty. Counts (`len`,
 /// `num_processing`, `num_delayed`) equal the model's.
 pub fn workqueue(data: &[u8]) {
-    use informer_core::Instant;
-    use informer_core::workqueue::{ItemExponentialRateLimiter, Pop, WorkQueue};
+    use informer_core::time::Instant;
+    use informer_core::controller::workqueue::{ItemExponentialRateLimiter, Pop, WorkQueue};
     use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
     const BASE: Duration = Duration::from_millis(5);
@@ -780,7 +780,7 @@ pub fn snapshot_decode(data: &[u8]) {
     let parts = 1 + usize::from(parts % 5);
     match pick & 0x7f {
         0 => snapshot_round_trip::<DynamicObject>(&bytes, parts, cuts),
-        1 => snapshot_round_trip::<informer_http::core::PartialObjectMetadata>(&bytes, parts, cuts),
+        1 => snapshot_round_trip::<informer_http::core::object::PartialObjectMetadata>(&bytes, parts, cuts),
         _ => snapshot_round_trip::<informer_http::core::sim::SimObject>(&bytes, parts, cuts),
     }
 }
@@ -836,7 +836,7 @@ fn decode_streamed<K>(
     frames: bool,
 ) -> Result<informer_http::core::snapshot::Snapshot<K>, informer_http::core::snapshot::SnapshotError>
 where
-    K: informer_http::core::SnapshotCodec,
+    K: informer_http::core::snapshot::SnapshotCodec,
 {
     use informer_http::core::snapshot::{SnapshotError, SnapshotLayout, SnapshotStream};
     let mut cuts = Cuts(informer_http::core::rng::SplitMix64::new(seed));
@@ -878,10 +878,10 @@ where
 
 fn snapshot_round_trip<K>(bytes: &[u8], parts: usize, cuts: u64)
 where
-    K: informer_http::core::SnapshotCodec + PartialEq + Debug + Send + Sync,
+    K: informer_http::core::snapshot::SnapshotCodec + PartialEq + Debug + Send + Sync,
 {
     use informer_http::core::snapshot::{Snapshot, SnapshotIdentity, peek_identity};
-    use informer_http::core::{Key, Object};
+    use informer_http::core::{object::Key, object::Object};
     let identity = match peek_identity(bytes) {
         Ok((identity, _)) => identity,
         Err(e) => {

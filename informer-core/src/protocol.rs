@@ -11,6 +11,11 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
 
+/// Identifies one request handed out by the informer (its reflector); the transport tags
+/// what it observes for that request with it, and results of a superseded request are ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
 /// How a list's or watch's `resourceVersion` is to be matched (`resourceVersionMatch`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -340,7 +345,7 @@ impl core::error::Error for Failure {}
 /// - For a [`Request::Watch`]: any number of `Event`s, then exactly one `StreamEnd` or
 ///   `Failed` (a transport that stops reading after an `ERROR` event may omit it).
 ///
-/// [`Reflector::handle_input`]: crate::reflector::Reflector::handle_input
+/// [`Reflector::handle_input`]: crate::informer::reflector::Reflector::handle_input
 /// [`SharedIndexInformer::handle_input`]: crate::informer::SharedIndexInformer::handle_input
 #[derive(Debug)]
 pub enum Input<K> {

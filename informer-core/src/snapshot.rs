@@ -24,8 +24,8 @@
 //! ```
 //!
 //! How an object is written is its type's [`SnapshotCodec`]: compact JSON by default, a binary
-//! encoding for [`DynamicObject`](crate::DynamicObject) and
-//! [`PartialObjectMetadata`](crate::PartialObjectMetadata) that keeps their raw JSON parts
+//! encoding for [`DynamicObject`](crate::object::DynamicObject) and
+//! [`PartialObjectMetadata`](crate::object::PartialObjectMetadata) that keeps their raw JSON parts
 //! verbatim and stores `apiVersion`, `kind` and namespaces once (in `shared`). The codec's
 //! name is in the header: a snapshot written by another codec is refused. Version 1 (every
 //! object as JSON, no codec name, a one-lane checksum) is refused as an unknown format: the
@@ -357,7 +357,7 @@ impl<'a> Frames<'a> {
         if !o.is_empty() {
             return Err(corrupt("bytes after an object in its frame"));
         }
-        if crate::informer::invalid_key(&obj).is_some() {
+        if crate::object::key::invalid_key(&obj).is_some() {
             return Err(corrupt("an object cannot be keyed"));
         }
         Ok(Arc::new(obj))

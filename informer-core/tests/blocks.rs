@@ -9,7 +9,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
-use informer_core::{DynamicObject, Object, PartialObjectMetadata};
+use informer_core::{object::DynamicObject, object::Object, object::PartialObjectMetadata};
 
 struct Counting;
 

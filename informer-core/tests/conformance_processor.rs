@@ -6,14 +6,14 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use informer_core::processor::MINIMUM_RESYNC_PERIOD;
-use informer_core::{Instant, Notification, Pipeline};
+use informer_core::cache::processor::MINIMUM_RESYNC_PERIOD;
+use informer_core::{cache::pipeline::Pipeline, informer::Notification, time::Instant};
 
 fn at(secs: u64) -> Instant {
     Instant::from_epoch(Duration::from_secs(secs))
 }
 
-fn started(check: u64) -> Pipeline<informer_core::DynamicObject> {
+fn started(check: u64) -> Pipeline<informer_core::object::DynamicObject> {
     let mut p = Pipeline::new(Duration::from_secs(check));
     p.start(at(0));
     p
@@ -40,7 +40,7 @@ fn conformance_11_every_handler_sees_changes_in_order_and_a_slow_one_delays_nobo
         got.insert(h, deliver_to(&mut p, h));
     }
 
-    type Input = fn(&mut Pipeline<informer_core::DynamicObject>);
+    type Input = fn(&mut Pipeline<informer_core::object::DynamicObject>);
     let inputs: [Input; 5] = [
         |p| p.added(obj("ns", "a", 2)),
         |p| p.modified(obj("ns", "a", 3)),
@@ -124,7 +124,7 @@ fn sorted(mut v: Vec<Seen>) -> Vec<Seen> {
 /// CONFORMANCE 13: 0 means never; below 1 s becomes 1 s.
 #[test]
 fn conformance_13_zero_is_never_and_minimum_is_one_second() {
-    let mut p = Pipeline::<informer_core::DynamicObject>::new(Duration::from_millis(100));
+    let mut p = Pipeline::<informer_core::object::DynamicObject>::new(Duration::from_millis(100));
     let (h, periods) = p.add_handler(Duration::from_millis(10), at(0));
     assert_eq!(periods.requested, MINIMUM_RESYNC_PERIOD);
     assert_eq!(periods.effective, MINIMUM_RESYNC_PERIOD);
@@ -140,7 +140,7 @@ fn conformance_13_zero_is_never_and_minimum_is_one_second() {
 /// periods follow); after start, it is raised to the check period.
 #[test]
 fn conformance_13_before_start_lowers_check_period_after_start_is_raised() {
-    let mut p = Pipeline::<informer_core::DynamicObject>::new(Duration::from_secs(10));
+    let mut p = Pipeline::<informer_core::object::DynamicObject>::new(Duration::from_secs(10));
     let (a, pa) = p.add_handler(Duration::from_secs(30), at(0));
     assert_eq!(pa.effective, Duration::from_secs(30));
     let (_, pb) = p.add_handler(Duration::from_secs(4), at(0));
@@ -460,7 +460,7 @@ fn watch_events_with_nothing_queued_apply_at_once_and_queue_behind_anything_queu
 /// every handler keeping up, and one handler busy (so the others read at their own cursors).
 #[test]
 fn deliver_survives_a_panicking_handler() {
-    use informer_core::HandlerId;
+    use informer_core::informer::HandlerId;
     use std::collections::BTreeMap;
     use std::panic::{AssertUnwindSafe, catch_unwind};
     let want = |i: u64| Seen::Add(format!("ns/o{i}"), i, false);

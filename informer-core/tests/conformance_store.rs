@@ -6,9 +6,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use common::*;
-use informer_core::indexer::{IndexValues, NAMESPACE_INDEX, index_fn};
+use informer_core::cache::indexer::{IndexValues, NAMESPACE_INDEX, index_fn};
 use informer_core::{
-    DeltaFifo, DeltaType, DynamicObject, IndexError, Indexer, Key, KeyRef, ObjectOrTombstone,
+    cache::fifo::DeltaFifo, cache::fifo::DeltaType, cache::indexer::IndexError,
+    cache::indexer::Indexer, object::DynamicObject, object::Key, object::KeyRef,
+    object::ObjectOrTombstone,
 };
 
 fn keys<'a>(it: impl Iterator<Item = &'a Arc<DynamicObject>>) -> BTreeSet<String> {
@@ -100,7 +102,7 @@ fn conformance_02_index_buckets_follow_changes() {
     // Single-valued indices (a label index, the namespace index) follow the same changes.
     let mut store = Indexer::new();
     store.add_label_index("x").unwrap();
-    let by_x = informer_core::indexer::label_index_name("x");
+    let by_x = informer_core::cache::indexer::label_index_name("x");
     store.add(obj_labels("ns", "a", 1, &[("x", "red")]));
     store.add(obj_labels("ns", "b", 1, &[("x", "red")]));
     store.add(obj_labels("other", "c", 1, &[]));

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use informer_core::informer::Output;
 use informer_core::protocol::{Input, ListPage, WatchEvent};
-use informer_core::{DynamicObject, InformerConfig, Instant, SharedIndexInformer};
+use informer_core::{
+    SharedIndexInformer, informer::InformerConfig, object::DynamicObject, time::Instant,
+};
 
 struct Counting;
 
@@ -67,8 +69,11 @@ fn watch_events_allocate_nothing_but_a_new_long_key() {
     let at = |ms: u64| Instant::from_epoch(Duration::from_millis(ms));
     let mut inf: SharedIndexInformer<DynamicObject> =
         SharedIndexInformer::new(InformerConfig::default());
-    inf.add_index("label:app", informer_core::indexer::LabelIndex::new("app"))
-        .unwrap();
+    inf.add_index(
+        "label:app",
+        informer_core::cache::indexer::LabelIndex::new("app"),
+    )
+    .unwrap();
     for _ in 0..3 {
         inf.add_handler(Duration::ZERO, at(0));
     }

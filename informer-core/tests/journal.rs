@@ -8,10 +8,13 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use common::*;
-use informer_core::indexer::{
+use informer_core::cache::indexer::{
     Change, IndexValues, LabelIndex, NAMESPACE_INDEX, ReadCopy, index_fn, label_index_name,
 };
-use informer_core::{DynamicObject, Indexer, Key, KeyRef, Labels, Selector};
+use informer_core::{
+    cache::indexer::Indexer, object::DynamicObject, object::Key, object::KeyRef,
+    object::selector::Labels, object::selector::Selector,
+};
 
 fn colour_index(store: &mut Indexer<DynamicObject>) {
     store

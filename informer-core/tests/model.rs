@@ -19,8 +19,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::*;
-use informer_core::indexer::NAMESPACE_INDEX;
-use informer_core::{DynamicObject, HandlerId, Instant, Key, Notification, Object, Pipeline};
+use informer_core::cache::indexer::NAMESPACE_INDEX;
+use informer_core::{
+    cache::pipeline::Pipeline, informer::HandlerId, informer::Notification, object::DynamicObject,
+    object::Key, object::Object, time::Instant,
+};
 use proptest::prelude::*;
 
 const NAMESPACES: [&str; 2] = ["n1", "n2"];

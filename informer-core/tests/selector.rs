@@ -8,10 +8,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use common::*;
-use informer_core::indexer::{IndexValues, index_fn, label_index_name};
-use informer_core::selector::{Expected, KeyProblem, Operator, Token, ValueProblem};
+use informer_core::cache::indexer::{IndexValues, index_fn, label_index_name};
+use informer_core::object::selector::{Expected, KeyProblem, Operator, Token, ValueProblem};
 use informer_core::{
-    DynamicObject, IndexError, Indexer, Key, Labels, Object, Selector, SelectorError, StringMap,
+    cache::indexer::IndexError, cache::indexer::Indexer, object::DynamicObject, object::Key,
+    object::Object, object::StringMap, object::selector::Labels, object::selector::Selector,
+    object::selector::SelectorError,
 };
 use proptest::prelude::*;
 
@@ -728,10 +730,10 @@ fn select_in_a_namespace_without_the_namespace_index() {
         store.add(obj_labels(ns, name, 1, &[("app", app)]));
     }
     store
-        .remove_index(informer_core::indexer::NAMESPACE_INDEX)
+        .remove_index(informer_core::cache::indexer::NAMESPACE_INDEX)
         .unwrap();
     assert!(matches!(
-        store.by_index(informer_core::indexer::NAMESPACE_INDEX, "a"),
+        store.by_index(informer_core::cache::indexer::NAMESPACE_INDEX, "a"),
         Err(IndexError::UnknownIndex { .. })
     ));
     fn names(store: &Indexer<DynamicObject>, sel: &str, ns: Option<&str>) -> BTreeSet<String> {

@@ -24,11 +24,11 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant as StdInstant};
 
+use informer_core::cache::processor::Notification;
 use informer_core::informer::{InformerConfig, Output, SharedIndexInformer};
-use informer_core::processor::Notification;
+use informer_core::protocol::RequestId;
 use informer_core::protocol::{Failure, Input, Request, WatchEvent};
-use informer_core::reflector::RequestId;
-use informer_core::{DynamicObject, Instant, Object};
+use informer_core::{object::DynamicObject, object::Object, time::Instant};
 use informer_http::decode::{WatchDecoder, decode_list};
 use informer_http::request::{list_url, watch_url};
 use informer_http::status::failure_from_response;

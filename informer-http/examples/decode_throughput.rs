@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use informer_core::DynamicObject;
+use informer_core::object::DynamicObject;
 use informer_core::protocol::WatchEvent;
 use informer_http::WatchDecoder;
 use informer_http::decode::decode_list;

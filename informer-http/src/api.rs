@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
-use informer_core::PartialObjectMetadata;
+use informer_core::object::PartialObjectMetadata;
 use informer_core::object::{DynamicObject, Object};
 use informer_core::protocol::{
     DecodeFailure, DecodeKind, Failure, ListPage, ListRequest, WatchEvent, WatchRequest,
@@ -191,7 +191,7 @@ where
         if std::any::TypeId::of::<K>() != std::any::TypeId::of::<DynamicObject>() {
             return;
         }
-        let api_version: informer_core::CompactString = self.resource.api_version().into();
+        let api_version: informer_core::object::CompactString = self.resource.api_version().into();
         for item in items {
             let Some(obj) = Arc::get_mut(item) else {
                 continue;

@@ -11,7 +11,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use informer_core::DynamicObject;
+use informer_core::object::DynamicObject;
 use informer_core::protocol::{DecodeFailure, DecodeKind, Failure, ListPage, WatchEvent};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -35,7 +35,11 @@ pub trait KnownObjects<K>: Send + Sync {
     /// The object held under `key` when its resourceVersion is `resource_version`; `None`
     /// otherwise (not held, or at another version). It must have been decoded from the same
     /// resource as the list (as the informer's own cache was).
-    fn known(&self, key: informer_core::KeyRef<'_>, resource_version: &str) -> Option<Arc<K>>;
+    fn known(
+        &self,
+        key: informer_core::object::KeyRef<'_>,
+        resource_version: &str,
+    ) -> Option<Arc<K>>;
 
     /// Whether nothing is held (a first list): the decoder then does not look anything up.
     /// Asked when the first item arrives. The default says no.

@@ -31,8 +31,8 @@ impl<T> DerefMut for K8s<T> {
     }
 }
 
-/// Labels for [`Selector`](informer_core::Selector) queries on the cache.
-impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> informer_core::Labels for K8s<T> {
+/// Labels for [`Selector`](informer_core::object::selector::Selector) queries on the cache.
+impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> informer_core::object::selector::Labels for K8s<T> {
     fn label(&self, key: &str) -> Option<&str> {
         self.0
             .metadata()
@@ -46,7 +46,7 @@ impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> informer_core::Labels for K8s<T>
 /// Stored in snapshots as JSON, the one encoding every k8s-openapi type round-trips through
 /// exactly (their serde impls are written for JSON: optional fields skipped, `Quantity`,
 /// `IntOrString` and `serde_json::Value` fields).
-impl<T> informer_core::SnapshotCodec for K8s<T> where
+impl<T> informer_core::snapshot::SnapshotCodec for K8s<T> where
     T: k8s_openapi::Metadata<Ty = ObjectMeta> + Serialize + serde::de::DeserializeOwned
 {
 }
@@ -113,7 +113,10 @@ mod tests {
     fn k8s_openapi_types_are_objects() {
         let json = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"5","uid":"u"},"data":{"k":"v"}}"#;
         let cm: K8s<ConfigMap> = serde_json::from_str(json).unwrap();
-        assert_eq!(cm.key_ref(), informer_core::KeyRef::new(Some("ns"), "a"));
+        assert_eq!(
+            cm.key_ref(),
+            informer_core::object::KeyRef::new(Some("ns"), "a")
+        );
         assert_eq!(cm.resource_version(), Some("5"));
         assert_eq!(cm.data.as_ref().unwrap()["k"], "v");
         assert_eq!(K8s::<ConfigMap>::resource(), Resource::CONFIGMAPS);
@@ -144,7 +147,7 @@ mod tests {
         let back = Snapshot::<K8s<ConfigMap>>::decode(&bytes, &id).unwrap();
         assert_eq!(*back.items[0], cm);
         assert!(matches!(
-            Snapshot::<informer_core::DynamicObject>::decode(&bytes, &id),
+            Snapshot::<informer_core::object::DynamicObject>::decode(&bytes, &id),
             Err(SnapshotError::OtherCodec { .. })
         ));
     }

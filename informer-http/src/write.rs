@@ -1,6 +1,6 @@
 //! Writes through an [`Api`]: get, create, replace, delete, merge patch, JSON patch,
 //! server-side apply, and the status subresource, for typed objects (`K8s<T>`, any serde type)
-//! and [`DynamicObject`](informer_core::DynamicObject)s alike.
+//! and [`DynamicObject`](informer_core::object::DynamicObject)s alike.
 //!
 //! Errors come back typed ([`WriteError`]): 404 [`NotFound`](WriteError::NotFound), 409
 //! [`Conflict`](WriteError::Conflict) with the server's reason (`AlreadyExists`, `Conflict`),
@@ -414,7 +414,7 @@ where
     /// Creates `obj` (in the Api's namespace, else the object's own). Never retried on a 5xx.
     pub async fn create(&self, obj: &K, params: &PostParams) -> Result<K, WriteError>
     where
-        K: informer_core::Object,
+        K: informer_core::object::Object,
     {
         let ns = self.namespace_for(obj.namespace());
         let mut path = collection_path(self.resource(), ns.as_deref());
@@ -435,7 +435,7 @@ where
     /// [`WriteError::Conflict`] if the object changed meanwhile.
     pub async fn replace(&self, obj: &K, params: &PostParams) -> Result<K, WriteError>
     where
-        K: informer_core::Object,
+        K: informer_core::object::Object,
     {
         self.put(obj, "", params).await
     }
@@ -443,14 +443,14 @@ where
     /// Replaces the status subresource of `obj` (the rest of `obj` is ignored).
     pub async fn replace_status(&self, obj: &K, params: &PostParams) -> Result<K, WriteError>
     where
-        K: informer_core::Object,
+        K: informer_core::object::Object,
     {
         self.put(obj, "/status", params).await
     }
 
     async fn put(&self, obj: &K, sub: &str, params: &PostParams) -> Result<K, WriteError>
     where
-        K: informer_core::Object,
+        K: informer_core::object::Object,
     {
         let ns = self.namespace_for(obj.namespace());
         let mut path = object_path(self.resource(), ns.as_deref(), obj.name());

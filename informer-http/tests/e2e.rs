@@ -209,7 +209,7 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
     assert_eq!(pages, (NAMESPACES * PER_NAMESPACE).div_ceil(PAGE as usize));
     let mut keys: Vec<String> = items
         .iter()
-        .map(|o| informer_core::Key::of(&**o).to_string())
+        .map(|o| informer_core::object::Key::of(&**o).to_string())
         .collect();
     keys.sort();
     keys.dedup();
@@ -666,7 +666,7 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
 /// A typed object that only fits ConfigMaps whose data has a `v`.
 #[derive(Debug, serde::Deserialize)]
 struct Picky {
-    metadata: informer_core::ObjectMeta,
+    metadata: informer_core::object::ObjectMeta,
     #[allow(dead_code)]
     data: PickyData,
 }

@@ -6,13 +6,13 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use event_listener::Event;
-use informer_core::Labels;
-use informer_core::indexer::{IndexFunc, LabelIndex, label_index_name};
+use informer_core::cache::indexer::{IndexFunc, LabelIndex, label_index_name};
+use informer_core::informer::reflector::{BackoffConfig, ReflectorConfig};
 use informer_core::informer::{InformerConfig, Transform};
+use informer_core::object::selector::Labels;
 use informer_core::protocol::{Failure, Selectors};
-use informer_core::reflector::{BackoffConfig, ReflectorConfig};
-use informer_core::shared::Publisher;
-use informer_core::{Object, SharedIndexInformer};
+use informer_core::views::Publisher;
+use informer_core::{SharedIndexInformer, object::Object};
 use informer_http::{Backend, Client, HasResource, Resource, Transport};
 use serde::de::DeserializeOwned;
 
@@ -29,7 +29,7 @@ use crate::state::{Shared, State, StateLock};
 /// ```no_run
 /// # async fn f<R: informer_runtime::Runtime + Default, B: informer_http::Backend>(client: informer_http::Client<B>) -> Result<(), informer_runtime::Error> {
 /// use std::time::Duration;
-/// use informer_core::{DynamicObject, indexer::index_fn};
+/// use informer_core::{object::DynamicObject, cache::indexer::index_fn};
 /// use informer_runtime::Informer;
 ///
 /// let informer = Informer::<DynamicObject, R>::builder_for(&client, informer_http::Resource::CONFIGMAPS)
@@ -84,7 +84,7 @@ impl<K, R> fmt::Debug for InformerBuilder<K, R> {
 
 impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     /// An informer of `resource` through `client`, decoding objects as `K` (a typed object or
-    /// [`DynamicObject`](informer_core::DynamicObject)), on runtime `rt`.
+    /// [`DynamicObject`](informer_core::object::DynamicObject)), on runtime `rt`.
     pub fn new<B: Backend>(rt: R, client: &Client<B>, resource: Resource) -> Self
     where
         K: DeserializeOwned,
@@ -173,7 +173,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         self
     }
 
-    /// A named index (see [`index_fn`](informer_core::indexer::index_fn)). The namespace index
+    /// A named index (see [`index_fn`](informer_core::cache::indexer::index_fn)). The namespace index
     /// is built in.
     pub fn index(mut self, name: impl Into<String>, func: impl IndexFunc<K> + 'static) -> Self {
         self.indexers.push((name.into(), Box::new(func)));
@@ -282,7 +282,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     /// [`Informer::shutdown`], on [`Informer::write_snapshot`] and every
     /// [`snapshot_every`](Self::snapshot_every), atomically. Objects are stored as cached (after
     /// the [`transform`](Self::transform), which is not applied again on load) in `K`'s
-    /// [`SnapshotCodec`](informer_core::SnapshotCodec): a binary encoding for
+    /// [`SnapshotCodec`](informer_core::snapshot::SnapshotCodec): a binary encoding for
     /// [`DynamicObject`](crate::DynamicObject) and
     /// [`PartialObjectMetadata`](crate::PartialObjectMetadata), JSON for other types (which must
     /// serialize back to what they were decoded from). The file is read and decoded a piece
@@ -291,14 +291,14 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     /// (`0700`) if missing.
     pub fn snapshot(mut self, path: impl Into<std::path::PathBuf>) -> Self
     where
-        K: informer_core::SnapshotCodec,
+        K: informer_core::snapshot::SnapshotCodec,
     {
         let path = path.into();
         self.snapshot = Some(Box::new(move |resource, selectors| {
             crate::snapshot_file::SnapshotFile::new(
                 path,
                 None,
-                informer_core::SnapshotIdentity {
+                informer_core::snapshot::SnapshotIdentity {
                     resource,
                     selectors,
                 },
@@ -395,7 +395,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
 struct BoxedIndex<K>(Box<dyn IndexFunc<K>>);
 
 impl<K> IndexFunc<K> for BoxedIndex<K> {
-    fn index_values<'a>(&self, obj: &'a K) -> informer_core::indexer::IndexValues<'a> {
+    fn index_values<'a>(&self, obj: &'a K) -> informer_core::cache::indexer::IndexValues<'a> {
         self.0.index_values(obj)
     }
 
@@ -425,7 +425,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime + Default> Informer<K, R> {
     }
 
     /// A builder for an informer of `resource` through `client`, on the default instance of
-    /// runtime `R`: for [`DynamicObject`](informer_core::DynamicObject) (any resource) or a type
+    /// runtime `R`: for [`DynamicObject`](informer_core::object::DynamicObject) (any resource) or a type
     /// without [`HasResource`]. When `K` is tied to one kind and `resource` is of another,
     /// [`build`](InformerBuilder::build) fails with [`Error::KindMismatch`].
     pub fn builder_for<B: Backend>(client: &Client<B>, resource: Resource) -> InformerBuilder<K, R>

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use informer_core::Object;
-use informer_core::consistency;
+use informer_core::informer::consistency;
+use informer_core::object::Object;
 use informer_core::protocol::{Failure, Selectors};
 use informer_http::Transport;
 
@@ -41,7 +41,7 @@ impl ConsistencyCheck {
     }
 }
 
-pub use informer_core::consistency::Divergence;
+pub use informer_core::informer::consistency::Divergence;
 
 /// Called with every divergence the check finds.
 pub(crate) type DivergenceHook = Arc<dyn Fn(&Divergence) + Send + Sync>;

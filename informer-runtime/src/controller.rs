@@ -2,7 +2,7 @@
 //! keys from it and reconcile them.
 //!
 //! - [`WorkQueue`]: client-go `util/workqueue` semantics (informer-core's
-//!   [`workqueue`](informer_core::workqueue) state machine behind a lock, the clock read here).
+//!   [`workqueue`](informer_core::controller::workqueue) state machine behind a lock, the clock read here).
 //!   Cloneable; adds from any thread or task.
 //! - [`WorkQueue::handler`]: an [`EventHandler`] mapping each notification to keys to queue
 //!   (the object's own key with [`WorkQueue::key_handler`]; an owner's with
@@ -23,9 +23,9 @@ use std::time::Duration;
 
 use event_listener::{Event, IntoNotification, Listener};
 use futures_util::FutureExt;
+use informer_core::controller::workqueue::{self, Pop, RateLimiter};
 use informer_core::time::Instant as CoreInstant;
-use informer_core::workqueue::{self, Pop, RateLimiter};
-use informer_core::{Key, Object, ObjectOrTombstone};
+use informer_core::{object::Key, object::Object, object::ObjectOrTombstone};
 
 use crate::handler::HandlerFns;
 use crate::runtime::Runtime;
@@ -287,9 +287,9 @@ pub struct OwnerReference {
     pub block_owner_deletion: Option<bool>,
 }
 
-/// The owner references of a [`DynamicObject`](informer_core::DynamicObject) (empty if it
+/// The owner references of a [`DynamicObject`](informer_core::object::DynamicObject) (empty if it
 /// has none or they do not parse).
-pub fn owner_references(obj: &informer_core::DynamicObject) -> Vec<OwnerReference> {
+pub fn owner_references(obj: &informer_core::object::DynamicObject) -> Vec<OwnerReference> {
     obj.metadata
         .other()
         .field::<Vec<OwnerReference>>("ownerReferences")
@@ -493,7 +493,7 @@ mod tests {
 
     #[test]
     fn owner_references_map_to_owner_keys() {
-        let obj: informer_core::DynamicObject = serde_json::from_value(serde_json::json!({
+        let obj: informer_core::object::DynamicObject = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web-1", "namespace": "ns", "ownerReferences": [
                 {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u1", "controller": true},
                 {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "u2"}
@@ -513,7 +513,7 @@ mod tests {
             [Key::new(Some("ns"), "other")]
         );
         assert!(owner_keys(&obj, &refs, "ConfigMap", true).is_empty());
-        let none: informer_core::DynamicObject =
+        let none: informer_core::object::DynamicObject =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}})).unwrap();
         assert!(owner_references(&none).is_empty());
     }
@@ -522,22 +522,23 @@ mod tests {
     fn handler_maps_notifications_to_keys() {
         use crate::handler::EventHandler;
         let q = WorkQueue::<Key>::new();
-        let mut h = q.handler(|o: &informer_core::DynamicObject| {
+        let mut h = q.handler(|o: &informer_core::object::DynamicObject| {
             owner_keys(o, &owner_references(o), "ReplicaSet", false)
         });
-        let owned: informer_core::DynamicObject = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
-                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u"}
-            ]}
-        }))
-        .unwrap();
+        let owned: informer_core::object::DynamicObject =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ns", "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u"}
+                ]}
+            }))
+            .unwrap();
         EventHandler::on_add(&mut h, Arc::new(owned.clone()), false);
         EventHandler::on_update(&mut h, Arc::new(owned.clone()), Arc::new(owned));
         // One key, queued once.
         assert_eq!(q.len(), 1);
         assert_eq!(q.get_blocking(), Some(Key::new(Some("ns"), "rs")));
-        let mut own = q.key_handler::<informer_core::DynamicObject>();
-        let obj: informer_core::DynamicObject = serde_json::from_value(
+        let mut own = q.key_handler::<informer_core::object::DynamicObject>();
+        let obj: informer_core::object::DynamicObject = serde_json::from_value(
             serde_json::json!({"metadata": {"name": "a", "namespace": "n"}}),
         )
         .unwrap();

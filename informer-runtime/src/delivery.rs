@@ -42,7 +42,7 @@ use std::task::{Context, Poll};
 
 use event_listener::Event;
 use futures_util::stream::Stream;
-use informer_core::{HandlerId, Notification, Object};
+use informer_core::{informer::HandlerId, informer::Notification, object::Object};
 
 use crate::state::{Cmd, HandlerStats, Sink, State, StateLock};
 

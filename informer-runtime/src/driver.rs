@@ -11,10 +11,10 @@ use std::task::Poll;
 use futures_util::future::{AbortHandle, Abortable, poll_fn};
 use futures_util::stream::{Stream, StreamExt};
 use informer_core::informer::Output;
+use informer_core::protocol::RequestId;
 use informer_core::protocol::{Failure, Input, Request, WatchEvent};
-use informer_core::reflector::RequestId;
-use informer_core::shared::Views;
-use informer_core::{Instant, KeyRef, Object};
+use informer_core::views::Views;
+use informer_core::{object::KeyRef, object::Object, time::Instant};
 use informer_http::Transport;
 use informer_http::decode::KnownObjects;
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use informer_core::IndexError;
+use informer_core::cache::indexer::IndexError;
 use informer_core::protocol::Failure;
 
 use crate::runtime::SpawnError;
@@ -42,7 +42,7 @@ pub enum Error {
         resource: String,
     },
     /// A snapshot could not be taken or encoded.
-    Snapshot(informer_core::SnapshotError),
+    Snapshot(informer_core::snapshot::SnapshotError),
     /// The snapshot file could not be written.
     SnapshotIo(std::io::Error),
     /// The informer has no snapshot file (see `InformerBuilder::snapshot`).

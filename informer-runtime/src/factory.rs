@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use informer_core::SnapshotCodec;
+use informer_core::snapshot::SnapshotCodec;
 use informer_http::{Backend, Client, Resource};
 
 use crate::builder::InformerBuilder;
@@ -89,7 +89,7 @@ impl<K: SnapshotCodec + Send + Sync + 'static, R: Runtime> Control for Informer<
 /// ```no_run
 /// # async fn f<R: informer_runtime::Runtime + Default, B: informer_http::Backend>(client: informer_http::Client<B>) -> Result<(), informer_runtime::Error> {
 /// use std::time::Duration;
-/// use informer_core::DynamicObject;
+/// use informer_core::object::DynamicObject;
 /// use informer_runtime::{HandlerFns, SharedInformerFactory};
 ///
 /// let factory = SharedInformerFactory::<R, B>::new(client).with_resync(Duration::from_secs(60));
@@ -214,7 +214,7 @@ impl<R: Runtime, B: Backend> SharedInformerFactory<R, B> {
             // Metadata only is another stream from the server (client-go has a factory of its
             // own for it), so it is another informer, not a type mismatch.
             metadata_only: TypeId::of::<K>()
-                == TypeId::of::<informer_core::PartialObjectMetadata>(),
+                == TypeId::of::<informer_core::object::PartialObjectMetadata>(),
         };
         let mut informers = self
             .informers

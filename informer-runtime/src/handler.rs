@@ -6,7 +6,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Duration;
 
-use informer_core::{HandlerId, Notification, Object, ObjectOrTombstone};
+use informer_core::{
+    informer::HandlerId, informer::Notification, object::Object, object::ObjectOrTombstone,
+};
 
 use crate::delivery::Inbox;
 use crate::error::Error;
@@ -51,7 +53,7 @@ type DeleteFn<K> = Box<dyn FnMut(ObjectOrTombstone<K>) + Send>;
 ///
 /// ```
 /// # use informer_runtime::HandlerFns;
-/// # use informer_core::DynamicObject;
+/// # use informer_core::object::DynamicObject;
 /// let h = HandlerFns::<DynamicObject>::new()
 ///     .on_add(|obj, initial| println!("add {} (initial: {initial})", obj.metadata.name()))
 ///     .on_delete(|gone| println!("delete {}", gone.object().metadata.name()));

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use informer_core::indexer::IndexFunc;
-use informer_core::{HandlerId, Object};
+use informer_core::cache::indexer::IndexFunc;
+use informer_core::{informer::HandlerId, object::Object};
 
 use crate::delivery::{Inbox, connect};
 use crate::error::Error;

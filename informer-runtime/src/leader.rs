@@ -1,5 +1,5 @@
 //! Leader election driven on a [`Runtime`]: informer-core's
-//! [`LeaderElector`](informer_core::leaderelection::LeaderElector) decides, this task performs
+//! [`LeaderElector`](informer_core::controller::leaderelection::LeaderElector) decides, this task performs
 //! the Lease GET / CREATE / UPDATE (at a resourceVersion) through a [`Client`] and publishes
 //! the outcome in a [`Leadership`] handle.
 //!
@@ -16,11 +16,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use event_listener::Event;
 use futures_util::future::{Either, select};
-use informer_core::DynamicObject;
-use informer_core::leaderelection::{
+use informer_core::controller::leaderelection::{
     ConfigError, GetOutcome, LeaderElectionConfig, LeaderElector, LeaderEvent, LeaseRecord,
     LeaseRequest, LeaseWrite, WriteOutcome,
 };
+use informer_core::object::DynamicObject;
 use informer_core::time::Instant as CoreInstant;
 use informer_http::write::{PostParams, WriteError};
 use informer_http::{Api, Backend, Client, Resource};

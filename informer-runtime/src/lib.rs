@@ -49,7 +49,7 @@
 //! most 64 inputs, each followed by draining the outputs; a relist of 100k objects is one
 //! input), a handler's end for its one finishing step, never while user code runs. Readers
 //! ([`Store`]) never take it: they read one of two copies of the cache's tables (the objects
-//! and keys are `Arc`s shared with the core), `informer_core::shared::Views`. At the end of a
+//! and keys are `Arc`s shared with the core), `informer_core::views::Views`. At the end of a
 //! step the driver replays the step's changes on the copy no reader is using and switches
 //! readers to it with one atomic store, then hands the step's notifications over, so a handler
 //! finds in the store the change it is told about. A full relist is one step, so no reader ever
@@ -102,7 +102,7 @@ pub use error::Error;
 pub use factory::{InformerOptions, SharedInformerFactory};
 pub use handler::{EventHandler, HandlerFns, HandlerRegistration};
 pub use informer::Informer;
-pub use informer_core::leaderelection::LeaderElectionConfig;
+pub use informer_core::controller::leaderelection::LeaderElectionConfig;
 pub use leader::{LeaderElectionError, Leadership};
 pub use metrics::Metrics;
 pub use runtime::{BoxFuture, Runtime, SpawnError};
@@ -111,15 +111,17 @@ pub use store::Store;
 pub use stream::EventStream;
 pub use sync::{CacheSync, wait_for_cache_sync};
 
-pub use informer_core::impl_object;
-pub use informer_core::indexer::{
+pub use informer_core::cache::indexer::{
     IndexFunc, IndexValues, LabelIndex, NAMESPACE_INDEX, index_fn, label_index_name,
 };
+pub use informer_core::impl_object;
+pub use informer_core::informer::reflector::{BackoffConfig, ReflectorConfig};
 pub use informer_core::protocol::Failure;
-pub use informer_core::reflector::{BackoffConfig, ReflectorConfig};
 pub use informer_core::{
-    DynamicObject, HandlerId, IndexError, Key, KeyRef, Labels, Notification, Object,
-    ObjectOrTombstone, PartialObjectMetadata, Selector, SelectorError, SnapshotCodec, Tombstone,
+    cache::indexer::IndexError, informer::HandlerId, informer::Notification, object::DynamicObject,
+    object::Key, object::KeyRef, object::Object, object::ObjectOrTombstone,
+    object::PartialObjectMetadata, object::Tombstone, object::selector::Labels,
+    object::selector::Selector, object::selector::SelectorError, snapshot::SnapshotCodec,
 };
 pub use informer_http::{Config, HasResource, Resource};
 

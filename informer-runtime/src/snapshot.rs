@@ -15,7 +15,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
-use informer_core::Object;
+use informer_core::object::Object;
 use informer_core::snapshot::SnapshotError;
 
 use crate::error::Error;

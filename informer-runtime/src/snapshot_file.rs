@@ -460,7 +460,7 @@ pub(crate) async fn off_runtime<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use informer_core::DynamicObject;
+    use informer_core::object::DynamicObject;
     use informer_core::protocol::Selectors;
     use std::sync::Arc;
 

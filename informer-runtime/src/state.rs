@@ -8,8 +8,10 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use event_listener::Event;
-use informer_core::shared::{Publisher, Views};
-use informer_core::{HandlerId, Instant, Notification, Object, SharedIndexInformer};
+use informer_core::views::{Publisher, Views};
+use informer_core::{
+    SharedIndexInformer, informer::HandlerId, informer::Notification, object::Object, time::Instant,
+};
 
 use crate::error::Error;
 use crate::metrics::{Count, Counters, Gauge};
@@ -20,7 +22,7 @@ use crate::sync::with_timeout;
 /// where each handler's notifications go.
 ///
 /// Readers ([`Store`](crate::Store)) never take this lock: they read the [`Views`] the
-/// publisher fills (see `informer_core::shared`). The driver holds the lock for a whole step;
+/// publisher fills (see `informer_core::views`). The driver holds the lock for a whole step;
 /// at its end it publishes the step's changes to the views, and only then hands the step's
 /// notifications over, so a handler always finds the change it is told about in the store.
 pub(crate) struct State<K> {
@@ -69,7 +71,7 @@ impl<K: Object + 'static> State<K> {
     ) -> Self {
         core.record_changes(true);
         // Readers query the publisher's copies; only the driver reads the core's cache, by key.
-        let _ = core.remove_index(informer_core::indexer::NAMESPACE_INDEX);
+        let _ = core.remove_index(informer_core::cache::indexer::NAMESPACE_INDEX);
         State {
             core,
             publisher,

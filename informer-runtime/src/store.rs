@@ -3,8 +3,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use informer_core::shared::{View, Views};
-use informer_core::{IndexError, Key, KeyRef, Labels, Object, Selector};
+use informer_core::views::{View, Views};
+use informer_core::{
+    cache::indexer::IndexError, object::Key, object::KeyRef, object::Object,
+    object::selector::Labels, object::selector::Selector,
+};
 
 /// A read handle on an informer's cache (client-go `Indexer`/`Lister`): cheap to clone, usable
 /// from any task or thread.
@@ -98,7 +101,7 @@ impl<K: Object + 'static> Store<K> {
     }
 
     /// The objects whose `index` values include `value` (client-go `ByIndex`). The namespace
-    /// index ([`NAMESPACE_INDEX`](informer_core::indexer::NAMESPACE_INDEX)) is always there.
+    /// index ([`NAMESPACE_INDEX`](informer_core::cache::indexer::NAMESPACE_INDEX)) is always there.
     pub fn by_index(&self, index: &str, value: &str) -> Result<Vec<Arc<K>>, IndexError> {
         self.read(|c| {
             c.indexer()

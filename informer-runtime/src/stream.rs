@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::stream::Stream;
-use informer_core::{HandlerId, Notification, Object};
+use informer_core::{informer::HandlerId, informer::Notification, object::Object};
 
 use crate::delivery::Inbox;
 use crate::error::Error;

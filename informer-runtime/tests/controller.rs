@@ -310,7 +310,7 @@ async fn writes<B: Backend>(c: Client<B>, rt: &str) {
     let mut obj = svcs.get("s").await.unwrap();
     let mut fields = obj.fields.to_map();
     fields["status"] = json!({"loadBalancer": {"ingress": [{"ip": "10.6.5.4"}]}});
-    obj.fields = informer_core::RawFields::from_map(&fields);
+    obj.fields = informer_core::object::RawFields::from_map(&fields);
     let st = svcs
         .replace_status(&obj, &PostParams::default())
         .await

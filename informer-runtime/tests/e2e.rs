@@ -1273,7 +1273,7 @@ async fn panicking_handler_does_not_stop_the_others_and_shutdown_stops_delivery<
 /// A typed ConfigMap, decoded straight from the API's JSON.
 #[derive(Debug, serde::Deserialize)]
 struct ConfigMap {
-    metadata: informer_core::ObjectMeta,
+    metadata: informer_core::object::ObjectMeta,
     #[serde(default)]
     data: BTreeMap<String, String>,
 }
@@ -1661,7 +1661,7 @@ async fn warm_restart_after_compaction_relists_with_tombstones<E: Env>(c: Client
 /// refused with their typed error, and the informer lists as if there were none: synced, the
 /// cache equals the server's, the handler hears every object once.
 async fn warm_restart_refuses_truncated_and_foreign_snapshots<E: Env>(c: Client<E::B>) {
-    use informer_core::SnapshotError;
+    use informer_core::snapshot::SnapshotError;
     use informer_runtime::SnapshotLoad;
     let ns = "seed-2";
     let want = server_state(&c, Resource::CONFIGMAPS, ns).await;

@@ -392,7 +392,7 @@ async fn dropping_the_last_informer_handle_stops_it<E: Env>() {
 
 #[derive(Debug, serde::Deserialize, serde::Serialize)]
 struct Typed {
-    metadata: informer_core::ObjectMeta,
+    metadata: informer_core::object::ObjectMeta,
 }
 
 informer_runtime::impl_object!(Typed);

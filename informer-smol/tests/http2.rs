@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use informer_core::reflector::ReflectorConfig;
+use informer_core::informer::reflector::ReflectorConfig;
 use informer_smol::{Config, DynamicObject, Informer, Resource, block_on, client, sleep};
 use testcluster::TestCluster;
 

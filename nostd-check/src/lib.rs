@@ -8,8 +8,8 @@ use alloc::vec;
 use core::alloc::{GlobalAlloc, Layout};
 use core::time::Duration;
 
-use informer_core::indexer::index_fn;
-use informer_core::{DynamicObject, Instant, Pipeline};
+use informer_core::cache::indexer::index_fn;
+use informer_core::{object::DynamicObject, time::Instant, cache::pipeline::Pipeline};
 
 /// An allocator that never allocates: the crate is only built, never run.
 struct NoAlloc;
@@ -66,7 +66,7 @@ pub fn raw(json: &str) -> usize {
 /// another core answers from its cache.
 pub fn shared_reader() -> usize {
     use informer_core::informer::InformerConfig;
-    use informer_core::shared::LockedInformer;
+    use informer_core::views::LockedInformer;
     use informer_core::SharedIndexInformer;
     let locked = LockedInformer::new(SharedIndexInformer::<DynamicObject>::new(
         InformerConfig::default(),
@@ -80,6 +80,6 @@ pub fn shared_reader() -> usize {
         + reader.list().len()
         + reader.get("ns/a").map_or(0, |_| 1)
         + reader
-            .by_index(informer_core::indexer::NAMESPACE_INDEX, "ns")
+            .by_index(informer_core::cache::indexer::NAMESPACE_INDEX, "ns")
             .map_or(0, |v| v.len())
 }

@@ -25,9 +25,12 @@ use std::time::{Duration, Instant};
 
 use informer_core::SharedIndexInformer;
 use informer_core::informer::Output;
+use informer_core::protocol::RequestId;
 use informer_core::protocol::{Failure, Input, ListPage, Request, Status};
-use informer_core::reflector::RequestId;
-use informer_core::{DynamicObject, Indexer, InformerConfig, KeyRef, Object, Pipeline};
+use informer_core::{
+    cache::indexer::Indexer, cache::pipeline::Pipeline, informer::InformerConfig,
+    object::DynamicObject, object::KeyRef, object::Object,
+};
 use informer_tokio::http::decode::{KnownObjects, ListDecoder};
 
 fn configmap(i: usize, rv: usize) -> Arc<DynamicObject> {
@@ -141,7 +144,7 @@ fn list_page(items: Vec<Arc<DynamicObject>>, rv: &str) -> Input<DynamicObject> {
 /// with a 410 and the relist it starts is answered. The time from handing the page over until
 /// every notification was handled, and the notifications.
 fn relist_informer(n: usize, case: &Case, scratch: &mut [u8]) -> (Duration, usize) {
-    let zero = informer_core::Instant::from_epoch(Duration::ZERO);
+    let zero = informer_core::time::Instant::from_epoch(Duration::ZERO);
     let mut inf = SharedIndexInformer::<DynamicObject>::new(InformerConfig::default());
     inf.add_handler(Duration::ZERO, zero);
     inf.start(zero);
@@ -252,7 +255,7 @@ fn listed_at(i: usize, n: usize, scattered: bool) -> usize {
 /// One relist of `n` objects as `case` says, with `scratch` written over to evict the caches:
 /// its time and the notifications it gave.
 fn relist(n: usize, case: &Case, scratch: &mut [u8]) -> (Duration, usize) {
-    let zero = informer_core::Instant::from_epoch(Duration::ZERO);
+    let zero = informer_core::time::Instant::from_epoch(Duration::ZERO);
     let first: Vec<_> = (0..n).map(|i| configmap(i, 1000 + i)).collect();
     let mut p: Pipeline<DynamicObject> = Pipeline::new(Duration::ZERO);
     p.add_handler(Duration::ZERO, zero);

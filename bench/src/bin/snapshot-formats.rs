@@ -25,7 +25,7 @@ use std::time::Instant;
 use informer_bench::format_figures;
 use informer_core::protocol::{ListPage, ListRequest, WatchEvent, WatchRequest};
 use informer_core::snapshot::{Snapshot, SnapshotIdentity, checksum};
-use informer_core::{DynamicObject, RawFields};
+use informer_core::{object::DynamicObject, object::RawFields};
 use informer_tokio::{Failure, Tokio};
 
 fn configmap(i: usize) -> String {

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use informer_core::indexer::{IndexFunc, LabelIndex};
-use informer_core::selector::Labels;
-use informer_core::{DynamicObject, Notification, Object, ObjectOrTombstone, Pipeline};
+use informer_core::cache::indexer::{IndexFunc, LabelIndex};
+use informer_core::object::selector::Labels;
+use informer_core::{object::DynamicObject, informer::Notification, object::Object, object::ObjectOrTombstone, cache::pipeline::Pipeline};
 use smol_str::SmolStr;
 
 /// Counts heap bytes and allocations on top of an inner allocator.
@@ -433,7 +433,7 @@ fn mib(b: u64) -> f64 {
 fn floor<K: Object + 'static>(make: fn(usize, u64, &mut Rng) -> Arc<K>) -> f64 {
     let (objects, events) = (FULL_OBJECTS / scale(), FULL_EVENTS / scale());
     let mut stream = Stream::new(objects, events);
-    let mut map: hashbrown::HashMap<informer_core::Key, Arc<K>> =
+    let mut map: hashbrown::HashMap<informer_core::object::Key, Arc<K>> =
         hashbrown::HashMap::with_capacity(objects);
     for o in stream.initial(make) {
         map.insert(o.key_ref().to_key(), o);
@@ -467,7 +467,7 @@ fn timed_chunks<K>(
 /// The floor's timed part (`--toggle-collect='*floor_events*'` counts it).
 #[inline(never)]
 fn floor_events<K: Object>(
-    map: &mut hashbrown::HashMap<informer_core::Key, Arc<K>>,
+    map: &mut hashbrown::HashMap<informer_core::object::Key, Arc<K>>,
     chunk: &mut Vec<Event<K>>,
 ) {
     for ev in chunk.drain(..) {
@@ -524,11 +524,11 @@ fn bare<K: Object + 'static>(
 }
 
 /// An index of the bare informer: value to the keys of the objects with it.
-type Buckets = hashbrown::HashMap<SmolStr, hashbrown::HashSet<informer_core::Key>>;
+type Buckets = hashbrown::HashMap<SmolStr, hashbrown::HashSet<informer_core::object::Key>>;
 
 /// The bare informer's state (see [`bare`]).
 struct Bare<K> {
-    objects: hashbrown::HashMap<informer_core::Key, Arc<K>>,
+    objects: hashbrown::HashMap<informer_core::object::Key, Arc<K>>,
     by_namespace: Buckets,
     by_value: Buckets,
 }
@@ -544,14 +544,14 @@ impl<K: Object> Bare<K> {
 }
 
 /// Puts `key` in the bucket of `value` (none: no bucket).
-fn bucket_insert(b: &mut Buckets, value: Option<&str>, key: &informer_core::Key) {
+fn bucket_insert(b: &mut Buckets, value: Option<&str>, key: &informer_core::object::Key) {
     if let Some(v) = value {
         b.entry_ref(v).or_default().insert(key.clone());
     }
 }
 
 /// Takes `key` out of the bucket of `value`; an emptied bucket goes.
-fn bucket_remove(b: &mut Buckets, value: Option<&str>, key: &informer_core::Key) {
+fn bucket_remove(b: &mut Buckets, value: Option<&str>, key: &informer_core::object::Key) {
     if let Some(v) = value {
         if let Some(keys) = b.get_mut(v) {
             keys.remove(key);
@@ -648,9 +648,9 @@ fn run<K: Object + 'static>(
     let mut p: Pipeline<K> = Pipeline::new(Duration::ZERO);
     p.add_index("app", index.clone()).unwrap();
     for _ in 0..handlers {
-        p.add_handler(Duration::ZERO, informer_core::Instant::ZERO);
+        p.add_handler(Duration::ZERO, informer_core::time::Instant::ZERO);
     }
-    p.start(informer_core::Instant::ZERO);
+    p.start(informer_core::time::Instant::ZERO);
 
     // Initial replace.
     reset_peak();

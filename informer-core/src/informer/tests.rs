@@ -2,7 +2,7 @@
 //! randomized end-to-end check (CONFORMANCE 25) is `crate::sim`.
 
 use super::*;
-use crate::indexer::{IndexValues, index_fn};
+use crate::cache::indexer::{IndexValues, index_fn};
 use crate::object::{DynamicObject, Key, ObjectMeta, ObjectMetaParts, ObjectOrTombstone};
 use crate::protocol::{Failure, Input, ListPage, Status, WatchEvent};
 use crate::sim::SimObject;
@@ -904,7 +904,7 @@ struct PipelineRun {
 /// (bulk) or by `replace` and popping every key (the DeltaFIFO), then a late handler; then
 /// the stalled handler catches up and a watch update arrives.
 fn pipeline_run(bulk: bool, before: &[Arc<SimObject>], items: &[Arc<SimObject>]) -> PipelineRun {
-    use crate::pipeline::Pipeline;
+    use crate::cache::pipeline::Pipeline;
     let mut p: Pipeline<SimObject> = Pipeline::new(Duration::ZERO);
     let (keeps_up, _) = p.add_handler(Duration::ZERO, at(0));
     let (stalled, _) = p.add_handler(Duration::ZERO, at(0));

@@ -13,7 +13,7 @@
 //! - once the server is quiet (no more changes, no more faults): the informer catches up —
 //!   the cache equals the server's state (after the transform), every handler's folded view
 //!   equals the cache, and everything reports synced;
-//! - the consistency check ([`crate::consistency`], the runtime's switchable check) at quiet
+//! - the consistency check ([`crate::informer::consistency`], the runtime's switchable check) at quiet
 //!   moments — every 10 virtual seconds while the informer is synced and its watch open, and at
 //!   the final quiet point: a paged list at exactly the cache's last synced resourceVersion
 //!   (skipped when compacted away, as the runtime skips a 410) equals the cache in keys,
@@ -36,12 +36,13 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
 
-use crate::consistency;
+use crate::cache::processor::{HandlerId, Notification};
+use crate::informer::consistency;
+use crate::informer::reflector::ReflectorConfig;
 use crate::informer::{InformerConfig, Output, SharedIndexInformer};
 use crate::object::{Key, Object};
-use crate::processor::{HandlerId, Notification};
+use crate::protocol::RequestId;
 use crate::protocol::{self, Failure, ListRequest, Request, Status, WatchEvent, WatchRequest};
-use crate::reflector::{ReflectorConfig, RequestId};
 use crate::rng::SplitMix64;
 use crate::time::Instant;
 

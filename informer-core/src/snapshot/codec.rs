@@ -43,10 +43,10 @@ use serde::de::DeserializeOwned;
 
 use super::SnapshotError;
 use crate::hash::HashMap;
-use crate::metadata::PartialObjectMetadata;
+use crate::object::metadata::PartialObjectMetadata;
+use crate::object::raw::{RawFields, RawFieldsRef};
+use crate::object::string_map::{StringMapRef, sort_dedup};
 use crate::object::{DynamicObject, MapSource, MetaStrings, Object, ObjectMeta, OtherSource};
-use crate::raw::{RawFields, RawFieldsRef};
-use crate::string_map::{StringMapRef, sort_dedup};
 use smallvec::SmallVec;
 
 /// How objects of a type are stored in a snapshot.

@@ -1,8 +1,8 @@
 //! Snapshot encoding: round trip, and every way a snapshot is refused.
 
 use super::*;
-use crate::metadata::PartialObjectMetadata;
 use crate::object::DynamicObject;
+use crate::object::metadata::PartialObjectMetadata;
 use crate::sim::SimObject;
 use alloc::format;
 use alloc::string::ToString;

@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use informer_core::indexer::{IndexValues, index_fn};
+use informer_core::cache::indexer::{IndexValues, index_fn};
 use informer_core::{
-    DynamicObject, HandlerId, Key, Notification, Object, ObjectMetaParts, Pipeline,
+    cache::pipeline::Pipeline, informer::HandlerId, informer::Notification, object::DynamicObject,
+    object::Key, object::Object, object::ObjectMetaParts,
 };
 
 /// A namespaced test object with a resourceVersion and labels.

@@ -135,7 +135,7 @@ enum Target {
 /// paired surrogate escapes, numbers within `f64` range. An object item that lies wholly in
 /// the chunk being fed (and in its valid UTF-8) is decoded straight from the chunk, the
 /// decoder finding its end as it decodes it, so its bytes are read once (a `DynamicObject` by
-/// [`DynamicObject::from_json_start`](informer_core::DynamicObject::from_json_start), which
+/// [`DynamicObject::from_json_start`](informer_core::object::DynamicObject::from_json_start), which
 /// gives serde_json's result, anything else by `serde_json`). Any other item's end is found
 /// by counting brackets outside strings; the item must be UTF-8 and is then checked by
 /// `serde_json` as it decodes it. Both ways give the same item: a JSON object ends at the
@@ -143,7 +143,7 @@ enum Target {
 ///
 /// ```
 /// use informer_http::decode::ListDecoder;
-/// use informer_http::core::DynamicObject;
+/// use informer_http::core::object::DynamicObject;
 ///
 /// let body = br#"{"kind":"ConfigMapList","items":[{"metadata":{"name":"a"}}],"metadata":{"resourceVersion":"7"}}"#;
 /// let mut d = ListDecoder::<DynamicObject>::new();

@@ -68,7 +68,10 @@ fn all_event_types() {
     let WatchEvent::Added(a) = &evs[0] else {
         panic!()
     };
-    assert_eq!(a.key_ref(), informer_core::KeyRef::new(Some("ns1"), "a"));
+    assert_eq!(
+        a.key_ref(),
+        informer_core::object::KeyRef::new(Some("ns1"), "a")
+    );
     assert_eq!(a.fields.to_map()["data"]["k"], "line1\nline2 {}");
     assert!(matches!(&evs[1], WatchEvent::Modified(o) if o.resource_version() == Some("11")));
     assert!(matches!(&evs[2], WatchEvent::Deleted(o) if o.resource_version() == Some("12")));
@@ -114,7 +117,7 @@ fn error_events_map_to_failures() {
 
 #[derive(Debug, Deserialize)]
 struct Strict {
-    metadata: informer_core::ObjectMeta,
+    metadata: informer_core::object::ObjectMeta,
     #[allow(dead_code)]
     data: BTreeMap<String, String>,
 }

@@ -181,7 +181,11 @@ impl Held {
 }
 
 impl KnownObjects<DynamicObject> for Held {
-    fn known(&self, key: informer_core::KeyRef<'_>, rv: &str) -> Option<Arc<DynamicObject>> {
+    fn known(
+        &self,
+        key: informer_core::object::KeyRef<'_>,
+        rv: &str,
+    ) -> Option<Arc<DynamicObject>> {
         let obj = self
             .0
             .get(&(key.namespace.map(str::to_string), key.name.to_string()))?;
@@ -1117,7 +1121,11 @@ fn known_objects_in_a_relist() {
 fn empty_known_objects_are_not_looked_up() {
     struct Empty;
     impl KnownObjects<DynamicObject> for Empty {
-        fn known(&self, key: informer_core::KeyRef<'_>, _: &str) -> Option<Arc<DynamicObject>> {
+        fn known(
+            &self,
+            key: informer_core::object::KeyRef<'_>,
+            _: &str,
+        ) -> Option<Arc<DynamicObject>> {
             panic!("looked up {key:?}");
         }
         fn is_empty(&self) -> bool {

@@ -8,14 +8,20 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::time::Duration;
 
-use crate::indexer::{Change, IndexError, IndexFunc, Indexer};
+use crate::cache::indexer::{Change, IndexError, IndexFunc, Indexer};
+use crate::cache::pipeline::Pipeline;
 use crate::object::Object;
-use crate::pipeline::Pipeline;
-use crate::processor::{HandlerId, Notification, ResyncPeriods};
+use crate::object::key::invalid_key;
+use crate::protocol::RequestId;
 use crate::protocol::{Failure, Input, Request};
-use crate::reflector::{self, Reflector, ReflectorConfig, RequestId, StoreOp};
 use crate::snapshot::Snapshot;
 use crate::time::Instant;
+use reflector::{Reflector, ReflectorConfig, StoreOp};
+
+pub mod consistency;
+pub mod reflector;
+
+pub use crate::cache::processor::{HandlerId, Notification, ResyncPeriods};
 
 #[cfg(test)]
 mod tests;
@@ -449,7 +455,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 
     /// [`take_changes`](Self::take_changes) with their keys' hashes (for the readers' copies).
     #[cfg(any(test, feature = "spin"))]
-    pub(crate) fn take_journaled(&mut self, into: &mut Vec<crate::indexer::Journaled<K>>) {
+    pub(crate) fn take_journaled(&mut self, into: &mut Vec<crate::cache::indexer::Journaled<K>>) {
         self.pipeline.take_journaled(into)
     }
 
@@ -472,7 +478,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 
     /// Whether the informer is watching with nothing else under way (no list, no backoff):
     /// the quiet moment at which the consistency check compares (see
-    /// [`consistency`](crate::consistency)).
+    /// [`consistency`](crate::informer::consistency)).
     pub fn is_watching(&self) -> bool {
         self.awaiting.is_none() && self.reflector.is_watching()
     }
@@ -504,7 +510,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 
     /// `obj` as the cache would hold it: passed through the transform (see
     /// [`set_transform`](Self::set_transform)), if any. For comparing a server's copy with the
-    /// cached one (the [consistency check](crate::consistency)).
+    /// cached one (the [consistency check](crate::informer::consistency)).
     pub fn transform_object(&self, obj: Arc<K>) -> Arc<K> {
         match &self.transform {
             Some(t) => t(obj),
@@ -617,21 +623,4 @@ fn key_is_valid<K: Object>(outputs: &mut VecDeque<Output<K>>, obj: &K) -> bool {
     );
     outputs.push_back(Output::WatchError(Failure::InvalidObject(message)));
     false
-}
-
-/// Why an object cannot be keyed without ambiguity, if it cannot.
-pub(crate) fn invalid_key<K: Object + ?Sized>(obj: &K) -> Option<&'static str> {
-    let k = obj.key_ref();
-    // `/` is ASCII, whose byte UTF-8 never uses inside another character: a plain byte loop
-    // (names are short: `memchr`'s set-up cost more than the search).
-    let slash = |s: &str| s.bytes().any(|b| b == b'/');
-    if k.name.is_empty() {
-        Some("the name is empty")
-    } else if slash(k.name) {
-        Some("the name contains '/'")
-    } else if k.namespace.is_some_and(slash) {
-        Some("the namespace contains '/'")
-    } else {
-        None
-    }
 }

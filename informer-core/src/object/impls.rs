@@ -21,7 +21,7 @@ impl Object for ObjectMeta {
     }
 }
 
-/// Implements [`Object`](crate::Object) for a type whose metadata is one of its fields: the
+/// Implements [`Object`](crate::object::Object) for a type whose metadata is one of its fields: the
 /// usual shape of a typed Kubernetes object decoded with serde.
 ///
 /// ```
@@ -57,8 +57,8 @@ impl Object for ObjectMeta {
 /// - `impl_object!([S: Clone] Crd<S>)` or `impl_object!([S] Crd<S>, meta)`: a generic type;
 ///   what is between the brackets becomes the impl's generic parameters.
 ///
-/// The field may be an [`ObjectMeta`](crate::ObjectMeta) or any type that implements
-/// [`Object`](crate::Object) itself: a program with its own metadata struct implements
+/// The field may be an [`ObjectMeta`](crate::object::ObjectMeta) or any type that implements
+/// [`Object`](crate::object::Object) itself: a program with its own metadata struct implements
 /// `Object` for that struct once, then uses this macro for every kind that holds it. For
 /// k8s-openapi types there is `informer_http::K8s<T>` instead.
 #[macro_export]
@@ -67,18 +67,18 @@ macro_rules! impl_object {
         $crate::impl_object!([$($generics)*] $ty, metadata);
     };
     ([$($generics:tt)*] $ty:ty, $field:tt) => {
-        impl<$($generics)*> $crate::Object for $ty {
+        impl<$($generics)*> $crate::object::Object for $ty {
             fn name(&self) -> &str {
-                $crate::Object::name(&self.$field)
+                $crate::object::Object::name(&self.$field)
             }
             fn namespace(&self) -> ::core::option::Option<&str> {
-                $crate::Object::namespace(&self.$field)
+                $crate::object::Object::namespace(&self.$field)
             }
             fn resource_version(&self) -> ::core::option::Option<&str> {
-                $crate::Object::resource_version(&self.$field)
+                $crate::object::Object::resource_version(&self.$field)
             }
             fn uid(&self) -> ::core::option::Option<&str> {
-                $crate::Object::uid(&self.$field)
+                $crate::object::Object::uid(&self.$field)
             }
         }
     };

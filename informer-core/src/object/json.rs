@@ -13,9 +13,9 @@ use alloc::borrow::Cow;
 
 use smallvec::SmallVec;
 
+use crate::object::raw::RawFieldsBuilder;
+use crate::object::string_map::sort_dedup;
 use crate::object::{DynamicObject, MapSource, MetaStrings, ObjectMeta, OtherSource};
-use crate::raw::RawFieldsBuilder;
-use crate::string_map::sort_dedup;
 
 /// Nesting of raw values this decoder follows (serde_json follows any); deeper ones are left
 /// to serde_json.

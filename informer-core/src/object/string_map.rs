@@ -47,7 +47,7 @@ impl StringMap {
         self.len == 0
     }
 
-    /// The map, borrowed: what [`ObjectMeta`](crate::ObjectMeta)'s labels and annotations read
+    /// The map, borrowed: what [`ObjectMeta`](crate::object::ObjectMeta)'s labels and annotations read
     /// as.
     pub fn as_ref(&self) -> StringMapRef<'_> {
         StringMapRef {
@@ -163,7 +163,7 @@ pub(crate) fn sort_dedup<S: AsRef<str>>(pairs: &mut [(S, S)]) -> usize {
 }
 
 /// A [`StringMap`] borrowed, or the labels or annotations of an
-/// [`ObjectMeta`](crate::ObjectMeta) (which keeps them inside its one block): the same reads
+/// [`ObjectMeta`](crate::object::ObjectMeta) (which keeps them inside its one block): the same reads
 /// as `StringMap`'s.
 #[derive(Clone, Copy, Default)]
 pub struct StringMapRef<'a> {

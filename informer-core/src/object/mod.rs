@@ -1,5 +1,17 @@
 //! What the informer needs from an object, how objects are keyed, and a dynamic object type.
 
+mod impls;
+pub(crate) mod json;
+pub(crate) mod key;
+pub mod metadata;
+pub mod raw;
+pub mod selector;
+pub mod string_map;
+
+pub use metadata::PartialObjectMetadata;
+pub use raw::{RawFields, RawFieldsRef};
+pub use string_map::{StringMap, StringMapRef};
+
 use alloc::sync::Arc;
 
 pub use compact_str::CompactString;
@@ -11,12 +23,12 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-pub use crate::key::{Key, KeyRef};
-use crate::raw::{RawFields, RawFieldsBuilder, RawFieldsRef};
-use crate::string_map::{self, Pairs, Str, StringMap, StringMapRef};
+pub use crate::object::key::{Key, KeyRef};
 use alloc::boxed::Box;
 use alloc::string::String;
+use raw::RawFieldsBuilder;
 use serde_json::value::RawValue;
+use string_map::{Pairs, Str};
 
 /// What the informer reads from a Kubernetes object.
 ///
@@ -487,14 +499,14 @@ impl OtherSource<'_> {
     fn text_len(&self) -> usize {
         match self {
             OtherSource::Text(t) => t.len(),
-            OtherSource::Members(m) => crate::raw::members_len(m),
+            OtherSource::Members(m) => crate::object::raw::members_len(m),
         }
     }
 
     fn write(&self, out: &mut String) {
         match self {
             OtherSource::Text(t) => out.push_str(t),
-            OtherSource::Members(m) => crate::raw::write_members(out, m),
+            OtherSource::Members(m) => crate::object::raw::write_members(out, m),
         }
     }
 }
@@ -697,7 +709,7 @@ impl<'a> JsonIdentity<'a> {
     /// text is not one JSON object, or one of the three is not a string without escapes (or
     /// `null`): decode the object then.
     pub fn of_json_start(text: &'a str) -> Option<(JsonIdentity<'a>, usize)> {
-        crate::straight::identity(text)
+        crate::object::json::identity(text)
     }
 
     /// The key an object with this identity is cached under.
@@ -730,7 +742,7 @@ impl DynamicObject {
     /// assert_eq!(len, serde.byte_offset());
     /// ```
     pub fn from_json_start(text: &str) -> Option<(DynamicObject, usize)> {
-        crate::straight::dynamic_object(text)
+        crate::object::json::dynamic_object(text)
     }
 
     /// A label value.

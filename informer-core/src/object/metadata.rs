@@ -5,8 +5,8 @@ use compact_str::CompactString;
 
 use serde::{Deserialize, Serialize};
 
+use crate::object::selector::Labels;
 use crate::object::{Object, ObjectMeta};
-use crate::selector::Labels;
 
 /// The metadata of an object of any kind (`meta.k8s.io/v1` `PartialObjectMetadata`).
 ///
@@ -65,7 +65,7 @@ mod tests {
     fn decodes_the_metadata_representation_and_whole_objects_alike() {
         let partial = r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a","namespace":"ns","uid":"u","resourceVersion":"7","labels":{"app":"web"},"ownerReferences":[{"kind":"X","name":"o","uid":"1","apiVersion":"v1"}]}}"#;
         let p: PartialObjectMetadata = serde_json::from_str(partial).unwrap();
-        assert_eq!(p.key_ref(), crate::KeyRef::new(Some("ns"), "a"));
+        assert_eq!(p.key_ref(), crate::object::KeyRef::new(Some("ns"), "a"));
         assert_eq!(p.resource_version(), Some("7"));
         assert_eq!(p.label("app"), Some("web"));
         assert!(p.metadata.other().get("ownerReferences").is_some());

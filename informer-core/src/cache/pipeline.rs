@@ -4,13 +4,13 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::time::Duration;
 
-use crate::fifo::{Delta, DeltaFifo, DeltaType};
+use crate::cache::fifo::{Delta, DeltaFifo, DeltaType};
 #[cfg(any(test, feature = "spin"))]
-use crate::indexer::Journaled;
-use crate::indexer::{Change, IndexError, IndexFunc, Indexer, Stored};
-use crate::key::{self, KeyRefSet};
+use crate::cache::indexer::Journaled;
+use crate::cache::indexer::{Change, IndexError, IndexFunc, Indexer, Stored};
+use crate::cache::processor::{HandlerId, Notification, Processor, ResyncPeriods};
+use crate::object::key::{self, KeyRefSet};
 use crate::object::{Key, Object, ObjectOrTombstone, Tombstone, same_state};
-use crate::processor::{HandlerId, Notification, Processor, ResyncPeriods};
 use crate::time::Instant;
 
 /// The data plane of a shared index informer, as pure state.

@@ -8,9 +8,9 @@ use super::{
     namespace_index_values,
 };
 use crate::hash::{HashMap, HashSet, IDLE_CAPACITY};
-use crate::key::hash_of;
+use crate::object::key::hash_of;
+use crate::object::selector::{Labels, Selector};
 use crate::object::{KeyRef, Object};
-use crate::selector::{Labels, Selector};
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -408,7 +408,7 @@ impl<K: Object + 'static> ReadCopy<K> {
     /// its tables: no hashing, no probing, no growing, which after a relist (a journal as long
     /// as the cache) is much cheaper than replaying the journal change by change (every copy
     /// hashes a key alike). `other` must have the same indices, built
-    /// from the same functions (the two copies a [`Publisher`](crate::shared::Publisher)
+    /// from the same functions (the two copies a [`Publisher`](crate::views::Publisher)
     /// keeps); when the index names differ, nothing changes and `false` is returned.
     #[cfg(any(test, feature = "spin"))]
     pub(crate) fn copy_from(&mut self, other: &ReadCopy<K>) -> bool {
@@ -781,8 +781,8 @@ impl<K: Object + Labels + 'static> ReadCopy<K> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::indexer::index_fn;
-    use crate::key::Key;
+    use crate::cache::indexer::index_fn;
+    use crate::object::key::Key;
     use crate::sim::SimObject;
     use alloc::borrow::Cow;
     use alloc::format;

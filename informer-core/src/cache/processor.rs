@@ -9,7 +9,7 @@ use core::time::Duration;
 
 use hashbrown::hash_map::RawEntryMut;
 
-use crate::key::{self, KeyHashState};
+use crate::object::key::{self, KeyHashState};
 
 use crate::hash::IDLE_CAPACITY;
 use crate::object::{Key, ObjectOrTombstone};

@@ -8,12 +8,12 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use crate::hash::{HashMap, HashSet};
-use crate::key::{KeyHashState, hash_of};
+use crate::object::key::{KeyHashState, hash_of};
 use hashbrown::hash_map::RawEntryMut;
 use smallvec::SmallVec;
 
+use crate::object::selector::{Labels, Selector};
 use crate::object::{Key, KeyRef, Object, same_state};
-use crate::selector::{Labels, Selector};
 
 mod copy;
 #[cfg(any(test, feature = "spin"))]

@@ -92,8 +92,8 @@ use core::time::Duration;
 
 use crate::object::{Key, Object};
 use crate::protocol::{
-    Failure, Input, ListPage, ListRequest, Request, ResourceVersionMatch, Selectors, Status,
-    WatchEvent, WatchRequest,
+    Failure, Input, ListPage, ListRequest, Request, RequestId, ResourceVersionMatch, Selectors,
+    Status, WatchEvent, WatchRequest,
 };
 use crate::rng::SplitMix64;
 use crate::time::Instant;
@@ -198,10 +198,6 @@ impl Default for ReflectorConfig {
         }
     }
 }
-
-/// Identifies one request handed out by the Reflector; inputs carry it back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RequestId(pub u64);
 
 /// A change to apply to the store.
 #[derive(Debug)]

@@ -48,8 +48,8 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::str::FromStr;
 
+use crate::object::string_map::{StringMap, StringMapRef};
 use crate::object::{DynamicObject, ObjectMeta};
-use crate::string_map::{StringMap, StringMapRef};
 
 /// Anything whose labels can be looked up by key: what a [`Selector`] matches against.
 ///
@@ -937,8 +937,8 @@ mod tests {
         assert!(!base.same_labels(&moved));
         assert!(!base.same_labels(&fewer));
         assert!(!base.same_labels(&none) && none.same_labels(&none.clone()));
-        let index = crate::indexer::LabelIndex::new("app");
-        use crate::indexer::IndexFunc;
+        let index = crate::cache::indexer::LabelIndex::new("app");
+        use crate::cache::indexer::IndexFunc;
         assert!(index.same_values(&base, &reordered));
         assert!(!index.same_values(&base, &moved));
         // Another label changed: not the same labels, but the same value for this index.

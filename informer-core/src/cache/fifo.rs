@@ -9,9 +9,9 @@ use core::fmt;
 use crate::hash::HashMap;
 use smallvec::SmallVec;
 
+use crate::cache::indexer::Indexer;
 use crate::hash::IDLE_CAPACITY;
-use crate::indexer::Indexer;
-use crate::key::{self, KeyRefSet};
+use crate::object::key::{self, KeyRefSet};
 use crate::object::{Key, KeyRef, Object, ObjectOrTombstone, Tombstone};
 
 /// What happened to an object.
@@ -226,8 +226,8 @@ impl<K: Object> DeltaFifo<K> {
     /// Marks a FIFO that holds nothing as populated with nothing left to pop, for changes that
     /// reach the consumer without being queued: the state queueing and popping them would leave.
     /// Used for the straight path of a watch event while nothing is queued
-    /// ([`Pipeline::added`](crate::pipeline::Pipeline::added)) and for an initial population
-    /// applied without the queue ([`Pipeline::populate`](crate::pipeline::Pipeline::populate)).
+    /// ([`Pipeline::added`](crate::cache::pipeline::Pipeline::added)) and for an initial population
+    /// applied without the queue ([`Pipeline::populate`](crate::cache::pipeline::Pipeline::populate)).
     /// Returns whether this is the first population; while anything is queued it changes
     /// nothing and returns false.
     pub fn mark_populated(&mut self) -> bool {

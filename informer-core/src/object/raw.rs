@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use smallvec::SmallVec;
 
-use crate::string_map::Str;
+use crate::object::string_map::Str;
 
 /// The members of a JSON object, kept as its JSON text (`{"data":{…},"spec":{…}}`).
 ///
@@ -72,7 +72,7 @@ impl RawFields {
         }
     }
 
-    /// The members, borrowed: what [`ObjectMeta`](crate::ObjectMeta)'s other fields read as.
+    /// The members, borrowed: what [`ObjectMeta`](crate::object::ObjectMeta)'s other fields read as.
     pub fn as_ref(&self) -> RawFieldsRef<'_> {
         RawFieldsRef(self.0.as_deref())
     }
@@ -186,7 +186,7 @@ impl Serialize for RawFields {
 }
 
 /// A [`RawFields`] borrowed, or the other metadata fields of an
-/// [`ObjectMeta`](crate::ObjectMeta) (kept inside its one block): the same reads as
+/// [`ObjectMeta`](crate::object::ObjectMeta) (kept inside its one block): the same reads as
 /// `RawFields`'s.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub struct RawFieldsRef<'a>(Option<&'a str>);

@@ -255,6 +255,23 @@ impl hashbrown::Equivalent<Key> for KeyRef<'_> {
     }
 }
 
+/// Why an object cannot be keyed without ambiguity, if it cannot.
+pub(crate) fn invalid_key<K: Object + ?Sized>(obj: &K) -> Option<&'static str> {
+    let k = obj.key_ref();
+    // `/` is ASCII, whose byte UTF-8 never uses inside another character: a plain byte loop
+    // (names are short: `memchr`'s set-up cost more than the search).
+    let slash = |s: &str| s.bytes().any(|b| b == b'/');
+    if k.name.is_empty() {
+        Some("the name is empty")
+    } else if slash(k.name) {
+        Some("the name contains '/'")
+    } else if k.namespace.is_some_and(slash) {
+        Some("the namespace contains '/'")
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

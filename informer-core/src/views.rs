@@ -41,11 +41,11 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use spin::RwLock;
 
-use crate::indexer::{
+use crate::cache::indexer::{
     Change, ChangeRef, IndexError, IndexFunc, JOURNAL_KEEP, Journaled, ReadCopy, SharedIndexFunc,
 };
 use crate::informer::SharedIndexInformer;
-use crate::key::hash_of;
+use crate::object::key::hash_of;
 use crate::object::{Key, Object};
 
 /// One whole state of the cache as readers see it: the objects and indices, and whether and
@@ -666,7 +666,7 @@ mod tests {
     extern crate std;
 
     use super::*;
-    use crate::indexer::NAMESPACE_INDEX;
+    use crate::cache::indexer::NAMESPACE_INDEX;
     use crate::informer::{InformerConfig, Output};
     use crate::protocol::{Input, ListPage, WatchEvent};
     use crate::sim::SimObject;
@@ -685,7 +685,7 @@ mod tests {
         })
     }
 
-    fn drain(inf: &mut SharedIndexInformer<SimObject>) -> Option<crate::reflector::RequestId> {
+    fn drain(inf: &mut SharedIndexInformer<SimObject>) -> Option<crate::protocol::RequestId> {
         let mut last = None;
         while let Some(o) = inf.poll() {
             if let Output::Request { id, .. } = o {
@@ -825,7 +825,7 @@ mod tests {
         assert_eq!(r.list().len(), 1200);
     }
 
-    fn start(locked: &LockedInformer<SimObject>) -> crate::reflector::RequestId {
+    fn start(locked: &LockedInformer<SimObject>) -> crate::protocol::RequestId {
         locked.with(|inf| {
             inf.start(Instant::ZERO);
             drain(inf).unwrap()
@@ -930,7 +930,7 @@ mod tests {
         });
         // Both copies converge: one more change, published, leaves the other copy equal too.
         publisher.stage_changes([Change::Delete {
-            key: crate::Key::new(Some("ns"), "a"),
+            key: crate::object::Key::new(Some("ns"), "a"),
         }]);
         assert!(publisher.try_publish());
         assert_eq!(views.read(|v| v.indexer().len()), 1);
@@ -1046,10 +1046,12 @@ mod tests {
         publisher
             .add_index(
                 "boom",
-                crate::indexer::index_fn(|o: &SimObject| -> crate::indexer::IndexValues<'_> {
-                    assert!(o.data != 13, "index function panics");
-                    crate::indexer::IndexValues::new()
-                }),
+                crate::cache::indexer::index_fn(
+                    |o: &SimObject| -> crate::cache::indexer::IndexValues<'_> {
+                        assert!(o.data != 13, "index function panics");
+                        crate::cache::indexer::IndexValues::new()
+                    },
+                ),
             )
             .unwrap();
         let up = |name: &str, rv: u64| Change::Upsert {
@@ -1080,7 +1082,7 @@ mod tests {
     /// same values and buckets in each of `indices`.
     fn assert_answers_as(
         copy: &ReadCopy<SimObject>,
-        oracle: &crate::indexer::Indexer<SimObject>,
+        oracle: &crate::cache::indexer::Indexer<SimObject>,
         indices: &[&str],
         step: u64,
     ) {
@@ -1129,7 +1131,7 @@ mod tests {
     struct Parity;
 
     impl IndexFunc<SimObject> for Parity {
-        fn index_values<'a>(&self, o: &'a SimObject) -> crate::indexer::IndexValues<'a> {
+        fn index_values<'a>(&self, o: &'a SimObject) -> crate::cache::indexer::IndexValues<'a> {
             self.single_value(o)
                 .flatten()
                 .map(Into::into)
@@ -1153,9 +1155,9 @@ mod tests {
     /// updates, deletes, re-adds of the stored object and relists.
     #[test]
     fn both_copies_answer_as_the_recording_indexer_after_every_publish() {
-        use crate::indexer::{IndexValues, Indexer};
+        use crate::cache::indexer::{IndexValues, Indexer};
         let digits = || {
-            crate::indexer::index_fn(|o: &SimObject| -> IndexValues<'_> {
+            crate::cache::indexer::index_fn(|o: &SimObject| -> IndexValues<'_> {
                 let mut v = IndexValues::new();
                 for d in ["d0", "d1", "d2", "d3"] {
                     if o.data % 4 != 3 && d.ends_with(char::from(b'0' + (o.data % 4) as u8)) {
@@ -1232,8 +1234,8 @@ mod tests {
     /// copy answers as the indexer.
     #[test]
     fn both_copies_answer_as_the_indexer_through_retries_relists_and_added_indices() {
-        use crate::indexer::Indexer;
-        use crate::indexer::copy_tests::Tags;
+        use crate::cache::indexer::Indexer;
+        use crate::cache::indexer::copy_tests::Tags;
         let mut oracle: Indexer<SimObject> = Indexer::new();
         oracle.add_index("parity", Parity).unwrap();
         oracle.record_changes(true);
@@ -1328,8 +1330,8 @@ mod tests {
         locked
             .add_index(
                 "parity",
-                crate::indexer::index_fn(|o: &SimObject| {
-                    let mut v = crate::indexer::IndexValues::new();
+                crate::cache::indexer::index_fn(|o: &SimObject| {
+                    let mut v = crate::cache::indexer::IndexValues::new();
                     v.push(alloc::borrow::Cow::Borrowed(if o.data % 2 == 0 {
                         "even"
                     } else {
@@ -1342,7 +1344,9 @@ mod tests {
         assert!(matches!(
             locked.add_index(
                 NAMESPACE_INDEX,
-                crate::indexer::index_fn(|_: &SimObject| crate::indexer::IndexValues::new())
+                crate::cache::indexer::index_fn(|_: &SimObject| {
+                    crate::cache::indexer::IndexValues::new()
+                })
             ),
             Err(IndexError::IndexExists { .. })
         ));

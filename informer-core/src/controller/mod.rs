@@ -1,0 +1,6 @@
+//! The sans-IO state machines a controller runs beside its informers: the rate-limited
+//! [work queue](workqueue) (client-go `workqueue`) and [leader election](leaderelection)
+//! (client-go `leaderelection` over a Lease).
+
+pub mod leaderelection;
+pub mod workqueue;
