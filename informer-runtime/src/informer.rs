@@ -1,7 +1,7 @@
 //! The informer handle: start, handlers and event streams, readers, sync, shutdown.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use informer_core::{informer::HandlerId, object::Object};
 
 use crate::delivery::{Inbox, connect};
 use crate::error::Error;
+use crate::snapshot_file::{SnapshotLoad, SnapshotWritten};
 use crate::handler::{EventHandler, HandlerRegistration, spawn_worker};
 use crate::metrics::Metrics;
 use crate::runtime::{BoxFuture, Runtime};
@@ -371,15 +372,29 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
             }
             listener.await;
         }
-        if let Some(file) = &shared.snapshot {
-            // Dropping the last handle later need not write it again.
-            file.written_at_stop.store(true, Ordering::Release);
-            crate::snapshot::log_final_write(
-                &shared.name,
-                "shutdown",
-                &shared.write_snapshot().await,
-            );
-        }
+        shared.write_final_snapshot().await;
+    }
+}
+
+/// Warm restarts (see [`InformerBuilder::snapshot`](crate::InformerBuilder::snapshot)).
+impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
+    /// Writes the cache to the snapshot file now (see
+    /// [`InformerBuilder::snapshot`](crate::InformerBuilder::snapshot)). Fails with
+    /// [`Error::NoSnapshotFile`] without one, and with [`SnapshotError::NotSynced`] before
+    /// the informer has synced.
+    pub async fn write_snapshot(&self) -> Result<SnapshotWritten, Error> {
+        self.shared().write_snapshot().await
+    }
+
+    /// What became of the snapshot file at start: `None` before it was looked at (or without
+    /// a snapshot file).
+    pub fn snapshot_load(&self) -> Option<SnapshotLoad> {
+        self.shared().snapshot.as_ref().and_then(|f| {
+            f.loaded
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        })
     }
 }
 

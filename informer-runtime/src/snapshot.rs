@@ -6,7 +6,7 @@
 //!
 //! - load: read the file, decode it (all-or-nothing, checked against the informer's resource
 //!   and selectors), then start the core resumed from it; a missing, unreadable, corrupt or
-//!   foreign file means a normal list, and the reason is kept ([`Informer::snapshot_load`]);
+//!   foreign file means a normal list, and the reason is kept ([`Informer::snapshot_load`](crate::Informer::snapshot_load));
 //! - write: take the snapshot under the read lock (the objects are shared `Arc`s, nothing is
 //!   copied), then encode and write it atomically: a temporary file in the same directory,
 //!   `fsync`, rename over the target, `fsync` the directory. Writes are ordered: an older
@@ -19,7 +19,6 @@ use informer_core::object::Object;
 use informer_core::snapshot::SnapshotError;
 
 use crate::error::Error;
-use crate::informer::Informer;
 use crate::runtime::Runtime;
 use crate::snapshot_file::{SnapshotLoad, SnapshotWritten, off_runtime};
 use crate::state::Shared;
@@ -211,30 +210,21 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
     }
 }
 
-impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
-    /// Writes the cache to the snapshot file now (see
-    /// [`InformerBuilder::snapshot`](crate::InformerBuilder::snapshot)). Fails with
-    /// [`Error::NoSnapshotFile`] without one, and with [`SnapshotError::NotSynced`] before
-    /// the informer has synced.
-    pub async fn write_snapshot(&self) -> Result<SnapshotWritten, Error> {
-        self.shared().write_snapshot().await
-    }
-
-    /// What became of the snapshot file at start: `None` before it was looked at (or without
-    /// a snapshot file).
-    pub fn snapshot_load(&self) -> Option<SnapshotLoad> {
-        self.shared().snapshot.as_ref().and_then(|f| {
-            f.loaded
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone()
-        })
+impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
+    /// Writes the snapshot the informer leaves behind at a graceful `shutdown`, once, and logs
+    /// the outcome. Nothing without a snapshot file.
+    pub(crate) async fn write_final_snapshot(self: &Arc<Self>) {
+        if let Some(file) = &self.snapshot {
+            // Dropping the last handle later need not write it again.
+            file.written_at_stop.store(true, Ordering::Release);
+            log_final_write(&self.name, "shutdown", &self.write_snapshot().await);
+        }
     }
 }
 
 /// Logs the outcome of the snapshot written when the informer stops (`when`: at `shutdown`, or
 /// at the `drop` of the last handle).
-pub(crate) fn log_final_write(name: &str, when: &str, result: &Result<SnapshotWritten, Error>) {
+fn log_final_write(name: &str, when: &str, result: &Result<SnapshotWritten, Error>) {
     match result {
         Ok(w) => tracing::info!(
             informer = %name,
