@@ -1,8 +1,8 @@
 //! The informer handle: start, handlers and event streams, readers, sync, shutdown.
 
 use std::fmt;
-use std::sync::{Arc, PoisonError};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use informer_core::cache::indexer::IndexFunc;
@@ -10,10 +10,10 @@ use informer_core::{informer::HandlerId, object::Object};
 
 use crate::delivery::{Inbox, connect};
 use crate::error::Error;
-use crate::snapshot_file::{SnapshotLoad, SnapshotWritten};
 use crate::handler::{EventHandler, HandlerRegistration, spawn_worker};
 use crate::metrics::Metrics;
 use crate::runtime::{BoxFuture, Runtime};
+use crate::snapshot_file::{SnapshotLoad, SnapshotWritten};
 use crate::state::{HandlerStats, Shared};
 use crate::store::Store;
 use crate::stream::EventStream;

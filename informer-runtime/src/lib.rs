@@ -137,13 +137,15 @@ macro_rules! runtime_crate_api {
     (runtime: $rt:ty, make_runtime: $make_rt:expr, name: $name:literal, backend: $backend:ty, backend_doc: $backend_doc:literal) => {
         pub use informer_core as core;
         pub use informer_http as http;
+        pub use informer_http::ClientError;
         pub use $crate::{
-            BackoffConfig, CacheSync, Config, DynamicObject, Error, EventHandler, Failure,
-            HandlerFns, HandlerId, HasResource, IndexError, IndexFunc, IndexValues,
-            InformerOptions, Key, KeyRef, LabelIndex, Labels, Metrics, NAMESPACE_INDEX,
-            Notification, Object, ObjectOrTombstone, PartialObjectMetadata, ReflectorConfig,
-            Resource, Runtime, Selector, SelectorError, SnapshotCodec, SnapshotLoad,
-            SnapshotWritten, Store, Tombstone, impl_object, index_fn, label_index_name,
+            BackoffConfig, BoxFuture, CacheSync, Config, ConsistencyCheck, Divergence,
+            DynamicObject, Error, EventHandler, Failure, HandlerFns, HandlerId, HasResource,
+            IndexError, IndexFunc, IndexValues, InformerOptions, Key, KeyRef, LabelIndex, Labels,
+            Metrics, NAMESPACE_INDEX, Notification, Object, ObjectOrTombstone,
+            PartialObjectMetadata, ReflectorConfig, Resource, Runtime, Selector, SelectorError,
+            SnapshotCodec, SnapshotLoad, SnapshotWritten, SpawnError, Store, Tombstone,
+            WatchErrorHook, impl_object, index_fn, label_index_name,
         };
 
         #[doc = concat!("The transport backend this crate uses (", $backend_doc, ").")]
