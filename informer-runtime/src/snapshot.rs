@@ -15,6 +15,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 
+use informer_core::informer::Resume;
 use informer_core::object::Object;
 use informer_core::snapshot::SnapshotError;
 
@@ -72,7 +73,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
         let (load, snapshot) = file.load(&mut |resource_version| {
             {
                 let mut state = self.state.write();
-                if state.stopped || !state.core.resume_at(resource_version.into()) {
+                if state.stopped || !state.core.resume(Resume::At(resource_version.into())) {
                     return;
                 }
                 state.core.start(self.now());
@@ -115,14 +116,14 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
             if !state.stopped {
                 match (started_early, snapshot) {
                     (true, Some(s)) => {
-                        state.core.resume_objects(now, s);
+                        state.core.handle_snapshot(now, Some(s));
                     }
                     (true, None) => {
-                        state.core.resume_failed(now);
+                        state.core.handle_snapshot(now, None);
                     }
                     (false, s) => {
                         if let Some(s) = s {
-                            state.core.resume(s);
+                            state.core.resume(Resume::Snapshot(s));
                         }
                         state.core.start(now);
                     }

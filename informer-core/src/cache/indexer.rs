@@ -72,7 +72,7 @@ where
 /// Helps closure type inference for index functions that borrow from the object:
 ///
 /// ```
-/// use informer_core::{DynamicObject, indexer::{index_fn, IndexValues}};
+/// use informer_core::{object::DynamicObject, cache::indexer::{index_fn, IndexValues}};
 /// let by_app = index_fn(|o: &DynamicObject| o.label("app").map(Into::into).into_iter().collect());
 /// # let _ = by_app;
 /// ```

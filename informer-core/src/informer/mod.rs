@@ -122,20 +122,24 @@ pub struct SharedIndexInformer<K> {
     started: bool,
     /// What [`start`](Self::start) resumes from, if anything.
     resume: Option<Resume<K>>,
-    /// Started with [`resume_at`](Self::resume_at) and the snapshot's objects not in yet.
+    /// Started with [`Resume::At`] and the snapshot's objects not in yet.
     awaiting: Option<Awaiting<K>>,
 }
 
-/// What a start resumes from.
-enum Resume<K> {
-    /// A whole snapshot ([`SharedIndexInformer::resume`]).
+/// What a [`start`](SharedIndexInformer::start) resumes from (a warm restart), instead of
+/// listing: given with [`resume`](SharedIndexInformer::resume) before start.
+#[derive(Debug)]
+pub enum Resume<K> {
+    /// A whole snapshot: at start its objects become the initial population and the first
+    /// request is a watch from its resourceVersion.
     Snapshot(Snapshot<K>),
-    /// A snapshot's resourceVersion, its objects to come
-    /// ([`SharedIndexInformer::resume_at`]).
+    /// A snapshot still being loaded, by its resourceVersion (a file's header has it before
+    /// its objects are read): the watch starts from it at once, and the objects follow through
+    /// [`handle_snapshot`](SharedIndexInformer::handle_snapshot).
     At(alloc::string::String),
 }
 
-/// A snapshot announced by [`SharedIndexInformer::resume_at`] whose objects are not in yet.
+/// A snapshot announced with [`Resume::At`] whose objects are not in yet.
 struct Awaiting<K> {
     /// The snapshot's resourceVersion.
     resource_version: alloc::string::String,
@@ -228,85 +232,71 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.apply_reflector_outputs();
     }
 
-    /// Resumes from `snapshot` (a warm restart) instead of listing: at [`start`](Self::start)
-    /// its objects become the initial population (handlers get an `Add` flagged
-    /// `in_initial_list` for each, and the informer has synced once they are applied), and the
-    /// first request is a watch from the snapshot's resourceVersion. If the server no longer
-    /// has it (410), the informer relists at once and the list's `Replace` turns the difference
-    /// into the right adds, updates and tombstoned deletes.
+    /// Resumes from a snapshot (a warm restart) instead of listing.
+    ///
+    /// With [`Resume::Snapshot`], at [`start`](Self::start) its objects become the initial
+    /// population (handlers get an `Add` flagged `in_initial_list` for each, and the informer
+    /// has synced once they are applied), and the first request is a watch from the snapshot's
+    /// resourceVersion. If the server no longer has it (410), the informer relists at once and
+    /// the list's `Replace` turns the difference into the right adds, updates and tombstoned
+    /// deletes.
+    ///
+    /// With [`Resume::At`], for a snapshot still being loaded, [`start`](Self::start) watches
+    /// from its resourceVersion at once, so the watch (and, on a 410, the list) is under way
+    /// while the objects load; they come in later through
+    /// [`handle_snapshot`](Self::handle_snapshot), or word that the snapshot turned out
+    /// unusable. Until then nothing is applied: the store changes the watch or the list bring
+    /// wait, in order, and are applied right after the objects (a relist's `Replace` then
+    /// turns into the difference, as with a whole snapshot); the informer has not synced, and
+    /// [`is_watching`](Self::is_watching) is false.
     ///
     /// The objects are not transformed again (a snapshot holds cached, transformed objects);
     /// checking that the snapshot belongs to this informer's resource and selectors is
-    /// [`Snapshot::decode`]'s job. Only before start: returns false (and changes nothing) once
-    /// started.
-    pub fn resume(&mut self, snapshot: Snapshot<K>) -> bool {
-        if self.started {
+    /// [`Snapshot::decode`]'s job. Only before start, and with a non-empty resourceVersion for
+    /// `At`: returns false (and changes nothing) otherwise. A later call replaces an earlier
+    /// one.
+    pub fn resume(&mut self, from: Resume<K>) -> bool {
+        if self.started || matches!(&from, Resume::At(rv) if rv.is_empty()) {
             return false;
         }
-        self.resume = Some(Resume::Snapshot(snapshot));
+        self.resume = Some(from);
         true
     }
 
-    /// [`resume`](Self::resume) in two steps, for a snapshot still being loaded: its
-    /// resourceVersion now (a file's header has it before its objects are read), its objects
-    /// later ([`resume_objects`](Self::resume_objects)), or word that it turned out unusable
-    /// ([`resume_failed`](Self::resume_failed)). [`start`](Self::start) then watches from
-    /// `resource_version` at once, so the watch (and, on a 410, the list) is under way while
-    /// the objects load. Until they are in, nothing is applied: the store changes the watch or
-    /// the list bring wait, in order, and are applied right after the objects (a relist's
-    /// `Replace` then turns into the difference, as with `resume`); the informer has not
-    /// synced, and [`is_watching`](Self::is_watching) is false.
+    /// The snapshot announced with [`Resume::At`] finished loading: `Some` with its objects,
+    /// or `None` when it cannot be used (corrupt, refused, unreadable).
     ///
-    /// Only before start, with a non-empty resourceVersion: returns false (and changes
-    /// nothing) otherwise. Replaces an earlier `resume`, as `resume` replaces this.
-    pub fn resume_at(&mut self, resource_version: alloc::string::String) -> bool {
-        if self.started || resource_version.is_empty() {
-            return false;
-        }
-        self.resume = Some(Resume::At(resource_version));
-        true
-    }
-
-    /// The objects of the snapshot whose resourceVersion [`resume_at`](Self::resume_at) was
-    /// given: they become the initial population (as with [`resume`](Self::resume)), then
-    /// every store change that waited for them is applied. A snapshot of another
-    /// resourceVersion is not used: as [`resume_failed`](Self::resume_failed). Returns false
-    /// (and changes nothing) when the informer is not waiting for a snapshot's objects.
-    pub fn resume_objects(&mut self, now: Instant, snapshot: Snapshot<K>) -> bool {
+    /// The objects become the initial population (as with [`Resume::Snapshot`]), then every
+    /// store change that waited for them is applied. A snapshot of another resourceVersion is
+    /// not used: as `None`. With `None`, what the watch or list brought is dropped and the
+    /// informer lists at once, with a consistent read (resourceVersion `""`: nothing asked of
+    /// the snapshot's resourceVersion), its result the initial population as on a start
+    /// without a snapshot. Returns false (and changes nothing) when the informer is not
+    /// waiting for a snapshot's objects.
+    pub fn handle_snapshot(&mut self, now: Instant, loaded: Option<Snapshot<K>>) -> bool {
         let Some(awaiting) = &self.awaiting else {
             return false;
         };
-        if snapshot.resource_version != awaiting.resource_version {
-            self.resume_failed(now);
-            return true;
+        match loaded {
+            Some(snapshot) if snapshot.resource_version == awaiting.resource_version => {
+                let held = self.awaiting.take().map(|a| a.held).unwrap_or_default();
+                self.populate_resumed(snapshot.items);
+                for op in held {
+                    self.apply_store_op(op);
+                }
+                while self.pipeline.process_one() {}
+            }
+            _ => {
+                self.awaiting = None;
+                let relisted = self.reflector.relist_from_scratch(now);
+                debug_assert!(relisted.is_ok());
+                self.apply_reflector_outputs();
+            }
         }
-        let held = self.awaiting.take().map(|a| a.held).unwrap_or_default();
-        self.populate_resumed(snapshot.items);
-        for op in held {
-            self.apply_store_op(op);
-        }
-        while self.pipeline.process_one() {}
         true
     }
 
-    /// The snapshot [`resume_at`](Self::resume_at) announced cannot be used (corrupt, refused,
-    /// unreadable): what its watch or list brought is dropped and the informer lists at once,
-    /// with a consistent read (resourceVersion `""`: nothing asked of the snapshot's
-    /// resourceVersion), its result the initial population as on a start without a snapshot.
-    /// Returns false (and changes nothing) when the informer is not waiting for a snapshot's
-    /// objects.
-    pub fn resume_failed(&mut self, now: Instant) -> bool {
-        if self.awaiting.take().is_none() {
-            return false;
-        }
-        let relisted = self.reflector.relist_from_scratch(now);
-        debug_assert!(relisted.is_ok());
-        self.apply_reflector_outputs();
-        true
-    }
-
-    /// Whether the informer started with [`resume_at`](Self::resume_at) and awaits the
-    /// snapshot's objects.
+    /// Whether the informer started with [`Resume::At`] and awaits the snapshot's objects.
     pub fn awaiting_snapshot(&self) -> bool {
         self.awaiting.is_some()
     }
@@ -379,13 +369,6 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
                 handler,
                 notification,
             })
-    }
-
-    /// The next notification for handler `id` only (for runtimes that poll per handler), if
-    /// it is idle.
-    #[must_use = "a notification taken must be run, then reported with handler_done"]
-    pub fn poll_notification_for(&mut self, id: HandlerId) -> Option<Notification<K>> {
-        self.pipeline.poll_notification_for(id)
     }
 
     /// Up to `max` of handler `id`'s next notifications, appended to `out`, if the handler is
@@ -500,10 +483,10 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     }
 
     /// The resourceVersion of the last list or event applied; empty before the first list.
-    /// Before [`has_synced`](Self::has_synced), after [`resume_at`](Self::resume_at), it is
+    /// Before [`has_synced`](Self::has_synced), after [`Resume::At`], it is
     /// the resourceVersion the watch or list under way has reached, although nothing of it is
     /// applied yet (it waits for the snapshot's objects, or is dropped on
-    /// [`resume_failed`](Self::resume_failed)): the cache is the state at it only once synced.
+    /// `handle_snapshot(now, None)`): the cache is the state at it only once synced.
     pub fn last_sync_resource_version(&self) -> &str {
         self.reflector.last_sync_resource_version()
     }

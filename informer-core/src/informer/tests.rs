@@ -609,12 +609,12 @@ fn resume_from_snapshot_watches_instead_of_listing() {
     let mut inf = informer(Duration::ZERO);
     let (h, _) = inf.add_handler(Duration::ZERO, at(0));
     assert!(inf.snapshot().is_none(), "nothing to snapshot before sync");
-    assert!(inf.resume(Snapshot::decode(&bytes, &ident).unwrap()));
+    assert!(inf.resume(Resume::Snapshot(Snapshot::decode(&bytes, &ident).unwrap())));
     inf.start(at(10));
-    assert!(!inf.resume(Snapshot {
+    assert!(!inf.resume(Resume::Snapshot(Snapshot {
         resource_version: "1".into(),
         items: vec![]
-    }));
+    })));
     assert!(inf.has_synced());
     let d = drain(&mut inf);
     let mut got = d.for_handler(h);
@@ -657,10 +657,10 @@ fn resumed_objects_with_unstorable_keys_are_refused_and_reported() {
     items.push(odd("c/d"));
     let mut inf = informer(Duration::ZERO);
     let (h, _) = inf.add_handler(Duration::ZERO, at(0));
-    assert!(inf.resume(Snapshot {
+    assert!(inf.resume(Resume::Snapshot(Snapshot {
         resource_version: "10".into(),
         items,
-    }));
+    })));
     inf.start(at(0));
     let d = drain(&mut inf);
     assert_eq!(d.errors.len(), 3, "{:?}", d.errors);
@@ -687,10 +687,10 @@ fn resumed_objects_with_unstorable_keys_are_refused_and_reported() {
 fn resume_from_compacted_snapshot_relists_and_delivers_the_difference() {
     let mut inf = informer(Duration::ZERO);
     let (h, _) = inf.add_handler(Duration::ZERO, at(0));
-    inf.resume(Snapshot {
+    inf.resume(Resume::Snapshot(Snapshot {
         resource_version: "10".into(),
         items: vec![obj("same", 3, 0), obj("changed", 4, 0), obj("gone", 5, 0)],
-    });
+    }));
     inf.start(at(0));
     let d = drain(&mut inf);
     assert_eq!(d.for_handler(h).len(), 3);
@@ -747,20 +747,23 @@ fn resume_from_compacted_snapshot_relists_and_delivers_the_difference() {
 fn resume_at_watches_while_the_snapshot_loads_and_applies_what_came_after_its_objects() {
     let mut inf = informer(Duration::ZERO);
     let (h, _) = inf.add_handler(Duration::ZERO, at(0));
-    assert!(!inf.resume_at(String::new()), "an empty resourceVersion");
-    assert!(inf.resume_at("10".into()));
     assert!(
-        !inf.resume_objects(
+        !inf.resume(Resume::At(String::new())),
+        "an empty resourceVersion"
+    );
+    assert!(inf.resume(Resume::At("10".into())));
+    assert!(
+        !inf.handle_snapshot(
             at(0),
-            Snapshot {
+            Some(Snapshot {
                 resource_version: "10".into(),
                 items: vec![]
-            }
+            })
         ),
         "not started"
     );
     inf.start(at(0));
-    assert!(!inf.resume_at("11".into()), "started");
+    assert!(!inf.resume(Resume::At("11".into())), "started");
     assert!(inf.awaiting_snapshot());
     let d = drain(&mut inf);
     assert_eq!(watch_rv(&d).as_deref(), Some("10"), "{:?}", d.requests);
@@ -793,12 +796,12 @@ fn resume_at_watches_while_the_snapshot_loads_and_applies_what_came_after_its_ob
     assert!(!inf.is_watching());
     assert!(inf.snapshot().is_none());
 
-    assert!(inf.resume_objects(
+    assert!(inf.handle_snapshot(
         at(4),
-        Snapshot {
+        Some(Snapshot {
             resource_version: "10".into(),
             items: vec![obj("same", 3, 0), obj("changed", 4, 0), obj("gone", 5, 0)],
-        }
+        })
     ));
     assert!(!inf.awaiting_snapshot());
     assert!(inf.has_synced());
@@ -825,12 +828,12 @@ fn resume_at_watches_while_the_snapshot_loads_and_applies_what_came_after_its_ob
     store.sort();
     assert_eq!(store, ["changed 20", "new 23", "same 3"]);
     assert_eq!(inf.last_sync_resource_version(), "23");
-    assert!(!inf.resume_objects(
+    assert!(!inf.handle_snapshot(
         at(5),
-        Snapshot {
+        Some(Snapshot {
             resource_version: "10".into(),
             items: vec![]
-        }
+        })
     ));
 }
 
@@ -843,7 +846,7 @@ fn resume_at_then_failed_lists_from_scratch() {
     for other_rv in [false, true] {
         let mut inf = informer(Duration::ZERO);
         let (h, _) = inf.add_handler(Duration::ZERO, at(0));
-        assert!(inf.resume_at("10".into()));
+        assert!(inf.resume(Resume::At("10".into())));
         inf.start(at(0));
         let d = drain(&mut inf);
         let wid = d.last_request();
@@ -854,17 +857,17 @@ fn resume_at_then_failed_lists_from_scratch() {
         );
         assert!(drain(&mut inf).notes.is_empty());
         if other_rv {
-            assert!(inf.resume_objects(
+            assert!(inf.handle_snapshot(
                 at(2),
-                Snapshot {
+                Some(Snapshot {
                     resource_version: "9".into(),
                     items: vec![obj("stale", 3, 0)],
-                }
+                })
             ));
         } else {
-            assert!(inf.resume_failed(at(2)));
+            assert!(inf.handle_snapshot(at(2), None));
         }
-        assert!(!inf.resume_failed(at(2)), "only once");
+        assert!(!inf.handle_snapshot(at(2), None), "only once");
         assert!(!inf.awaiting_snapshot());
         assert!(!inf.has_synced());
         let d = drain(&mut inf);

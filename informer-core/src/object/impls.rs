@@ -25,7 +25,7 @@ impl Object for ObjectMeta {
 /// usual shape of a typed Kubernetes object decoded with serde.
 ///
 /// ```
-/// use informer_core::{Key, Object, ObjectMeta};
+/// use informer_core::{object::Key, object::Object, object::ObjectMeta};
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Widget {

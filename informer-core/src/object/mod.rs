@@ -170,7 +170,7 @@ impl<K> Clone for ObjectOrTombstone<K> {
 /// ([`ObjectMetaParts`], plain public fields):
 ///
 /// ```
-/// use informer_core::{ObjectMeta, ObjectMetaParts};
+/// use informer_core::{object::ObjectMeta, object::ObjectMetaParts};
 ///
 /// let mut meta: ObjectMeta = ObjectMetaParts {
 ///     name: "web".into(),
@@ -731,7 +731,7 @@ impl DynamicObject {
     /// this never accepts what serde_json refuses.
     ///
     /// ```
-    /// use informer_core::DynamicObject;
+    /// use informer_core::object::DynamicObject;
     ///
     /// let text = r#"{"kind":"ConfigMap","metadata":{"name":"a"},"data":{"k":"v"}} next"#;
     /// let (obj, len) = DynamicObject::from_json_start(text).unwrap();

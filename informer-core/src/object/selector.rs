@@ -27,8 +27,8 @@
 //! selector and can be sent as `labelSelector` as is.
 //!
 //! ```
-//! use informer_core::selector::Selector;
-//! use informer_core::StringMap;
+//! use informer_core::object::selector::Selector;
+//! use informer_core::object::StringMap;
 //!
 //! let sel: Selector = "tier in (web, api), env!=dev, !canary".parse().unwrap();
 //! let labels: StringMap = [("tier", "web"), ("env", "prod")].into_iter().collect();

@@ -39,7 +39,7 @@ use core::time::Duration;
 use crate::cache::processor::{HandlerId, Notification};
 use crate::informer::consistency;
 use crate::informer::reflector::ReflectorConfig;
-use crate::informer::{InformerConfig, Output, SharedIndexInformer};
+use crate::informer::{InformerConfig, Output, Resume, SharedIndexInformer};
 use crate::object::{Key, Object};
 use crate::protocol::RequestId;
 use crate::protocol::{self, Failure, ListRequest, Request, Status, WatchEvent, WatchRequest};
@@ -576,10 +576,10 @@ impl Sim {
                 }
                 if split {
                     self.fault("warm restart, objects loaded after start");
-                    self.inf.resume_at(snap.resource_version.clone());
+                    self.inf.resume(Resume::At(snap.resource_version.clone()));
                     self.loading = Some((loaded_at, Some(snap)));
                 } else {
-                    self.inf.resume(snap);
+                    self.inf.resume(Resume::Snapshot(snap));
                 }
             }
             Some(Err(e)) => {
@@ -590,7 +590,7 @@ impl Sim {
                 self.fault("warm restart, snapshot refused");
                 if let Some(rv) = header_rv.filter(|_| split) {
                     self.fault("warm restart, refused after start");
-                    self.inf.resume_at(rv);
+                    self.inf.resume(Resume::At(rv));
                     self.loading = Some((loaded_at, None));
                 }
             }
@@ -690,11 +690,11 @@ impl Sim {
         let applied = match snapshot {
             Some(s) => {
                 self.log(|| "LOADED the snapshot's objects".into());
-                self.inf.resume_objects(now, s)
+                self.inf.handle_snapshot(now, Some(s))
             }
             None => {
                 self.log(|| "LOADED: the snapshot is unusable, listing".into());
-                self.inf.resume_failed(now)
+                self.inf.handle_snapshot(now, None)
             }
         };
         debug_assert!(applied);
