@@ -68,6 +68,16 @@ enum Wakeup<K> {
     Timer,
 }
 
+/// What a step leaves for the rest of the turn.
+struct Stepped {
+    /// When the core's next timeout is due.
+    deadline: Option<Instant>,
+    /// The end of a backoff under way.
+    backoff: Option<Instant>,
+    /// Whether the step reached the readers' copies.
+    published: bool,
+}
+
 /// The driver task's state.
 pub(crate) struct Driver<K, R> {
     shared: Arc<Shared<K, R>>,
@@ -163,114 +173,27 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
     }
 
     /// Runs until the informer stops and every handler worker has exited.
+    ///
+    /// One turn: wait for a wakeup ([`next_wakeup`](Self::next_wakeup)); apply it and what
+    /// else has arrived, under the lock, and publish ([`step`](Self::step)); act on the
+    /// outputs outside the lock ([`report`](Self::report)); note a backoff; then either
+    /// [`finish`](Self::finish) or re-arm the timer ([`arm_timer`](Self::arm_timer)) and wake
+    /// whoever waits for a change.
     pub(crate) async fn run(mut self) {
-        let name = self.shared.name.clone();
-        tracing::debug!(informer = %name, "driver running");
+        tracing::debug!(informer = %self.shared.name, "driver running");
         loop {
             let first = self.next_wakeup().await;
             let mut now = self.shared.now();
             let mut outs = std::mem::take(&mut self.outs);
             let mut stop = false;
-            let shared = self.shared.clone();
-            // User code runs inside this step (transform, index functions). A panic there
-            // leaves the core or the readers' copy being written possibly half-updated: stop
-            // the informer rather than go on with a cache that may be wrong, and say why.
-            // Readers keep the last published state.
-            let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let mut state = shared.state.write();
-                let state = &mut *state;
-                // Up to `BATCH` inputs, taking those that arrive while the step runs too (a
-                // watch's 410 read while a loaded snapshot is applied).
-                let mut next = Some(first);
-                let mut applied = 0;
-                while let Some(wakeup) = next {
-                    self.apply(state, wakeup, now, &mut stop);
-                    drain(state, &mut outs);
-                    applied += 1;
-                    next = if applied < BATCH {
-                        self.try_wakeup()
-                    } else {
-                        None
-                    };
-                    if next.is_some() {
-                        now = self.shared.now();
-                    }
-                }
-                // Requests go out before a large step (a first list, a relist) is published:
-                // publishing 20,000 objects takes milliseconds that the next list or watch need
-                // not wait for. Spawning the request is not enough, since its task runs only
-                // once this one yields (on tokio it waits in this worker's LIFO slot, which no
-                // other worker steals: client logs had a cold start's watch sent 9.5-12.5 ms
-                // after it was spawned, on both runtimes). So such a step is published at the
-                // driver's next turn, after a yield that lets the request be sent first.
-                let mut spawned = false;
-                let mut i = 0;
-                while i < outs.len() {
-                    if matches!(outs[i], Output::Request { .. }) {
-                        if let Output::Request { id, request } = outs.remove(i) {
-                            self.start_request(id, request);
-                            spawned = true;
-                        }
-                    } else {
-                        i += 1;
-                    }
-                }
-                // Readers see the whole batch at once; its notifications go out only then.
-                state.publisher.stage(&mut state.core);
-                let published = if stop {
-                    // The last state readers keep: worth waiting for a straggling reader.
-                    state.publisher.publish();
-                    true
-                } else if spawned && !self.deferred && state.publisher.staged() >= LARGE_STEP {
-                    // Once: the next turn publishes whatever it spawns.
-                    self.deferred = true;
-                    false
-                } else {
-                    self.deferred = false;
-                    state.publisher.try_publish()
-                };
-                if published {
-                    let held = std::mem::take(&mut state.held);
-                    for (handler, notification) in held {
-                        hand_over(state, handler, notification);
-                    }
-                }
-                if stop {
-                    state.stop();
-                }
-                #[cfg(feature = "metrics")]
-                for (id, sink) in &state.sinks {
-                    sink.stats.pending.set(state.core.pending(*id));
-                }
-                let deadline = state.core.poll_timeout();
-                let backoff = state.core.backing_off_until().filter(|t| *t > now);
-                (deadline, backoff, published)
-            }));
-            let (deadline, backoff) = match step {
-                Ok((deadline, backoff, published)) => {
-                    if published {
-                        self.retry = None;
-                    } else if self.deferred {
-                        // Deferred (above): published right after the yield.
-                        self.retry = Some(Box::pin(YieldNow(false)));
-                    } else if self.retry.is_none() {
-                        self.shared.counters.publish_retries.add(1);
-                        self.retry = Some(self.shared.rt.sleep(PUBLISH_RETRY));
-                    }
-                    (deadline, backoff)
+            let (deadline, backoff) = match self.step(first, &mut now, &mut outs, &mut stop) {
+                Ok(stepped) => {
+                    self.schedule_publish(stepped.published);
+                    (stepped.deadline, stepped.backoff)
                 }
                 Err(_) => {
-                    tracing::error!(
-                        informer = %name,
-                        "a transform or index function panicked: the informer stops"
-                    );
+                    self.stop_after_panic(&mut outs);
                     stop = true;
-                    outs.clear();
-                    // The cache may be half-updated: never write it as a snapshot.
-                    if let Some(file) = &shared.snapshot {
-                        file.poison();
-                    }
-                    shared.state.write().stop();
                     (None, None)
                 }
             };
@@ -283,40 +206,192 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                 }
             }
             self.outs = outs;
-            if backoff != self.backoff_until {
-                if let Some(until) = backoff {
-                    self.shared.counters.backoffs.add(1);
-                    tracing::info!(
-                        informer = %name,
-                        delay = ?(until - now),
-                        "backing off before the next list/watch"
-                    );
-                }
-                self.backoff_until = backoff;
-            }
+            self.note_backoff(backoff, now);
             if stop {
-                if let Some(request) = self.inflight.take() {
-                    request.abort();
-                }
-                self.timer = None;
-                self.retry = None;
-                self.shared.changed.notify(usize::MAX);
-                // Every worker holds a sender; recv fails once all of them exited.
-                let _ = self.exited_rx.recv().await;
-                tracing::info!(informer = %name, "informer stopped");
-                self.shared.finished.store(true, Ordering::Release);
-                self.shared.changed.notify(usize::MAX);
+                self.finish().await;
                 return;
             }
-            match (deadline, &self.timer) {
-                (None, _) => self.timer = None,
-                (Some(d), Some((t, _))) if *t == d => {}
-                (Some(d), _) => {
-                    let sleep = self.shared.rt.sleep(d - now);
-                    self.timer = Some((d, sleep));
+            self.arm_timer(deadline, now);
+            self.shared.changed.notify(usize::MAX);
+        }
+    }
+
+    /// The locked part of a turn: applies `first` and up to [`BATCH`] inputs that arrive
+    /// meanwhile (`now` follows the clock), starts the requests they made, publishes the step
+    /// to the readers' copies and hands the held notifications over. Watch errors are left in
+    /// `outs` for after the lock.
+    ///
+    /// User code runs inside this step (transform, index functions). A panic there leaves the
+    /// core or the readers' copy being written possibly half-updated: the caller stops the
+    /// informer rather than go on with a cache that may be wrong, and says why. Readers keep
+    /// the last published state.
+    fn step(
+        &mut self,
+        first: Wakeup<K>,
+        now: &mut Instant,
+        outs: &mut Vec<Output<K>>,
+        stop: &mut bool,
+    ) -> std::thread::Result<Stepped> {
+        let shared = self.shared.clone();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut state = shared.state.write();
+            let state = &mut *state;
+            // Up to `BATCH` inputs, taking those that arrive while the step runs too (a
+            // watch's 410 read while a loaded snapshot is applied).
+            let mut next = Some(first);
+            let mut applied = 0;
+            while let Some(wakeup) = next {
+                self.apply(state, wakeup, *now, stop);
+                drain(state, outs);
+                applied += 1;
+                next = if applied < BATCH {
+                    self.try_wakeup()
+                } else {
+                    None
+                };
+                if next.is_some() {
+                    *now = self.shared.now();
                 }
             }
-            self.shared.changed.notify(usize::MAX);
+            let spawned = self.start_requests(outs);
+            let published = self.publish(state, spawned, *stop);
+            if *stop {
+                state.stop();
+            }
+            #[cfg(feature = "metrics")]
+            for (id, sink) in &state.sinks {
+                sink.stats.pending.set(state.core.pending(*id));
+            }
+            let deadline = state.core.poll_timeout();
+            let backoff = state.core.backing_off_until().filter(|t| *t > *now);
+            Stepped {
+                deadline,
+                backoff,
+                published,
+            }
+        }))
+    }
+
+    /// Starts the requests among `outs` (removing them) and says whether any was.
+    ///
+    /// Requests go out before a large step (a first list, a relist) is published: publishing
+    /// tens of thousands of objects takes milliseconds that the next list or watch need not
+    /// wait for. Spawning the request is not enough, since its task runs only once this one
+    /// yields (on tokio it waits in this worker's LIFO slot, which no other worker steals). So
+    /// such a step is published at the driver's next turn, after a yield that lets the request
+    /// be sent first.
+    fn start_requests(&mut self, outs: &mut Vec<Output<K>>) -> bool {
+        let mut spawned = false;
+        let mut i = 0;
+        while i < outs.len() {
+            if matches!(outs[i], Output::Request { .. }) {
+                if let Output::Request { id, request } = outs.remove(i) {
+                    self.start_request(id, request);
+                    spawned = true;
+                }
+            } else {
+                i += 1;
+            }
+        }
+        spawned
+    }
+
+    /// Publishes the step to the readers' copies (at once when stopping, deferred once after
+    /// a large step that started a request, otherwise if no reader holds the copy) and, once
+    /// published, hands the held notifications over. Says whether it published.
+    fn publish(&mut self, state: &mut State<K>, spawned: bool, stop: bool) -> bool {
+        // Readers see the whole batch at once; its notifications go out only then.
+        state.publisher.stage(&mut state.core);
+        let published = if stop {
+            // The last state readers keep: worth waiting for a straggling reader.
+            state.publisher.publish();
+            true
+        } else if spawned && !self.deferred && state.publisher.staged() >= LARGE_STEP {
+            // Once: the next turn publishes whatever it spawns.
+            self.deferred = true;
+            false
+        } else {
+            self.deferred = false;
+            state.publisher.try_publish()
+        };
+        if published {
+            let held = std::mem::take(&mut state.held);
+            for (handler, notification) in held {
+                hand_over(state, handler, notification);
+            }
+        }
+        published
+    }
+
+    /// After a step: a step not published (a reader held the copy, or it was deferred behind
+    /// its requests) is published at the next turn, after a yield or a short sleep.
+    fn schedule_publish(&mut self, published: bool) {
+        if published {
+            self.retry = None;
+        } else if self.deferred {
+            // Deferred (see `step`): published right after the yield.
+            self.retry = Some(Box::pin(YieldNow(false)));
+        } else if self.retry.is_none() {
+            self.shared.counters.publish_retries.add(1);
+            self.retry = Some(self.shared.rt.sleep(PUBLISH_RETRY));
+        }
+    }
+
+    /// A transform or index function panicked in a step: the informer stops.
+    fn stop_after_panic(&mut self, outs: &mut Vec<Output<K>>) {
+        tracing::error!(
+            informer = %self.shared.name,
+            "a transform or index function panicked: the informer stops"
+        );
+        outs.clear();
+        // The cache may be half-updated: never write it as a snapshot.
+        if let Some(file) = &self.shared.snapshot {
+            file.poison();
+        }
+        self.shared.state.write().stop();
+    }
+
+    /// Counts and logs a backoff that has just begun.
+    fn note_backoff(&mut self, backoff: Option<Instant>, now: Instant) {
+        if backoff == self.backoff_until {
+            return;
+        }
+        if let Some(until) = backoff {
+            self.shared.counters.backoffs.add(1);
+            tracing::info!(
+                informer = %self.shared.name,
+                delay = ?(until - now),
+                "backing off before the next list/watch"
+            );
+        }
+        self.backoff_until = backoff;
+    }
+
+    /// The informer stopped: abandons the request in flight and the timers, waits for every
+    /// handler worker to exit, then says the informer finished.
+    async fn finish(&mut self) {
+        if let Some(request) = self.inflight.take() {
+            request.abort();
+        }
+        self.timer = None;
+        self.retry = None;
+        self.shared.changed.notify(usize::MAX);
+        // Every worker holds a sender; recv fails once all of them exited.
+        let _ = self.exited_rx.recv().await;
+        tracing::info!(informer = %self.shared.name, "informer stopped");
+        self.shared.finished.store(true, Ordering::Release);
+        self.shared.changed.notify(usize::MAX);
+    }
+
+    /// The timer for the core's next deadline; kept when the deadline has not moved.
+    fn arm_timer(&mut self, deadline: Option<Instant>, now: Instant) {
+        match (deadline, &self.timer) {
+            (None, _) => self.timer = None,
+            (Some(d), Some((t, _))) if *t == d => {}
+            (Some(d), _) => {
+                let sleep = self.shared.rt.sleep(d - now);
+                self.timer = Some((d, sleep));
+            }
         }
     }
 
