@@ -217,8 +217,8 @@ const PIECE: usize = 64 * 1024;
 
 /// Reads the snapshot in `file` a piece at a time, decoding as it goes
 /// ([`SnapshotStream`]): its start (to find the layout), its tail (the shared strings and the
-/// checksum), then its body. The file is never in memory whole: reading 28 MB into one buffer
-/// costs a fresh process a page fault per 4 KiB, several times the reads themselves. A file
+/// checksum), then its body. The file is never in memory whole: reading a large file into one
+/// buffer costs a fresh process a page fault per 4 KiB, several times the reads themselves. A file
 /// that changes size while being read is truncated or corrupt, never partly loaded.
 fn read_in_pieces<K: SnapshotCodec>(
     file: &mut fs::File,
@@ -295,13 +295,12 @@ fn read_in_pieces<K: SnapshotCodec>(
 /// on another thread while this one decodes.
 ///
 /// - Room: glibc's malloc grows the heap of a thread other than the main one a page at a
-///   time, an `mprotect` call per 4 KiB the decoded objects take (7,700 calls for 20,000
-///   ConfigMaps, each taking the process's memory-map lock that page faults on other threads
+///   time, an `mprotect` call per 4 KiB the decoded objects take (each taking the process's memory-map lock that page faults on other threads
 ///   need too). Blocks of that much memory, allocated here at once, grow it in one go; the
 ///   heap keeps the size it once had.
 /// - Faulted in: in a fresh process every page the objects land on is new, and its first
-///   write is a page fault: ~40% of the CPU a restart took, nearly all on the decoding
-///   thread. The blocks go to a thread of their own (`informer-prefault`), which writes a
+///   write is a page fault: a large share of the CPU a restart takes, nearly all on the
+///   decoding thread. The blocks go to a thread of their own (`informer-prefault`), which writes a
 ///   byte to each page of each one (the faults are taken there, on another core) and frees
 ///   it, lowest address first; the decoding thread's allocations then come from those freed,
 ///   already present pages, which the allocator prefers to growing the heap further.
@@ -310,7 +309,7 @@ fn read_in_pieces<K: SnapshotCodec>(
 /// below its 64 MiB heap. With another allocator, or if the thread cannot start, it costs a
 /// few hundred allocations (and a write per page on another core): nothing is shared with the
 /// decoding but the allocator. A snapshot too small for one block starts no thread (starting
-/// one costs the decoding thread ~11 µs here, about three page faults).
+/// one costs the decoding thread about as much as a few page faults).
 fn grow_heap(body: u64) {
     const BLOCK: usize = 120 << 10;
     const PAGE: usize = 4096;

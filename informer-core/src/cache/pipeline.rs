@@ -189,10 +189,9 @@ impl<K: Object + 'static> Pipeline<K> {
             let stored = self.indexer.get_hashed(hash, k);
             let held = stored.is_some_and(|(_, s)| Arc::ptr_eq(s, obj) && same_state(&**s, obj));
             // Asked here, while the key is in the CPU's caches, rather than in a pass of its
-            // own before, which read every key once more: a relist of 20,000 ConfigMaps listed
-            // in another order than loaded, through an informer (`--bin relist` of
-            // `informer-bench`), took 12.4–13.2 ms with that pass and 8.2–9.2 ms without on
-            // one machine, 4.7–4.9 and 4.0–4.5 ms on a faster one.
+            // own before, which read every key once more: a relist listed in another order
+            // than loaded is measurably faster this way (`--bin relist` of `informer-bench`;
+            // figures in docs/BENCHMARKS.md).
             let listed_as = if held {
                 Listed::Held
             } else if admit(obj) {

@@ -2,8 +2,8 @@
 //! a time, so that the whole file never has to be in memory at once.
 //!
 //! Reading a large snapshot into one buffer costs a fresh process a page fault per 4 KiB of
-//! it, on top of the objects it decodes (a 28 MB snapshot: about 6,800 faults, several times
-//! the cost of the reads themselves). A stream reads the snapshot's start (its header, to find
+//! it, on top of the objects it decodes, and those faults cost several times the reads
+//! themselves. A stream reads the snapshot's start (its header, to find
 //! where the parts lie: [`SnapshotLayout`]), its end (the shared strings and the checksum),
 //! and then its body in pieces of any size, decoding each object as soon as its frame is
 //! whole.
@@ -138,8 +138,8 @@ impl Checksum {
         }
         // Two blocks a step, each lane in a local: written as four array lanes a block at a
         // time, LLVM made SSE2 vectors of the lanes, whose 64-bit multiplies it emulates with
-        // three 32-bit ones; scalar multiplies summed a 64 KiB piece in half the time (1.4 vs
-        // 3.0 ms for 28 MB here). The value is the same: each lane takes its words in order.
+        // three 32-bit ones; scalar multiplies sum a piece in about half the time (figures in
+        // docs/BENCHMARKS.md). The value is the same: each lane takes its words in order.
         let [mut l0, mut l1, mut l2, mut l3] = self.lanes;
         let mut pairs = bytes.chunks_exact(64);
         for b in &mut pairs {
