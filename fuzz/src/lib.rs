@@ -219,7 +219,11 @@ fn list_as<K: DeserializeOwned + Debug + 'static>(body: &[u8], seed: u8) {
 struct Held(std::collections::BTreeMap<(Option<String>, String), Arc<DynamicObject>>);
 
 impl informer_http::decode::KnownObjects<DynamicObject> for Held {
-    fn known(&self, key: informer_http::core::object::KeyRef<'_>, rv: &str) -> Option<Arc<DynamicObject>> {
+    fn known(
+        &self,
+        key: informer_http::core::object::KeyRef<'_>,
+        rv: &str,
+    ) -> Option<Arc<DynamicObject>> {
         let obj = self
             .0
             .get(&(key.namespace.map(str::to_string), key.name.to_string()))?;
@@ -582,8 +586,8 @@ pub fn selector(data: &[u8]) {
 /// dropped and `pop` answers `ShutDown` once the queue is empty. Counts (`len`,
 /// `num_processing`, `num_delayed`) equal the model's.
 pub fn workqueue(data: &[u8]) {
-    use informer_core::time::Instant;
     use informer_core::controller::workqueue::{ItemExponentialRateLimiter, Pop, WorkQueue};
+    use informer_core::time::Instant;
     use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
     const BASE: Duration = Duration::from_millis(5);
@@ -780,7 +784,9 @@ pub fn snapshot_decode(data: &[u8]) {
     let parts = 1 + usize::from(parts % 5);
     match pick & 0x7f {
         0 => snapshot_round_trip::<DynamicObject>(&bytes, parts, cuts),
-        1 => snapshot_round_trip::<informer_http::core::object::PartialObjectMetadata>(&bytes, parts, cuts),
+        1 => snapshot_round_trip::<informer_http::core::object::PartialObjectMetadata>(
+            &bytes, parts, cuts,
+        ),
         _ => snapshot_round_trip::<informer_http::core::sim::SimObject>(&bytes, parts, cuts),
     }
 }

@@ -9,7 +9,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::time::Duration;
 
 use informer_core::cache::indexer::index_fn;
-use informer_core::{object::DynamicObject, time::Instant, cache::pipeline::Pipeline};
+use informer_core::{cache::pipeline::Pipeline, object::DynamicObject, time::Instant};
 
 /// An allocator that never allocates: the crate is only built, never run.
 struct NoAlloc;
@@ -65,9 +65,9 @@ pub fn raw(json: &str) -> usize {
 /// The spin-locked cache reader works without std: the owner steps the informer, a reader on
 /// another core answers from its cache.
 pub fn shared_reader() -> usize {
+    use informer_core::SharedIndexInformer;
     use informer_core::informer::InformerConfig;
     use informer_core::views::LockedInformer;
-    use informer_core::SharedIndexInformer;
     let locked = LockedInformer::new(SharedIndexInformer::<DynamicObject>::new(
         InformerConfig::default(),
     ));
