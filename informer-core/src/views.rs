@@ -1235,7 +1235,7 @@ mod tests {
     #[test]
     fn both_copies_answer_as_the_indexer_through_retries_relists_and_added_indices() {
         use crate::cache::indexer::Indexer;
-        use crate::cache::indexer::copy_tests::Tags;
+        use crate::cache::indexer::read_copy_tests::Tags;
         let mut oracle: Indexer<SimObject> = Indexer::new();
         oracle.add_index("parity", Parity).unwrap();
         oracle.record_changes(true);

@@ -15,12 +15,12 @@ use smallvec::SmallVec;
 use crate::object::selector::{Labels, Selector};
 use crate::object::{Key, KeyRef, Object, same_state};
 
-mod copy;
+mod read_copy;
 #[cfg(any(test, feature = "spin"))]
-pub(crate) use copy::ChangeRef;
-pub use copy::ReadCopy;
+pub(crate) use read_copy::ChangeRef;
+pub use read_copy::ReadCopy;
 #[cfg(test)]
-pub(crate) use copy::tests as copy_tests;
+pub(crate) use read_copy::tests as read_copy_tests;
 
 /// The values an index function returns for one object. Up to two values are stored inline,
 /// and values borrowed from the object cost no allocation.
@@ -965,8 +965,10 @@ impl<K: Object + Labels + 'static> Indexer<K> {
         let namespace = namespace.filter(|ns| !ns.is_empty());
         let ns_index = self.indices.iter().find(|i| i.is_namespace);
         let ns_bucket = namespace.and_then(|ns| Some(ns_index?.buckets.get(ns)));
-        let best = cheapest_label_plan(
+        let plan = plan_selection(
             selector,
+            ns_bucket,
+            |b| b.len(),
             |key| {
                 self.indices
                     .iter()
@@ -975,24 +977,19 @@ impl<K: Object + Labels + 'static> Indexer<K> {
             },
             KeySet::len,
         );
-        let source = match (best, ns_bucket) {
-            (_, Some(None)) => Source::Empty,
-            (Some((cost, buckets, values)), ns) if ns.flatten().is_none_or(|b| cost <= b.len()) => {
+        let (namespace, source) = match plan {
+            Plan::Empty => (namespace, Source::Empty),
+            Plan::Labels(buckets, values) => (
+                namespace,
                 Source::Buckets {
                     buckets,
                     values: values.iter(),
                     keys: None,
-                }
-            }
-            (_, Some(Some(bucket))) => {
-                return Select {
-                    items: Some(&self.items),
-                    selector,
-                    namespace: None,
-                    source: Source::Bucket(bucket.iter()),
-                };
-            }
-            (_, None) => Source::All(self.items.values()),
+                },
+            ),
+            // The bucket holds only the namespace's objects: no need to check it again.
+            Plan::Namespace(bucket) => (None, Source::Bucket(bucket.iter())),
+            Plan::All => (namespace, Source::All(self.items.values())),
         };
         Select {
             items: Some(&self.items),
@@ -1000,6 +997,45 @@ impl<K: Object + Labels + 'static> Indexer<K> {
             namespace,
             source,
         }
+    }
+}
+
+/// Where a selection looks, as [`plan_selection`] chose it.
+pub(crate) enum Plan<'a, Q, B, N> {
+    /// Nothing can match (the namespace has no objects).
+    Empty,
+    /// The buckets of a label index for these values.
+    Labels(&'a HashMap<Q, B>, &'a [Box<str>]),
+    /// The namespace's objects.
+    Namespace(&'a N),
+    /// Every object.
+    All,
+}
+
+/// How a selection is planned, shared by [`Indexer::select`] and [`ReadCopy::select`]: the
+/// cheapest label index ([`cheapest_label_plan`]) unless the namespace's bucket (`namespace`:
+/// `None` for every namespace, `Some(None)` for a namespace without objects) holds fewer
+/// objects; otherwise the namespace's bucket, or every object.
+pub(crate) fn plan_selection<'a, Q, B, N>(
+    selector: &'a Selector,
+    namespace: Option<Option<&'a N>>,
+    namespace_len: impl Fn(&N) -> usize,
+    index_of: impl Fn(&str) -> Option<&'a HashMap<Q, B>>,
+    len: impl Fn(&B) -> usize,
+) -> Plan<'a, Q, B, N>
+where
+    Q: core::borrow::Borrow<str> + core::hash::Hash + Eq,
+{
+    let best = cheapest_label_plan(selector, index_of, len);
+    match (best, namespace) {
+        (_, Some(None)) => Plan::Empty,
+        (Some((cost, buckets, values)), ns)
+            if ns.flatten().is_none_or(|b| cost <= namespace_len(b)) =>
+        {
+            Plan::Labels(buckets, values)
+        }
+        (_, Some(Some(bucket))) => Plan::Namespace(bucket),
+        (_, None) => Plan::All,
     }
 }
 
@@ -1064,16 +1100,16 @@ enum Source<'a, K> {
     /// Every object of a [`ReadCopy`]: `objects` (the cluster-scoped, then each namespace's in
     /// turn) and the namespaces in `rest`.
     Partitions {
-        rest: hashbrown::hash_map::Values<'a, compact_str::CompactString, copy::Objects<K>>,
+        rest: hashbrown::hash_map::Values<'a, compact_str::CompactString, read_copy::Objects<K>>,
         objects: hashbrown::hash_table::Iter<'a, Arc<K>>,
     },
     /// The objects of one namespace, in a [`ReadCopy`].
     ObjectBucket(hashbrown::hash_table::Iter<'a, Arc<K>>),
     /// The objects in a [`ReadCopy`]'s label index's buckets for `values`.
     ObjectBuckets {
-        buckets: &'a copy::LabelBuckets<K>,
+        buckets: &'a read_copy::LabelBuckets<K>,
         values: core::slice::Iter<'a, Box<str>>,
-        objects: Option<copy::BucketIter<'a, K>>,
+        objects: Option<read_copy::BucketIter<'a, K>>,
     },
 }
 
@@ -1127,7 +1163,7 @@ impl<'a, K: Object + Labels> Iterator for Select<'a, K> {
                         break o;
                     }
                     let v = values.next()?;
-                    *objects = buckets.get(&**v).map(copy::Bucket::iter);
+                    *objects = buckets.get(&**v).map(read_copy::Bucket::iter);
                 },
                 Source::Bucket(it) => {
                     let key = it.next()?;

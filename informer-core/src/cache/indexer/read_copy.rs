@@ -737,8 +737,10 @@ impl<K: Object + Labels + 'static> ReadCopy<K> {
     ) -> Select<'a, K> {
         let namespace = namespace.filter(|ns| !ns.is_empty());
         let ns_bucket = namespace.map(|ns| self.namespaces.get(ns));
-        let best = super::cheapest_label_plan(
+        let plan = super::plan_selection(
             selector,
+            ns_bucket,
+            |b| b.len(),
             |key| {
                 self.indices
                     .iter()
@@ -747,27 +749,25 @@ impl<K: Object + Labels + 'static> ReadCopy<K> {
             },
             Bucket::len,
         );
-        let source = match (best, ns_bucket) {
-            (_, Some(None)) => Source::Empty,
-            (Some((cost, buckets, values)), ns) if ns.flatten().is_none_or(|b| cost <= b.len()) => {
+        let (namespace, source) = match plan {
+            super::Plan::Empty => (namespace, Source::Empty),
+            super::Plan::Labels(buckets, values) => (
+                namespace,
                 Source::ObjectBuckets {
                     buckets,
                     values: values.iter(),
                     objects: None,
-                }
-            }
-            (_, Some(Some(bucket))) => {
-                return Select {
-                    items: None,
-                    selector,
-                    namespace: None,
-                    source: Source::ObjectBucket(bucket.iter()),
-                };
-            }
-            (_, None) => Source::Partitions {
-                rest: self.namespaces.values(),
-                objects: self.cluster.iter(),
-            },
+                },
+            ),
+            // The table holds only the namespace's objects: no need to check it again.
+            super::Plan::Namespace(bucket) => (None, Source::ObjectBucket(bucket.iter())),
+            super::Plan::All => (
+                namespace,
+                Source::Partitions {
+                    rest: self.namespaces.values(),
+                    objects: self.cluster.iter(),
+                },
+            ),
         };
         Select {
             items: None,
