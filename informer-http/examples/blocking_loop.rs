@@ -82,18 +82,14 @@ pub fn run(
                         )
                     });
                 }
-                Output::Notify {
-                    handler: h,
-                    notification,
-                } => {
-                    let stop = seen(describe(&notification));
-                    informer.handler_done(h);
-                    if stop {
-                        return Ok(());
-                    }
-                }
                 Output::WatchError(failure) => eprintln!("watch error: {failure}"),
             }
+        }
+        // The handler runs inline, on this thread: every pending notification, in order.
+        let mut stop = false;
+        informer.deliver(|_, notification| stop |= seen(describe(notification)));
+        if stop {
+            return Ok(());
         }
         if !reported_sync && informer.handler_has_synced(handler) {
             reported_sync = true;

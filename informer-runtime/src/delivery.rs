@@ -14,7 +14,7 @@
 //!   is told about.)
 //! - **The handler's end takes its next ones itself**: when its consumer is done with what it
 //!   was given and asks for more, the inbox steps the core under the write lock,
-//!   `handler_done` and, in the same step, `poll_batch_for` this handler: up to [`BATCH`] of
+//!   `handler_done` and, in the same step, `poll_notifications` for this handler: up to [`BATCH`] of
 //!   its next notifications, which the consumer then starts one after the other without the
 //!   lock or a round trip through the driver (20,000 initial adds take the lock about 160
 //!   times, not 20,000). The batch is one hand-over: the core holds the handler busy until the
@@ -166,7 +166,9 @@ impl<K: Object + 'static> Inbox<K> {
             state.core.handler_done(self.id);
             let synced_now = !was_synced && state.core.handler_has_synced(self.id);
             if state.is_published() {
-                state.core.poll_batch_for(self.id, BATCH, &mut self.batch);
+                state
+                    .core
+                    .poll_notifications(self.id, BATCH, &mut self.batch);
             } else {
                 // Their changes may not be in the store yet: the driver hands the next one
                 // over once they are.

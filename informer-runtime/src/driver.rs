@@ -10,7 +10,7 @@ use std::task::Poll;
 
 use futures_util::future::{AbortHandle, Abortable, poll_fn};
 use futures_util::stream::{Stream, StreamExt};
-use informer_core::informer::Output;
+use informer_core::informer::{Notification, Output};
 use informer_core::protocol::RequestId;
 use informer_core::protocol::{Failure, Input, Request, WatchEvent};
 use informer_core::views::Views;
@@ -99,7 +99,9 @@ pub(crate) struct Driver<K, R> {
     /// Wakeups produced by the driver itself (a request that could not be spawned).
     local: VecDeque<Wakeup<K>>,
     /// Reused across loop turns so that a turn (often one watch event) allocates nothing.
-    outs: Vec<Output<K>>,
+    outs: Vec<Output>,
+    /// Reused for the notification taken for an idle handler (see `drain`).
+    taken: Vec<Notification<K>>,
 }
 
 impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
@@ -128,6 +130,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             backoff_until: None,
             local: VecDeque::new(),
             outs: Vec::new(),
+            taken: Vec::with_capacity(1),
         }
     }
 
@@ -202,7 +205,6 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
                     // None are left: the step started them (or panicked, and `outs` was cleared).
                     Output::Request { id, request } => self.start_request(id, request),
                     Output::WatchError(f) => self.report(&f),
-                    Output::Notify { .. } => {}
                 }
             }
             self.outs = outs;
@@ -229,7 +231,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
         &mut self,
         first: Wakeup<K>,
         now: &mut Instant,
-        outs: &mut Vec<Output<K>>,
+        outs: &mut Vec<Output>,
         stop: &mut bool,
     ) -> std::thread::Result<Stepped> {
         let shared = self.shared.clone();
@@ -242,7 +244,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             let mut applied = 0;
             while let Some(wakeup) = next {
                 self.apply(state, wakeup, *now, stop);
-                drain(state, outs);
+                drain(state, outs, &mut self.taken);
                 applied += 1;
                 next = if applied < BATCH {
                     self.try_wakeup()
@@ -280,7 +282,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
     /// yields (on tokio it waits in this worker's LIFO slot, which no other worker steals). So
     /// such a step is published at the driver's next turn, after a yield that lets the request
     /// be sent first.
-    fn start_requests(&mut self, outs: &mut Vec<Output<K>>) -> bool {
+    fn start_requests(&mut self, outs: &mut Vec<Output>) -> bool {
         let mut spawned = false;
         let mut i = 0;
         while i < outs.len() {
@@ -338,7 +340,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
     }
 
     /// A transform or index function panicked in a step: the informer stops.
-    fn stop_after_panic(&mut self, outs: &mut Vec<Output<K>>) {
+    fn stop_after_panic(&mut self, outs: &mut Vec<Output>) {
         tracing::error!(
             informer = %self.shared.name,
             "a transform or index function panicked: the informer stops"
@@ -513,17 +515,25 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
     }
 }
 
-/// Drains the core's outputs after an input: notifications are held until the step is
-/// published to the readers' copies (then handed over, under the lock, without blocking); the
-/// rest is acted upon after the lock is released.
-fn drain<K: Object + 'static>(state: &mut State<K>, outs: &mut Vec<Output<K>>) {
+/// Drains the core's outputs after an input: requests and watch errors into `outs`, acted
+/// upon after the lock is released; and each idle handler's next notification, held until
+/// the step is published to the readers' copies (then handed over, under the lock, without
+/// blocking). Taken after every input, as the core's loop asks: a handler that keeps up hears
+/// of each change on its own, not coalesced with the ones that follow in the same step.
+fn drain<K: Object + 'static>(
+    state: &mut State<K>,
+    outs: &mut Vec<Output>,
+    taken: &mut Vec<Notification<K>>,
+) {
     while let Some(output) = state.core.poll() {
-        match output {
-            Output::Notify {
-                handler,
-                notification,
-            } => state.held.push((handler, notification)),
-            other => outs.push(other),
+        outs.push(output);
+    }
+    let State {
+        core, held, sinks, ..
+    } = state;
+    for &handler in sinks.keys() {
+        if core.poll_notifications(handler, 1, taken) > 0 {
+            held.extend(taken.drain(..).map(|n| (handler, n)));
         }
     }
 }

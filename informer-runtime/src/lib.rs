@@ -41,7 +41,7 @@
 //! is idle (a non-blocking channel send); once the handler is done with it (an
 //! [`EventHandler`] method returned, or an [`EventStream`]'s consumer asks for the next), the
 //! handler's end takes its next one from the core itself, in one short locked step
-//! (`handler_done` + `poll_notification_for`). So a busy handler costs the driver nothing and
+//! (`handler_done` + `poll_notifications`). So a busy handler costs the driver nothing and
 //! its backlog stays in the core's bounded, per-key coalesced queue. A worker thread waits for
 //! the driver by blocking, a stream by returning `Pending`; nothing else differs.
 //!

@@ -119,13 +119,21 @@ fn drain_informer(
     let mut notified = 0;
     let mut request = None;
     while let Some(out) = inf.poll() {
-        match out {
-            Output::Notify { handler, .. } => {
-                inf.handler_done(handler);
-                notified += 1;
+        if let Output::Request { id, request: r } = out {
+            request = Some((id, r));
+        }
+    }
+    let handlers: Vec<_> = inf.handlers().collect();
+    let mut taken = Vec::new();
+    for handler in handlers {
+        loop {
+            let n = inf.poll_notifications(handler, 1024, &mut taken);
+            if n == 0 {
+                break;
             }
-            Output::Request { id, request: r } => request = Some((id, r)),
-            _ => {}
+            taken.clear();
+            inf.handler_done(handler);
+            notified += n;
         }
     }
     (notified, request)

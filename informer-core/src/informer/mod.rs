@@ -42,9 +42,11 @@ pub struct InformerConfig {
     pub resync_check_period: Duration,
 }
 
-/// What the informer asks of its runtime.
+/// What the informer asks of its runtime, besides running handlers (whose notifications a
+/// runtime takes with [`poll_notifications`](SharedIndexInformer::poll_notifications) or runs
+/// inline with [`deliver`](SharedIndexInformer::deliver)).
 #[derive(Debug)]
-pub enum Output<K> {
+pub enum Output {
     /// Perform this list or watch and feed its results back tagged with `id`. Any request
     /// handed out earlier is abandoned: stop it; its late results are ignored.
     Request {
@@ -52,15 +54,6 @@ pub enum Output<K> {
         id: RequestId,
         /// What to perform.
         request: Request,
-    },
-    /// Run `notification` on handler `handler`, then report
-    /// [`handler_done`](SharedIndexInformer::handler_done). The handler gets nothing else until
-    /// then; other handlers are not held up.
-    Notify {
-        /// The handler to run.
-        handler: HandlerId,
-        /// What happened.
-        notification: Notification<K>,
     },
     /// A list or watch failed (client-go's watch-error handler). Recovery is already under
     /// way; this is for logging and metrics.
@@ -71,8 +64,8 @@ pub enum Output<K> {
 ///
 /// # The loop
 ///
-/// **After every input, drain the outputs until none are left; then wait for the next input
-/// or the deadline.** In code:
+/// **After every input, drain the outputs until none are left and take each idle handler's
+/// notifications; then wait for the next input or the deadline.** In code:
 ///
 /// ```text
 /// informer.start(now)
@@ -80,10 +73,12 @@ pub enum Output<K> {
 ///     while let Some(out) = informer.poll() {
 ///         match out {
 ///             Output::Request { id, request } => transport.start(id, request), // drop the previous one
-///             Output::Notify { handler, notification } => run(handler, notification), // then handler_done(handler)
 ///             Output::WatchError(e) => log(e),
 ///         }
 ///     }
+///     for handler in handlers {
+///         informer.poll_notifications(handler, max, &mut batch); // run them, then handler_done(handler)
+///     }                                                          // (or: informer.deliver(run) for all)
 ///     wait for: a transport result (handle_input(now, id, Input::...)), a finished handler
 ///               (handler_done), an API call (add_handler, remove_handler, ...) or the clock
 ///               reaching poll_timeout() (handle_timeout)
@@ -92,10 +87,13 @@ pub enum Output<K> {
 ///
 /// Inputs: [`start`](Self::start), [`handle_input`](Self::handle_input) (everything a transport
 /// feeds back, as one [`Input`]), [`handle_timeout`](Self::handle_timeout),
-/// [`handler_done`](Self::handler_done), [`add_handler`](Self::add_handler),
-/// [`remove_handler`](Self::remove_handler).
-/// Outputs: [`poll`](Self::poll) and [`poll_timeout`](Self::poll_timeout) (backoff end, request
-/// watchdog or resync check, whichever is first).
+/// [`handle_snapshot`](Self::handle_snapshot), [`handler_done`](Self::handler_done),
+/// [`add_handler`](Self::add_handler), [`remove_handler`](Self::remove_handler).
+/// Outputs: [`poll`](Self::poll) (requests and watch errors),
+/// [`poll_notifications`](Self::poll_notifications) (a handler's notifications) or
+/// [`deliver`](Self::deliver) (every handler's, run inline), and
+/// [`poll_timeout`](Self::poll_timeout) (backoff end, request watchdog or resync check,
+/// whichever is first).
 ///
 /// # Time
 ///
@@ -118,7 +116,7 @@ pub struct SharedIndexInformer<K> {
     reflector: Reflector<K>,
     pipeline: Pipeline<K>,
     transform: Option<Transform<K>>,
-    outputs: VecDeque<Output<K>>,
+    outputs: VecDeque<Output>,
     started: bool,
     /// What [`start`](Self::start) resumes from, if anything.
     resume: Option<Resume<K>>,
@@ -359,23 +357,18 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 
     /// The next output, `None` when there is nothing to do until the next input.
     #[must_use = "outputs must be drained after every input"]
-    pub fn poll(&mut self) -> Option<Output<K>> {
-        if let Some(o) = self.outputs.pop_front() {
-            return Some(o);
-        }
-        self.pipeline
-            .poll_notification()
-            .map(|(handler, notification)| Output::Notify {
-                handler,
-                notification,
-            })
+    pub fn poll(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
     }
 
-    /// Up to `max` of handler `id`'s next notifications, appended to `out`, if the handler is
-    /// idle; returns how many. The handler is busy with the whole batch until
-    /// [`handler_done`](Self::handler_done) (what arrives meanwhile waits and coalesces behind
-    /// it). For runtimes that hand notifications to another thread: one hand-over per batch.
-    pub fn poll_batch_for(
+    /// Up to `max` of handler `id`'s next notifications, in its order, appended to `out`, if
+    /// the handler is idle; returns how many. This is how a handler hears of changes: run
+    /// them, in order, then report [`handler_done`](Self::handler_done). The handler is busy
+    /// with the whole batch until then (what arrives meanwhile waits and coalesces behind it);
+    /// other handlers are not held up. A runtime that hands notifications to another thread
+    /// takes them in batches, to pay for the hand-over once per batch; `max` of one gives them
+    /// one at a time.
+    pub fn poll_notifications(
         &mut self,
         id: HandlerId,
         max: usize,
@@ -386,10 +379,9 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 
     /// Runs every pending notification of every idle handler through `f` by reference, in
     /// each handler's order, and returns how many: for a runtime that runs its handlers inline,
-    /// in place of taking [`Output::Notify`] from [`poll`](Self::poll) and reporting
-    /// [`handler_done`](Self::handler_done) for each. No notification is cloned per handler.
-    /// `poll` still gives the other outputs (requests, watch errors), and any notification of
-    /// a handler that was busy.
+    /// in place of [`poll_notifications`](Self::poll_notifications) and
+    /// [`handler_done`](Self::handler_done) per handler. No notification is cloned per
+    /// handler. A handler busy with notifications taken by `poll_notifications` is skipped.
     pub fn deliver(&mut self, f: impl FnMut(HandlerId, &Notification<K>)) -> usize {
         self.pipeline.deliver(f)
     }
@@ -440,6 +432,11 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     #[cfg(any(test, feature = "spin"))]
     pub(crate) fn take_journaled(&mut self, into: &mut Vec<crate::cache::indexer::Journaled<K>>) {
         self.pipeline.take_journaled(into)
+    }
+
+    /// The registered handlers, in the order they were added.
+    pub fn handlers(&self) -> impl Iterator<Item = HandlerId> + '_ {
+        self.pipeline.processor().handlers()
     }
 
     /// Notifications pending for handler `id`: at most one per key it must still hear about
@@ -593,7 +590,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 }
 
 /// Whether `obj`'s key can be stored; if not, says why as a watch error in `outputs`.
-fn key_is_valid<K: Object>(outputs: &mut VecDeque<Output<K>>, obj: &K) -> bool {
+fn key_is_valid<K: Object>(outputs: &mut VecDeque<Output>, obj: &K) -> bool {
     let Some(why) = invalid_key(obj) else {
         return true;
     };

@@ -83,15 +83,17 @@ fn drain_except(inf: &mut Inf, stalled: &[HandlerId]) -> Drained {
         match o {
             Output::Request { id, request } => d.requests.push((id, request)),
             Output::WatchError(f) => d.errors.push(f),
-            Output::Notify {
-                handler,
-                notification,
-            } => {
-                d.notes.push((handler, notification));
-                if !stalled.contains(&handler) {
-                    inf.handler_done(handler);
-                }
+        }
+    }
+    let handlers: Vec<HandlerId> = inf.handlers().collect();
+    let mut one = Vec::new();
+    for handler in handlers {
+        while inf.poll_notifications(handler, 1, &mut one) > 0 {
+            d.notes.extend(one.drain(..).map(|n| (handler, n)));
+            if stalled.contains(&handler) {
+                break;
             }
+            inf.handler_done(handler);
         }
     }
     d
@@ -409,18 +411,15 @@ fn transform_applies_before_store_and_handlers() {
         }),
     );
     let mut wid = None;
-    loop {
-        match inf.poll() {
-            Some(Output::Request { id, .. }) => wid = Some(id),
-            Some(Output::Notify {
-                handler,
-                notification,
-            }) => {
-                seen.push(notification);
-                inf.handler_done(handler);
-            }
-            Some(Output::WatchError(_)) => {}
-            None => break,
+    while let Some(o) = inf.poll() {
+        if let Output::Request { id, .. } = o {
+            wid = Some(id);
+        }
+    }
+    let handlers: Vec<HandlerId> = inf.handlers().collect();
+    for &h in &handlers {
+        while inf.poll_notifications(h, 1, &mut seen) > 0 {
+            inf.handler_done(h);
         }
     }
     inf.handle_input(
@@ -428,14 +427,10 @@ fn transform_applies_before_store_and_handlers() {
         wid.unwrap(),
         Input::Event(WatchEvent::Modified(mk("a", "2"))),
     );
-    while let Some(o) = inf.poll() {
-        if let Output::Notify {
-            handler,
-            notification,
-        } = o
-        {
-            seen.push(notification);
-            inf.handler_done(handler);
+    while inf.poll().is_some() {}
+    for &h in &handlers {
+        while inf.poll_notifications(h, 1, &mut seen) > 0 {
+            inf.handler_done(h);
         }
     }
     assert_eq!(seen.len(), 2);
@@ -1005,7 +1000,7 @@ fn bulk_population_equals_replace_through_the_fifo() {
     assert!(bulk.notes.iter().any(|(_, n)| n == "delete gone tombstone"));
 }
 
-/// `deliver` (inline handlers by reference) and `poll_batch_for` (one handler's notifications
+/// `deliver` (inline handlers by reference) and `poll_notifications` (one handler's notifications
 /// in one step) give what `poll` + `handler_done` give, busy handlers excepted.
 #[test]
 fn deliver_and_batches_give_each_handler_what_poll_gives() {
@@ -1053,11 +1048,11 @@ fn deliver_and_batches_give_each_handler_what_poll_gives() {
         );
     }
     let mut batch = Vec::new();
-    assert_eq!(inf.poll_batch_for(batched, 2, &mut batch), 2);
+    assert_eq!(inf.poll_notifications(batched, 2, &mut batch), 2);
     let got: Vec<String> = batch.iter().map(describe).collect();
     assert_eq!(got, ["update a 1->4", "update b 2->5"]);
     assert_eq!(
-        inf.poll_batch_for(batched, 2, &mut batch),
+        inf.poll_notifications(batched, 2, &mut batch),
         0,
         "busy with its batch"
     );
@@ -1075,7 +1070,7 @@ fn deliver_and_batches_give_each_handler_what_poll_gives() {
     );
     inf.handler_done(batched);
     batch.clear();
-    assert_eq!(inf.poll_batch_for(batched, 10, &mut batch), 1);
+    assert_eq!(inf.poll_notifications(batched, 10, &mut batch), 1);
     assert_eq!(describe(&batch[0]), "update c 3->7");
     inf.handler_done(batched);
     seen.clear();

@@ -729,10 +729,17 @@ impl Sim {
                     self.report.watch_errors += 1;
                     self.log(|| format!("watch error: {f}"));
                 }
-                Output::Notify {
-                    handler,
-                    notification,
-                } => self.notify(handler, notification)?,
+            }
+        }
+        // Every handler the simulation ever added is asked, removed and busy ones included:
+        // the informer must give those nothing (`notify` checks).
+        let mut taken = Vec::with_capacity(1);
+        for i in 0..self.handlers.len() {
+            let id = self.handlers[i].id;
+            if self.inf.poll_notifications(id, 1, &mut taken) > 0 {
+                for n in taken.drain(..) {
+                    self.notify(id, n)?;
+                }
             }
         }
         Ok(())
