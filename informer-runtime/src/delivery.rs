@@ -28,6 +28,24 @@
 //!   hand the next notification over after the publish. When the handler has nothing pending,
 //!   the inbox waits for the driver again.
 //!
+//! Why one protocol with two hand-over points, not a single road (both were built and
+//! measured, see docs/ARCHITECTURE.md):
+//!
+//! - **Pull only** (the driver only tells the inbox that something is pending; the inbox takes
+//!   it after the publish) changes what a handler hears: the notifications a handler would be
+//!   handed right after an input then wait until the whole step is published, and the core
+//!   coalesces them with the later inputs of that step (an add and a delete of one key within
+//!   a step reach a keeping-up handler as one notification, not two).
+//! - **Push only** (the inbox reports a finished batch to the driver, which takes the next)
+//!   costs a round trip through the driver's task per batch: a first sync's initial adds
+//!   reached the handler two to three times slower, and a stream of watch events took more
+//!   CPU.
+//!
+//! The driver's hand-over is what keeps each change apart for a handler that keeps up; the
+//! inbox's own step is what keeps a handler with a backlog off the driver. Both obey the same
+//! rule: the core holds the handler busy for one hand-over (one notification or one batch)
+//! until it is reported done, and nothing is handed over before its step is published.
+//!
 //! So a busy handler costs the driver nothing, and its backlog stays in the core's bounded,
 //! per-key coalesced queue (a batch, once taken, is no longer coalesced). Removing the handler
 //! or shutting the informer down clears its `active` flag and drops the driver's end: a
