@@ -29,7 +29,7 @@
 //!   the inbox waits for the driver again.
 //!
 //! Why one protocol with two hand-over points, not a single road (both were built and
-//! measured, see docs/ARCHITECTURE.md):
+//! measured; the figures are in docs/BENCHMARKS.md):
 //!
 //! - **Pull only** (the driver only tells the inbox that something is pending; the inbox takes
 //!   it after the publish) changes what a handler hears: the notifications a handler would be
@@ -38,8 +38,7 @@
 //!   a step reach a keeping-up handler as one notification, not two).
 //! - **Push only** (the inbox reports a finished batch to the driver, which takes the next)
 //!   costs a round trip through the driver's task per batch: a first sync's initial adds
-//!   reached the handler two to three times slower, and a stream of watch events took more
-//!   CPU.
+//!   reached the handler markedly later, and a stream of watch events took more CPU.
 //!
 //! The driver's hand-over is what keeps each change apart for a handler that keeps up; the
 //! inbox's own step is what keeps a handler with a backlog off the driver. Both obey the same
