@@ -108,3 +108,20 @@ impl informer_runtime::Runtime for Tokio {
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+/// The user guide's Rust blocks (`docs/guide/*.md`), compiled as doctests like the README's.
+#[cfg(doctest)]
+mod guide_doctests {
+    #[doc = include_str!("../../docs/guide/informers.md")]
+    struct Informers;
+    #[doc = include_str!("../../docs/guide/connecting.md")]
+    struct Connecting;
+    #[doc = include_str!("../../docs/guide/controllers.md")]
+    struct Controllers;
+    #[doc = include_str!("../../docs/guide/warm-restarts.md")]
+    struct WarmRestarts;
+    #[doc = include_str!("../../docs/guide/hostile-servers.md")]
+    struct HostileServers;
+    #[doc = include_str!("../../docs/guide/embedding.md")]
+    struct Embedding;
+}
