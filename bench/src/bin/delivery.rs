@@ -1,0 +1,154 @@
+//! `cargo run --release -p informer-bench --bin delivery`: how fast notifications reach an
+//! [`EventHandler`](informer_tokio::EventHandler) on tokio, with no cluster. A scripted
+//! transport lists `--objects N` ConfigMaps (default 20,000), then streams `--events M`
+//! watch updates of them (default 200,000, round-robin over the objects); one handler counts.
+//!
+//! Printed, per run (`--runs R`, default 3), one line each:
+//!
+//! - `sync`: wall and process CPU milliseconds from `start` to the handler's sync (every
+//!   initial add run);
+//! - `events`: wall and process CPU milliseconds from the sync until every event is applied
+//!   and the handler idle, the notifications it ran, and CPU nanoseconds per event.
+//!
+//! It measures the runtime's delivery (the driver's hand-over, the handler's batches, the lock)
+//! more than the core, whose figures `cargo xtask bench core` prints. The process has the
+//! machine's other work beside it: compare runs of one invocation.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use informer_bench::Usage;
+use informer_tokio::core::protocol::{Failure, ListPage, ListRequest, WatchEvent, WatchRequest};
+use informer_tokio::http::Transport;
+use informer_tokio::http::transport::{BoxFuture, BoxStream};
+use informer_tokio::{DynamicObject, HandlerFns, Informer, InformerBuilder, Tokio};
+
+/// Lists `items` at resourceVersion 1; the first watch streams `events`, later ones hang.
+struct Scripted {
+    items: Vec<Arc<DynamicObject>>,
+    events: Mutex<Option<Vec<WatchEvent<DynamicObject>>>>,
+}
+
+impl Transport<DynamicObject> for Scripted {
+    fn list<'a>(
+        &'a self,
+        _: &'a ListRequest,
+    ) -> BoxFuture<'a, Result<ListPage<DynamicObject>, Failure>> {
+        Box::pin(async move {
+            Ok(ListPage {
+                items: self.items.clone(),
+                resource_version: "1".into(),
+                continue_token: None,
+                remaining_item_count: None,
+            })
+        })
+    }
+
+    fn watch<'a>(
+        &'a self,
+        _: &'a WatchRequest,
+    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<DynamicObject>>, Failure>> {
+        let events = self.events.lock().unwrap_or_else(|e| e.into_inner()).take();
+        Box::pin(async move {
+            match events {
+                Some(events) => {
+                    let stream: BoxStream<'static, WatchEvent<DynamicObject>> =
+                        Box::pin(futures_util::stream::iter(events));
+                    Ok(stream)
+                }
+                None => std::future::pending().await,
+            }
+        })
+    }
+}
+
+fn config_map(i: usize, rv: usize) -> Arc<DynamicObject> {
+    Arc::new(
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("cm-{i}"), "namespace": "bench",
+                         "resourceVersion": rv.to_string()},
+            "data": {"key": "value"}
+        }))
+        .expect("a ConfigMap"),
+    )
+}
+
+fn arg(name: &str, default: usize) -> usize {
+    informer_bench::arg_value(name)
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} takes a number")))
+        .unwrap_or(default)
+}
+
+fn cpu_ms(a: &Usage, b: &Usage) -> f64 {
+    (b.user_s + b.sys_s - a.user_s - a.sys_s) * 1e3
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (objects, events, runs) = (
+        arg("--objects", 20_000),
+        arg("--events", 200_000),
+        arg("--runs", 3),
+    );
+    let rt = tokio::runtime::Runtime::new()?;
+    println!("delivery: {objects} objects listed, then {events} watch updates; one handler");
+    for run in 1..=runs {
+        let items: Vec<_> = (0..objects).map(|i| config_map(i, 1)).collect();
+        let watch: Vec<_> = (0..events)
+            .map(|j| WatchEvent::Modified(config_map(j % objects, 2 + j)))
+            .collect();
+        let last_rv = (1 + events).to_string();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let (on_add, on_update) = (ran.clone(), ran.clone());
+        rt.block_on(async {
+            let transport = Arc::new(Scripted {
+                items,
+                events: Mutex::new(Some(watch)),
+            });
+            let informer: Informer<DynamicObject> =
+                InformerBuilder::from_transport(Tokio::default(), transport, "bench").build()?;
+            let handler = informer.add_handler(
+                HandlerFns::new()
+                    .on_add(move |_, _| {
+                        on_add.fetch_add(1, Ordering::Relaxed);
+                    })
+                    .on_update(move |_, _| {
+                        on_update.fetch_add(1, Ordering::Relaxed);
+                    }),
+            )?;
+            let (u0, t0) = (Usage::now(), Instant::now());
+            informer.start()?;
+            handler.wait_for_sync(None).await?;
+            let (u1, t1) = (Usage::now(), Instant::now());
+            let synced = ran.load(Ordering::Relaxed);
+            // Every event applied, and the handler idle: nothing delivered for a while.
+            loop {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                if informer.last_sync_resource_version() != last_rv {
+                    continue;
+                }
+                let seen = handler.delivered();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if handler.delivered() == seen {
+                    break;
+                }
+            }
+            let (u2, t2) = (Usage::now(), Instant::now());
+            let notified = ran.load(Ordering::Relaxed) - synced;
+            println!(
+                "run {run}: sync wall {:.1} ms cpu {:.1} ms; events wall {:.1} ms cpu {:.1} ms, \
+                 {notified} notifications run, {:.0} ns cpu/event",
+                (t1 - t0).as_secs_f64() * 1e3,
+                cpu_ms(&u0, &u1),
+                (t2 - t1).as_secs_f64() * 1e3 - 20.0,
+                cpu_ms(&u1, &u2),
+                cpu_ms(&u1, &u2) * 1e6 / events as f64,
+            );
+            informer.shutdown().await;
+            Ok::<_, Box<dyn std::error::Error>>(())
+        })?;
+    }
+    Ok(())
+}
