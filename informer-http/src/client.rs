@@ -1,5 +1,5 @@
 //! [`Client`]: a [`Backend`] plus the configuration it serves (authentication, headers, error
-//! answers mapped to [`Failure`]s), and the [`ServerAddr`] a backend connects to.
+//! answers mapped to [`Failure`]s).
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,110 +9,11 @@ use informer_core::protocol::Failure;
 
 use crate::api::{Api, MAX_LIST_BODY};
 use crate::backend::{Backend, HttpResponse};
-use crate::config::{Config, ConfigError, Secret};
+use crate::config::{Config, Secret};
 use crate::credential::{ProcessRunner, ThreadRunner};
 use crate::resource::Resource;
 use crate::status::failure_from_response;
-
-/// Why a client could not be built.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ClientError {
-    /// The configuration is unusable.
-    Config(ConfigError),
-    /// TLS settings (CA, client certificate, server name) are unusable.
-    Tls(String),
-    /// The server URL is unusable.
-    InvalidServer(String),
-    /// The HTTP library refused to build a client.
-    Backend(String),
-    /// The proxy configuration (kubeconfig `proxy-url`, `HTTPS_PROXY`, ...) is unusable.
-    Proxy(String),
-}
-
-impl fmt::Display for ClientError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ClientError::Config(e) => write!(f, "configuration: {e}"),
-            ClientError::Tls(m) => write!(f, "TLS: {m}"),
-            ClientError::InvalidServer(m) => write!(f, "server URL: {m}"),
-            ClientError::Backend(m) => write!(f, "HTTP client: {m}"),
-            ClientError::Proxy(m) => write!(f, "proxy: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for ClientError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ClientError::Config(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<ConfigError> for ClientError {
-    fn from(e: ConfigError) -> Self {
-        ClientError::Config(e)
-    }
-}
-
-/// The `scheme`, `host` and `port` of a server URL.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerAddr {
-    /// `https` (or `http`).
-    pub tls: bool,
-    /// Host name or IP address (IPv6 without brackets).
-    pub host: String,
-    /// Port (443 / 80 by default).
-    pub port: u16,
-    /// The `Host` header value (`host:port`, IPv6 bracketed).
-    pub authority: String,
-    /// A path prefix in the server URL (e.g. behind a proxy), without trailing `/`.
-    pub path_prefix: String,
-}
-
-impl ServerAddr {
-    /// Parses `https://host:port[/prefix]`.
-    pub fn parse(server: &str) -> Result<ServerAddr, ClientError> {
-        let uri: http::Uri = server
-            .parse()
-            .map_err(|e| ClientError::InvalidServer(format!("{server:?}: {e}")))?;
-        let tls = match uri.scheme_str() {
-            Some("https") => true,
-            Some("http") => false,
-            _ => {
-                return Err(ClientError::InvalidServer(format!(
-                    "{server:?}: scheme must be https or http"
-                )));
-            }
-        };
-        let host = uri
-            .host()
-            .filter(|h| !h.is_empty())
-            .ok_or_else(|| ClientError::InvalidServer(format!("{server:?}: no host")))?;
-        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
-        let bare = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        let authority = if bare.contains(':') {
-            format!("[{bare}]:{port}")
-        } else {
-            format!("{bare}:{port}")
-        };
-        Ok(ServerAddr {
-            tls,
-            host: bare,
-            port,
-            authority,
-            path_prefix: uri.path().trim_end_matches('/').to_string(),
-        })
-    }
-}
-
-/// The user agent sent with every request.
-pub const USER_AGENT: &str = concat!("informer-rs/", env!("CARGO_PKG_VERSION"));
+use crate::well_known::USER_AGENT;
 
 /// The `Accept` (and body `Content-Type`) of ordinary requests.
 const JSON: &str = "application/json";

@@ -6,6 +6,10 @@
 
 pub use informer_core as core;
 
+pub mod addr;
+pub mod error;
+pub mod well_known;
+
 pub mod api;
 pub mod backend;
 pub mod client;

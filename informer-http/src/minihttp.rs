@@ -61,7 +61,7 @@ pub(crate) fn request(
     let mut wire = format!(
         "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\
          Accept: application/json\r\nUser-Agent: {}\r\n",
-        crate::client::USER_AGENT
+        crate::well_known::USER_AGENT
     );
     for (k, v) in headers {
         wire.push_str(&format!("{k}: {v}\r\n"));

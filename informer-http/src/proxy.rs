@@ -14,8 +14,9 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::client::{ClientError, ServerAddr};
+use crate::addr::ServerAddr;
 use crate::config::{Config, Secret};
+use crate::error::ClientError;
 
 /// The proxy environment variables (`HTTPS_PROXY`, `HTTP_PROXY`, `NO_PROXY`, upper or lower
 /// case, upper case first as in Go).

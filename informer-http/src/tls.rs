@@ -13,7 +13,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 
 use crate::config::Config;
-use crate::transport::ClientError;
+use crate::error::ClientError;
 
 /// The crypto provider used for every connection (ring).
 pub fn provider() -> Arc<CryptoProvider> {

@@ -13,9 +13,12 @@ use serde::de::DeserializeOwned;
 
 use crate::decode::KnownObjects;
 
+pub use crate::addr::ServerAddr;
 pub use crate::api::{Api, MAX_LIST_BODY, end_at_first_decode_error, watch_results};
 pub use crate::backend::{Backend, BoxFuture, BoxStream, HttpResponse, transport_failure};
-pub use crate::client::{Client, ClientError, ServerAddr, USER_AGENT};
+pub use crate::client::Client;
+pub use crate::error::ClientError;
+pub use crate::well_known::USER_AGENT;
 use informer_core::object::Object;
 
 /// What a runtime adapter needs from the API server for one resource: list pages and watch

@@ -15,9 +15,12 @@ mod oidc;
 
 pub use exec::{ExecApiVersion, ExecClusterInfo, ExecConfig, InteractiveMode};
 
-pub use incluster::{SERVICE_ACCOUNT_DIR, incluster_from};
+pub use incluster::incluster_from;
 pub use kubeconfig::Kubeconfig;
 pub use oidc::OidcConfig;
+
+pub use crate::error::ConfigError;
+pub use crate::well_known::SERVICE_ACCOUNT_DIR;
 
 /// A value that must not be shown: `Debug` prints `Secret(<redacted>)`.
 ///
@@ -239,169 +242,6 @@ impl Config {
     /// programs; [`Client`](crate::Client) does the same without blocking).
     pub fn authorization(&self) -> Result<Option<Secret<String>>, ConfigError> {
         crate::credential::authorization_blocking(self).map_err(ConfigError::Credential)
-    }
-}
-
-/// A configuration that could not be loaded. Names the file and the field at fault.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// No kubeconfig file exists at any of the places looked at.
-    NoKubeconfig {
-        /// The paths tried.
-        tried: Vec<PathBuf>,
-    },
-    /// A file could not be read.
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// A kubeconfig file is not valid YAML of the expected shape.
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// What the parser said (with the position and the field path where it knows them).
-        message: String,
-    },
-    /// A required field is missing.
-    MissingField {
-        /// The kubeconfig file (the one defining the entry concerned).
-        path: PathBuf,
-        /// The field, e.g. `clusters[prod].cluster.server`.
-        field: String,
-    },
-    /// A field has an unusable value.
-    InvalidField {
-        /// The kubeconfig file (or the in-cluster file).
-        path: PathBuf,
-        /// The field, e.g. `users[admin].user.client-key-data`.
-        field: String,
-        /// What is wrong with it.
-        message: String,
-    },
-    /// A context, cluster or user referred to by name does not exist in any file.
-    NotFound {
-        /// The file holding the reference (the first kubeconfig file when it came from the
-        /// caller).
-        path: PathBuf,
-        /// The referring field, e.g. `contexts[dev].context.cluster`.
-        field: String,
-        /// The name looked for.
-        name: String,
-    },
-    /// A feature of the kubeconfig format this crate does not implement (an `auth-provider`
-    /// other than `oidc`).
-    Unsupported {
-        /// The kubeconfig file.
-        path: PathBuf,
-        /// The field, e.g. `users[gke].user.exec`.
-        field: String,
-    },
-    /// A cluster gives a certificate authority (`certificate-authority` or
-    /// `certificate-authority-data`) and also `insecure-skip-tls-verify: true`: which one was
-    /// meant is unknowable, so the configuration is refused, as kubectl refuses it.
-    InsecureWithCertificateAuthority {
-        /// The kubeconfig file defining the cluster.
-        path: PathBuf,
-        /// The cluster's name.
-        cluster: String,
-    },
-    /// In-cluster configuration asked for outside a pod: an environment variable is unset.
-    MissingEnv {
-        /// The variable, e.g. `KUBERNETES_SERVICE_HOST`.
-        var: &'static str,
-    },
-    /// [`Config::infer`] found nothing usable: no kubeconfig file exists and in-cluster
-    /// configuration failed.
-    NoConfig {
-        /// The kubeconfig files looked for, none of which exists: the `$KUBECONFIG` entries,
-        /// or `~/.kube/config` when `$KUBECONFIG` is unset or empty (none when `$HOME` is
-        /// unset too).
-        kubeconfig_paths: Vec<PathBuf>,
-        /// Whether `kubeconfig_paths` came from `$KUBECONFIG`.
-        from_kubeconfig_env: bool,
-        /// Why in-cluster configuration failed: [`MissingEnv`](Self::MissingEnv) for
-        /// `KUBERNETES_SERVICE_HOST`/`_PORT`, or an error naming the service-account file
-        /// under [`SERVICE_ACCOUNT_DIR`].
-        incluster: Box<ConfigError>,
-    },
-    /// No credential could be had (a token file unreadable, an exec plugin failing).
-    Credential(crate::credential::CredentialError),
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::NoKubeconfig { tried } => {
-                write!(f, "no kubeconfig found (tried {tried:?})")
-            }
-            ConfigError::Io { path, source } => write!(f, "{}: {source}", path.display()),
-            ConfigError::Parse { path, message } => write!(f, "{}: {message}", path.display()),
-            ConfigError::MissingField { path, field } => {
-                write!(f, "{}: missing field {field}", path.display())
-            }
-            ConfigError::InvalidField {
-                path,
-                field,
-                message,
-            } => write!(f, "{}: invalid {field}: {message}", path.display()),
-            ConfigError::NotFound { path, field, name } => {
-                write!(f, "{}: {field}: no entry named {name:?}", path.display())
-            }
-            ConfigError::Unsupported { path, field } => {
-                write!(f, "{}: {field}: not supported", path.display())
-            }
-            ConfigError::InsecureWithCertificateAuthority { path, cluster } => write!(
-                f,
-                "{}: clusters[{cluster}].cluster: specifying a root certificates file with the \
-                 insecure flag is not allowed: remove certificate-authority(-data) or \
-                 insecure-skip-tls-verify",
-                path.display()
-            ),
-            ConfigError::MissingEnv { var } => {
-                write!(f, "not running in a cluster: {var} is not set")
-            }
-            ConfigError::NoConfig {
-                kubeconfig_paths,
-                from_kubeconfig_env,
-                incluster,
-            } => {
-                f.write_str("no Kubernetes configuration found: ")?;
-                match (kubeconfig_paths.as_slice(), from_kubeconfig_env) {
-                    ([], true) => f.write_str("$KUBECONFIG names no file")?,
-                    ([], false) => {
-                        f.write_str("no kubeconfig to look for ($KUBECONFIG and $HOME unset)")?
-                    }
-                    (paths, env) => {
-                        f.write_str("no kubeconfig at ")?;
-                        for (i, p) in paths.iter().enumerate() {
-                            let sep = if i > 0 { ", " } else { "" };
-                            write!(f, "{sep}{}", p.display())?;
-                        }
-                        f.write_str(if *env {
-                            " (from $KUBECONFIG)"
-                        } else {
-                            " ($KUBECONFIG unset)"
-                        })?;
-                    }
-                }
-                write!(f, "; in-cluster ({SERVICE_ACCOUNT_DIR}): {incluster}")
-            }
-            ConfigError::Credential(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ConfigError::Io { source, .. } => Some(source),
-            ConfigError::NoConfig { incluster, .. } => Some(&**incluster),
-            ConfigError::Credential(e) => Some(e),
-            _ => None,
-        }
     }
 }
 
