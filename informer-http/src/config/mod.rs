@@ -12,12 +12,14 @@ mod exec;
 mod incluster;
 mod kubeconfig;
 mod oidc;
+mod proxy;
 
 pub use exec::{ExecApiVersion, ExecClusterInfo, ExecConfig, InteractiveMode};
 
 pub use incluster::incluster_from;
 pub use kubeconfig::Kubeconfig;
 pub use oidc::OidcConfig;
+pub use proxy::{Proxy, ProxyEnv};
 
 pub use crate::error::ConfigError;
 pub use crate::well_known::SERVICE_ACCOUNT_DIR;
@@ -144,7 +146,7 @@ pub struct Config {
     pub proxy_url: Option<String>,
     /// The proxy environment variables to honour; `None`: this process's, read when a backend
     /// is built.
-    pub proxy_env: Option<crate::proxy::ProxyEnv>,
+    pub proxy_env: Option<ProxyEnv>,
     /// Offer HTTP/2 (ALPN `h2`) and, when the server takes it, send every request of the client
     /// over one multiplexed connection (on by default; both backends). `false`: HTTP/1.1 only,
     /// one connection per open watch.
@@ -169,7 +171,7 @@ impl fmt::Debug for Config {
                 &self
                     .proxy_url
                     .as_deref()
-                    .map(|u| crate::proxy::Proxy::parse(u, "proxy-url").map(|p| p.shown)),
+                    .map(|u| Proxy::parse(u, "proxy-url").map(|p| p.shown)),
             )
             .field("proxy_env", &self.proxy_env.as_ref().map(|_| "<set>"))
             .field("http2", &self.http2)
