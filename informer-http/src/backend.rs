@@ -2,17 +2,12 @@
 //! arrives; [`transport_failure`] maps a backend's errors to [`Failure`]s.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 
 use bytes::Bytes;
-use futures_util::stream::{Stream, StreamExt};
+use futures_util::stream::StreamExt;
 use informer_core::protocol::Failure;
 
-/// A boxed, `Send` future.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-/// A boxed, `Send` stream.
-pub type BoxStream<'a, T> = Pin<Box<dyn Stream<Item = T> + Send + 'a>>;
+use crate::transport::{BoxFuture, BoxStream};
 
 /// An HTTP response whose body is still arriving.
 pub struct HttpResponse {

@@ -9,9 +9,12 @@ use bytes::Bytes;
 use futures_util::stream;
 use informer_core::protocol::Failure;
 
+use crate::addr::ServerAddr;
+use crate::backend::{Backend, HttpResponse, transport_failure};
+use crate::client::Client;
 use crate::config::Config;
-use crate::transport::{Backend, BoxFuture, ClientError, HttpResponse, ServerAddr};
-use crate::transport::{Client, transport_failure};
+use crate::error::ClientError;
+use crate::transport::BoxFuture;
 
 /// A [`Backend`] on reqwest: needs a tokio runtime. HTTP/2 where the server offers it (ALPN),
 /// all requests of a client multiplexed over one connection, else HTTP/1.1 ([`Config::http2`]);

@@ -12,14 +12,16 @@ use informer_core::protocol::Failure;
 use rustls_pki_types::ServerName;
 use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::addr::ServerAddr;
+use crate::backend::{Backend, HttpResponse, transport_failure};
+use crate::client::Client;
 use crate::config::Config;
 use crate::credential::ExecCache;
+use crate::error::ClientError;
 use crate::h1::{BodyDecoder, H1Error, Head, encode_request, parse_head};
 use crate::h2conn::{H2Conn, H2SendError};
 use crate::redirect::{self, MAX_REDIRECTS, Origin};
-use crate::transport::{
-    Backend, BoxFuture, Client, ClientError, HttpResponse, ServerAddr, transport_failure,
-};
+use crate::transport::{BoxFuture, BoxStream};
 
 trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
@@ -443,7 +445,7 @@ impl BodyState {
 /// A response's body still to be read, over either protocol.
 enum Body {
     H1(BodyState),
-    H2(crate::backend::BoxStream<'static, Result<Bytes, Failure>>),
+    H2(BoxStream<'static, Result<Bytes, Failure>>),
 }
 
 impl Body {
@@ -454,7 +456,7 @@ impl Body {
         }
     }
 
-    fn into_stream(self) -> crate::backend::BoxStream<'static, Result<Bytes, Failure>> {
+    fn into_stream(self) -> BoxStream<'static, Result<Bytes, Failure>> {
         match self {
             Body::H2(s) => s,
             Body::H1(state) => Box::pin(stream::unfold(Some(state), |st| async move {

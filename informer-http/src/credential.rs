@@ -21,8 +21,8 @@ use base64::Engine as _;
 use rustls::sign::CertifiedKey;
 use serde::Deserialize;
 
-use crate::backend::BoxFuture;
 use crate::config::{Auth, Config, ExecConfig, InteractiveMode, OidcConfig, Secret};
+use crate::transport::BoxFuture;
 
 pub use crate::error::CredentialError;
 

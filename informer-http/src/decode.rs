@@ -23,26 +23,7 @@ mod list_stream;
 
 pub use list_stream::ListDecoder;
 
-/// The objects an informer already holds, for a list to take instead of decoding its items
-/// again ([`ListDecoder::with_known`], [`Transport::list_known`](crate::Transport::list_known)).
-///
-/// A relist usually returns most objects unchanged: the same key at the same resourceVersion,
-/// which Kubernetes gives only to the very same object. An item the informer holds at that
-/// version is then the cached `Arc`, not a new copy: nothing is built, held twice during the
-/// relist or freed after it, and the relist's diff finds it unchanged at once. (The item is
-/// still read whole, its syntax checked, which is most of what decoding a small object costs.)
-pub trait KnownObjects<K>: Send + Sync {
-    /// The object held under `key` when its resourceVersion is `resource_version`; `None`
-    /// otherwise (not held, or at another version). It must have been decoded from the same
-    /// resource as the list (as the informer's own cache was).
-    fn known(&self, key: informer_core::KeyRef<'_>, resource_version: &str) -> Option<Arc<K>>;
-
-    /// Whether nothing is held (a first list): the decoder then does not look anything up.
-    /// Asked when the first item arrives. The default says no.
-    fn is_empty(&self) -> bool {
-        false
-    }
-}
+pub use crate::transport::KnownObjects;
 
 /// Default bound on one watch line (one event): 16 MiB.
 ///

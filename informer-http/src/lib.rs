@@ -37,16 +37,20 @@ mod h2conn;
 #[cfg(feature = "k8s-openapi")]
 mod k8s;
 
+pub use api::Api;
+pub use backend::Backend;
 #[cfg(feature = "tokio")]
 pub use backend_reqwest::ReqwestBackend;
 #[cfg(feature = "smol")]
 pub use backend_smol::SmolBackend;
+pub use client::Client;
 pub use config::{Config, ConfigError, Secret};
 pub use decode::{DecodeError, WatchDecoder};
+pub use error::ClientError;
 #[cfg(feature = "k8s-openapi")]
 pub use k8s::K8s;
 pub use resource::{HasResource, Resource};
-pub use transport::{Api, Backend, Client, ClientError, Transport};
+pub use transport::Transport;
 pub use write::{
     DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy, WriteError,
 };

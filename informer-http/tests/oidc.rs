@@ -17,7 +17,7 @@ use informer_core::object::{DynamicObject, Object};
 use informer_core::protocol::{ListRequest, WatchEvent, WatchRequest};
 use informer_http::config::Auth;
 use informer_http::credential::oidc_refreshes;
-use informer_http::transport::{Backend, Client, Transport};
+use informer_http::{Backend, Client, Transport};
 use informer_http::{Config, Resource};
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use testcluster::{StartOptions, TestCluster};

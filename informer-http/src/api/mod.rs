@@ -14,17 +14,18 @@ use informer_core::protocol::{
 };
 use serde::de::DeserializeOwned;
 
-use crate::backend::{Backend, BoxStream, HttpResponse};
+use crate::backend::{Backend, HttpResponse};
 use crate::client::{Client, error_failure};
-use crate::decode::{DEFAULT_MAX_LINE, DecodeError, KnownObjects, ListDecoder, WatchDecoder};
+use crate::decode::{DEFAULT_MAX_LINE, DecodeError, ListDecoder, WatchDecoder};
 use crate::request::{list_url, watch_url};
 use crate::resource::Resource;
+use crate::transport::{BoxFuture, BoxStream, KnownObjects, Transport};
 
 /// Largest list body accepted (1 GiB).
 pub const MAX_LIST_BODY: usize = 1 << 30;
 
 /// List and watch of one resource (in one namespace or all), decoding objects as `K`: the
-/// [`Transport`](crate::Transport) the runtime adapters use.
+/// [`Transport`] the runtime adapters use.
 pub struct Api<K, B> {
     client: Client<B>,
     resource: Resource,
@@ -231,9 +232,9 @@ where
         Ok(watch_results(resp.body, WatchDecoder::new(self.max_line)))
     }
 
-    /// Opens a watch stream of events, as [`Transport::watch`](crate::Transport::watch) hands it out: the first line
+    /// Opens a watch stream of events, as [`Transport::watch`] hands it out: the first line
     /// that cannot be decoded becomes `WatchEvent::Error(Failure::Decode(..))` and ends the
-    /// stream (see [`Transport`](crate::Transport)).
+    /// stream (see [`Transport`]).
     pub async fn watch_stream(
         &self,
         request: &WatchRequest,
@@ -314,3 +315,31 @@ pub fn watch_results<K: DeserializeOwned + Send + 'static>(
         }
     }))
 }
+
+impl<K, B> Transport<K> for Api<K, B>
+where
+    K: DeserializeOwned + Object + Send + Sync + 'static,
+    B: Backend,
+{
+    fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<ListPage<K>, Failure>> {
+        Box::pin(self.list_page(request))
+    }
+
+    fn list_known<'a>(
+        &'a self,
+        request: &'a ListRequest,
+        known: Arc<dyn KnownObjects<K>>,
+    ) -> BoxFuture<'a, Result<ListPage<K>, Failure>> {
+        Box::pin(self.list_page_known(request, known))
+    }
+
+    fn watch<'a>(
+        &'a self,
+        request: &'a WatchRequest,
+    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<K>>, Failure>> {
+        Box::pin(self.watch_stream(request))
+    }
+}
+
+#[cfg(test)]
+mod tests;
