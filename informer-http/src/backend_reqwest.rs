@@ -10,6 +10,7 @@ use futures_util::stream;
 use informer_core::protocol::Failure;
 
 use crate::addr::ServerAddr;
+use crate::auth::ExecCert;
 use crate::backend::{Backend, HttpResponse, transport_failure};
 use crate::client::Client;
 use crate::config::Config;
@@ -33,7 +34,7 @@ pub struct ReqwestBackend {
     client: Arc<Mutex<(u64, Built)>>,
     base: String,
     /// Kept to build the client again after a certificate rotation (exec plugins only).
-    rebuild: Option<(Arc<Config>, Arc<crate::credential::ExecCache>)>,
+    rebuild: Option<(Arc<Config>, ExecCert)>,
 }
 
 impl std::fmt::Debug for ReqwestBackend {
@@ -156,12 +157,10 @@ where
 impl ReqwestBackend {
     /// A backend for `config`'s server.
     pub fn new(config: &Config) -> Result<ReqwestBackend, ClientError> {
-        let (client, base) = build(config)?;
-        let rebuild = match &config.auth {
-            crate::config::Auth::Exec(e) => Some((Arc::new(config.clone()), e.cache.clone())),
-            _ => None,
-        };
-        let generation = rebuild.as_ref().map_or(0, |(_, e)| e.cert_generation());
+        let exec = ExecCert::of(config);
+        let (client, base) = build(config, exec.as_ref())?;
+        let rebuild = exec.map(|e| (Arc::new(config.clone()), e));
+        let generation = rebuild.as_ref().map_or(0, |(_, e)| e.generation());
         Ok(ReqwestBackend {
             client: Arc::new(Mutex::new((generation, client))),
             base,
@@ -174,9 +173,10 @@ impl ReqwestBackend {
     fn client(&self) -> Result<Built, Failure> {
         let mut current = self.client.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((config, exec)) = &self.rebuild {
-            let generation = exec.cert_generation();
+            let generation = exec.generation();
             if generation != current.0 {
-                let (client, _) = build(config).map_err(|e| Failure::other(e.to_string()))?;
+                let (client, _) =
+                    build(config, Some(exec)).map_err(|e| Failure::other(e.to_string()))?;
                 *current = (generation, client);
             }
         }
@@ -184,8 +184,9 @@ impl ReqwestBackend {
     }
 }
 
-/// The reqwest client for `config`, and the base URL requests go to.
-fn build(config: &Config) -> Result<(Built, String), ClientError> {
+/// The reqwest client for `config` (with `exec`, its exec plugin's client certificate), and
+/// the base URL requests go to.
+fn build(config: &Config, exec: Option<&ExecCert>) -> Result<(Built, String), ClientError> {
     {
         let addr = ServerAddr::parse(&config.server)?;
         let first = Arc::new(FirstConnection::default());
@@ -238,7 +239,7 @@ fn build(config: &Config) -> Result<(Built, String), ClientError> {
             // installed (reqwest is built with `rustls-no-provider`).
             builder = builder.tls_backend_preconfigured(crate::tls::plain_http_config()?);
         } else {
-            let tls = crate::tls::client_config(config, alpn)?;
+            let tls = crate::tls::client_config(config, alpn, exec.map(ExecCert::resolver))?;
             builder = builder.tls_backend_preconfigured(tls);
             if let Some(name) = config.tls_server_name.as_deref() {
                 // Verify against `name` while connecting to the configured address.

@@ -13,10 +13,10 @@ use rustls_pki_types::ServerName;
 use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::addr::ServerAddr;
+use crate::auth::ExecCert;
 use crate::backend::{Backend, HttpResponse, transport_failure};
 use crate::client::Client;
 use crate::config::Config;
-use crate::credential::ExecCache;
 use crate::error::ClientError;
 use crate::h1::{BodyDecoder, H1Error, Head, encode_request, parse_head};
 use crate::h2conn::{H2Conn, H2SendError};
@@ -60,7 +60,7 @@ pub struct SmolBackend {
     connecting: smol::lock::Mutex<()>,
     /// The server answered ALPN with HTTP/1.1: offer only that from now on.
     server_h1_only: AtomicBool,
-    exec: Option<Arc<ExecCache>>,
+    exec: Option<ExecCert>,
     connect_timeout: Duration,
 }
 
@@ -91,9 +91,11 @@ impl SmolBackend {
     /// A backend for `config`'s server.
     pub fn new(config: &Config) -> Result<SmolBackend, ClientError> {
         let addr = ServerAddr::parse(&config.server)?;
+        let exec = ExecCert::of(config);
         let tls = if addr.tls {
             let connector = |alpn: &[&[u8]]| -> Result<futures_rustls::TlsConnector, ClientError> {
-                let tls = crate::tls::client_config(config, alpn)?;
+                let tls =
+                    crate::tls::client_config(config, alpn, exec.as_ref().map(ExecCert::resolver))?;
                 Ok(futures_rustls::TlsConnector::from(Arc::new(tls)))
             };
             Some(Tls {
@@ -119,11 +121,11 @@ impl SmolBackend {
                     pc.insecure_skip_tls_verify = false;
                     pc.client_identity = None;
                     pc.auth = crate::config::Auth::None;
-                    let tls = match crate::tls::client_config(&pc, &[b"http/1.1"]) {
+                    let tls = match crate::tls::client_config(&pc, &[b"http/1.1"], None) {
                         Ok(t) => t,
                         Err(_) if config.root_ca_pem.is_some() => {
                             pc.root_ca_pem = config.root_ca_pem.clone();
-                            crate::tls::client_config(&pc, &[b"http/1.1"])?
+                            crate::tls::client_config(&pc, &[b"http/1.1"], None)?
                         }
                         Err(e) => return Err(e),
                     };
@@ -142,17 +144,14 @@ impl SmolBackend {
             h2: Mutex::new(Vec::new()),
             connecting: smol::lock::Mutex::new(()),
             server_h1_only: AtomicBool::new(false),
-            exec: match &config.auth {
-                crate::config::Auth::Exec(e) => Some(e.cache.clone()),
-                _ => None,
-            },
+            exec,
             connect_timeout: Duration::from_secs(30),
         })
     }
 
     /// The exec plugin's current certificate generation (0 without a plugin).
     fn cert_generation(&self) -> u64 {
-        self.exec.as_ref().map_or(0, |e| e.cert_generation())
+        self.exec.as_ref().map_or(0, ExecCert::generation)
     }
 
     /// How many HTTP/2 connections are open and how many streams they carry (for tests and

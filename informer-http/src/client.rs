@@ -8,9 +8,9 @@ use bytes::Bytes;
 use informer_core::protocol::Failure;
 
 use crate::api::{Api, MAX_LIST_BODY};
+use crate::auth::{Credentials, ProcessRunner, ThreadRunner};
 use crate::backend::{Backend, HttpResponse};
 use crate::config::{Config, Secret};
-use crate::credential::{ProcessRunner, ThreadRunner};
 use crate::resource::Resource;
 use crate::status::failure_from_response;
 use crate::well_known::USER_AGENT;
@@ -26,6 +26,8 @@ const MAX_ERROR_BODY: usize = 1 << 20;
 pub struct Client<B> {
     backend: Arc<B>,
     config: Arc<Config>,
+    /// The credential source of `config`, with its state.
+    credentials: Credentials,
     runner: Arc<dyn ProcessRunner>,
 }
 
@@ -34,6 +36,7 @@ impl<B> Clone for Client<B> {
         Client {
             backend: self.backend.clone(),
             config: self.config.clone(),
+            credentials: self.credentials.clone(),
             runner: self.runner.clone(),
         }
     }
@@ -52,6 +55,7 @@ impl<B: Backend> Client<B> {
     pub fn new(backend: B, config: Config) -> Client<B> {
         Client {
             backend: Arc::new(backend),
+            credentials: Credentials::of(&config),
             config: Arc::new(config),
             runner: Arc::new(ThreadRunner),
         }
@@ -136,7 +140,7 @@ impl<B: Backend> Client<B> {
         let auth = self.authorization().await?;
         let resp = self.backend.send(build(auth.as_ref())?).await?;
         if resp.status != http::StatusCode::UNAUTHORIZED
-            || !crate::credential::renew_after_unauthorized(&self.config, auth.as_ref())
+            || !self.credentials.renew_after_unauthorized(auth.as_ref())
         {
             return Ok(resp);
         }
@@ -147,7 +151,8 @@ impl<B: Backend> Client<B> {
     }
 
     async fn authorization(&self) -> Result<Option<Secret<String>>, Failure> {
-        crate::credential::authorization(&self.config, &*self.runner)
+        self.credentials
+            .authorization(&self.config, &*self.runner)
             .await
             .map_err(|e| Failure::other(e.to_string()))
     }

@@ -11,12 +11,11 @@ pub mod error;
 pub mod well_known;
 
 pub mod api;
+pub mod auth;
 pub mod backend;
 pub mod client;
 pub mod config;
-pub mod credential;
 pub mod decode;
-mod minihttp;
 pub mod proxy;
 pub mod redirect;
 pub mod request;

@@ -64,7 +64,8 @@ pub trait Transport<K>: Send + Sync {
 }
 
 /// The objects an informer already holds, for a list to take instead of decoding its items
-/// again ([`ListDecoder::with_known`], [`Transport::list_known`](crate::Transport::list_known)).
+/// again ([`ListDecoder::with_known`](crate::decode::ListDecoder::with_known),
+/// [`Transport::list_known`]).
 ///
 /// A relist usually returns most objects unchanged: the same key at the same resourceVersion,
 /// which Kubernetes gives only to the very same object. An item the informer holds at that

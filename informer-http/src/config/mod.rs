@@ -7,6 +7,7 @@
 use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
 
 mod exec;
 mod incluster;
@@ -62,6 +63,42 @@ impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Secret<T> {
         T::deserialize(d)
             .map(Secret)
             .map_err(|_| D::Error::custom("invalid value (not shown: it is a credential)"))
+    }
+}
+
+/// The identity of one credential source ([`ExecConfig`], [`OidcConfig`]): its clones carry the
+/// same one, a newly parsed or built source a new one. It is no state: the credential layer
+/// ([`crate::auth`]) keeps each source's cached credential under it, so the clones of a
+/// configuration, and the clients and backends built from them, share what a plugin run or a
+/// refresh gave.
+#[derive(Clone)]
+pub(crate) struct SourceId(Arc<()>);
+
+impl SourceId {
+    /// A new source.
+    pub(crate) fn new() -> SourceId {
+        SourceId(Arc::new(()))
+    }
+
+    /// A number no other live source has.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    /// Tells, without keeping the source alive, whether a clone of it is left.
+    pub(crate) fn watch(&self) -> SourceWatch {
+        SourceWatch(Arc::downgrade(&self.0))
+    }
+}
+
+/// See [`SourceId::watch`]. While it exists, no other source gets this one's
+/// [`SourceId::key`].
+pub(crate) struct SourceWatch(Weak<()>);
+
+impl SourceWatch {
+    /// Whether a clone of the source is left.
+    pub(crate) fn is_live(&self) -> bool {
+        self.0.strong_count() > 0
     }
 }
 
@@ -237,13 +274,6 @@ impl Config {
             std::env::var_os("HOME").as_deref().map(Path::new),
             Config::incluster,
         )
-    }
-
-    /// The `Authorization` header value for the next request, if any: reads a token file, or
-    /// runs an exec plugin on this thread when its cached credential has expired (for blocking
-    /// programs; [`Client`](crate::Client) does the same without blocking).
-    pub fn authorization(&self) -> Result<Option<Secret<String>>, ConfigError> {
-        crate::credential::authorization_blocking(self).map_err(ConfigError::Credential)
     }
 }
 
