@@ -1,4 +1,4 @@
-//! The reqwest backend (tokio). TLS is the shared rustls configuration ([`crate::tls`]).
+//! The reqwest backend (tokio). TLS is the shared rustls configuration ([`crate::net::tls`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,7 +24,7 @@ use crate::transport::BoxFuture;
 ///
 /// The TLS configuration always carries its crypto provider (ring), for `http://` servers too:
 /// building one never needs a process-wide default provider. Redirects are followed as
-/// [`crate::redirect`] says: within the server's origin only.
+/// [`crate::net::redirect`] says: within the server's origin only.
 ///
 /// When an exec plugin hands out a different client certificate, the backend starts a new
 /// reqwest client (and so new connections) for the requests that follow: connections made
@@ -199,7 +199,7 @@ fn build(config: &Config, exec: Option<&ExecCert>) -> Result<(Built, String), Cl
             .redirect(redirect_policy());
         // Our own resolution of proxy-url / HTTPS_PROXY / NO_PROXY (client-go's precedence,
         // the same as the smol backend's), never reqwest's own reading of the environment.
-        builder = match crate::proxy::proxy_for(config)? {
+        builder = match crate::net::proxy::proxy_for(config)? {
             None => builder.no_proxy(),
             Some(p) => {
                 let scheme = if p.tls { "https" } else { "http" };
@@ -237,9 +237,9 @@ fn build(config: &Config, exec: Option<&ExecCert>) -> Result<(Built, String), Cl
             // reqwest builds a TLS configuration even for plain HTTP; without one given, it
             // asks rustls for the process-wide default provider and panics when none is
             // installed (reqwest is built with `rustls-no-provider`).
-            builder = builder.tls_backend_preconfigured(crate::tls::plain_http_config()?);
+            builder = builder.tls_backend_preconfigured(crate::net::tls::plain_http_config()?);
         } else {
-            let tls = crate::tls::client_config(config, alpn, exec.map(ExecCert::resolver))?;
+            let tls = crate::net::tls::client_config(config, alpn, exec.map(ExecCert::resolver))?;
             builder = builder.tls_backend_preconfigured(tls);
             if let Some(name) = config.tls_server_name.as_deref() {
                 // Verify against `name` while connecting to the configured address.
@@ -298,11 +298,11 @@ impl Backend for ReqwestBackend {
 }
 
 /// Follows redirects within the origin of the request's first URL, at most
-/// [`MAX_REDIRECTS`](crate::redirect::MAX_REDIRECTS) of them; anything else fails the request
+/// [`MAX_REDIRECTS`](crate::net::redirect::MAX_REDIRECTS) of them; anything else fails the request
 /// with a [`RedirectRefused`] carrying its failure. reqwest keeps the `Authorization` header on
 /// a redirect to the same origin.
 fn redirect_policy() -> reqwest::redirect::Policy {
-    use crate::redirect::{MAX_REDIRECTS, other_origin, too_many};
+    use crate::net::redirect::{MAX_REDIRECTS, other_origin, too_many};
     reqwest::redirect::Policy::custom(|attempt| {
         let status = attempt.status();
         let next = attempt.url();

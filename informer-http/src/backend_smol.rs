@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::error::ClientError;
 use crate::h1::{BodyDecoder, H1Error, Head, encode_request, parse_head};
 use crate::h2conn::{H2Conn, H2SendError};
-use crate::redirect::{self, MAX_REDIRECTS, Origin};
+use crate::net::redirect::{self, MAX_REDIRECTS, Origin};
 use crate::transport::{BoxFuture, BoxStream};
 
 trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
@@ -44,12 +44,15 @@ const READ_BUF: usize = 32 * 1024;
 /// connection until its stream is dropped. Connections made with an exec plugin's client
 /// certificate are not reused once the plugin hands out a different one.
 ///
-/// Redirects are followed as [`crate::redirect`] says: within the server's origin only.
-/// Proxies (kubeconfig `proxy-url`, `HTTPS_PROXY`, `NO_PROXY`) as [`crate::proxy`] says,
+/// Redirects are followed as [`crate::net::redirect`] says: within the server's origin only.
+/// Proxies (kubeconfig `proxy-url`, `HTTPS_PROXY`, `NO_PROXY`) as [`crate::net::proxy`] says,
 /// through `CONNECT` (then TLS, with ALPN, through the tunnel).
 pub struct SmolBackend {
     addr: ServerAddr,
-    proxy: Option<(crate::proxy::Proxy, Option<futures_rustls::TlsConnector>)>,
+    proxy: Option<(
+        crate::net::proxy::Proxy,
+        Option<futures_rustls::TlsConnector>,
+    )>,
     tls: Option<Tls>,
     /// Idle HTTP/1.1 connections, with the certificate generation they were made with.
     idle: Arc<Mutex<Vec<(u64, Conn)>>>,
@@ -94,8 +97,11 @@ impl SmolBackend {
         let exec = ExecCert::of(config);
         let tls = if addr.tls {
             let connector = |alpn: &[&[u8]]| -> Result<futures_rustls::TlsConnector, ClientError> {
-                let tls =
-                    crate::tls::client_config(config, alpn, exec.as_ref().map(ExecCert::resolver))?;
+                let tls = crate::net::tls::client_config(
+                    config,
+                    alpn,
+                    exec.as_ref().map(ExecCert::resolver),
+                )?;
                 Ok(futures_rustls::TlsConnector::from(Arc::new(tls)))
             };
             Some(Tls {
@@ -105,12 +111,12 @@ impl SmolBackend {
                     None
                 },
                 h1: connector(&[b"http/1.1"])?,
-                name: crate::tls::server_name(config, &addr.host)?,
+                name: crate::net::tls::server_name(config, &addr.host)?,
             })
         } else {
             None
         };
-        let proxy = match crate::proxy::proxy_for(config)? {
+        let proxy = match crate::net::proxy::proxy_for(config)? {
             None => None,
             Some(p) => {
                 let tls = if p.tls {
@@ -121,11 +127,11 @@ impl SmolBackend {
                     pc.insecure_skip_tls_verify = false;
                     pc.client_identity = None;
                     pc.auth = crate::config::Auth::None;
-                    let tls = match crate::tls::client_config(&pc, &[b"http/1.1"], None) {
+                    let tls = match crate::net::tls::client_config(&pc, &[b"http/1.1"], None) {
                         Ok(t) => t,
                         Err(_) if config.root_ca_pem.is_some() => {
                             pc.root_ca_pem = config.root_ca_pem.clone();
-                            crate::tls::client_config(&pc, &[b"http/1.1"], None)?
+                            crate::net::tls::client_config(&pc, &[b"http/1.1"], None)?
                         }
                         Err(e) => return Err(e),
                     };
@@ -213,7 +219,7 @@ impl SmolBackend {
     /// A connection to the server through `proxy`: `CONNECT host:port`, answered 2xx.
     async fn tunnel(
         &self,
-        proxy: &crate::proxy::Proxy,
+        proxy: &crate::net::proxy::Proxy,
         proxy_tls: Option<&futures_rustls::TlsConnector>,
     ) -> Result<Conn, Failure> {
         let tcp = smol::net::TcpStream::connect((proxy.host.as_str(), proxy.port))
@@ -804,7 +810,7 @@ mod tests {
             .unwrap();
         let key =
             PrivateKeyDer::from_pem_slice(include_bytes!("../tests/data/server.key")).unwrap();
-        let mut server = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
+        let mut server = rustls::ServerConfig::builder_with_provider(crate::net::tls::provider())
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()

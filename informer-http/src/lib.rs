@@ -16,12 +16,10 @@ pub mod backend;
 pub mod client;
 pub mod config;
 pub mod decode;
-pub mod proxy;
-pub mod redirect;
+pub mod net;
 pub mod request;
 pub mod resource;
 pub mod status;
-pub mod tls;
 pub mod transport;
 pub mod write;
 

@@ -548,7 +548,7 @@ fn the_oidc_refresh_goes_through_the_configured_proxy() {
     let rt_token = e.issuer.new_refresh_token();
     let mut cfg = kubeconfig(dir.path(), &e.issuer.id_token(-60), Some(&rt_token));
     cfg.proxy_url = Some(proxy.url());
-    cfg.proxy_env = Some(informer_http::proxy::ProxyEnv::default());
+    cfg.proxy_env = Some(informer_http::config::ProxyEnv::default());
     let n = smol::block_on(async {
         Client::smol(cfg.clone())
             .unwrap()
@@ -575,7 +575,7 @@ fn the_oidc_refresh_goes_through_the_configured_proxy() {
     let rt_token = e.issuer.new_refresh_token();
     let mut cfg = kubeconfig(dir.path(), &e.issuer.id_token(-60), Some(&rt_token));
     set_issuer(&mut cfg, format!("https://oidc-issuer.test:{issuer_port}"));
-    cfg.proxy_env = Some(informer_http::proxy::ProxyEnv {
+    cfg.proxy_env = Some(informer_http::config::ProxyEnv {
         https_proxy: Some(proxy.url()),
         ..Default::default()
     });
@@ -591,7 +591,7 @@ fn the_oidc_refresh_goes_through_the_configured_proxy() {
     let rt_token = e.issuer.new_refresh_token();
     let mut cfg = kubeconfig(dir.path(), &e.issuer.id_token(-60), Some(&rt_token));
     set_issuer(&mut cfg, format!("https://oidc-issuer.test:{issuer_port}"));
-    cfg.proxy_env = Some(informer_http::proxy::ProxyEnv {
+    cfg.proxy_env = Some(informer_http::config::ProxyEnv {
         https_proxy: Some(proxy.url()),
         no_proxy: Some(".test".into()),
         ..Default::default()

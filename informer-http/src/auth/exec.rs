@@ -373,7 +373,7 @@ fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, String
         .map_err(|e| format!("clientCertificateData: {e}"))?;
     let key = PrivateKeyDer::from_pem_slice(key_pem)
         .map_err(|e| format!("clientKeyData: {}", crate::config::pem_error(&e)))?;
-    let signing = crate::tls::provider()
+    let signing = crate::net::tls::provider()
         .key_provider
         .load_private_key(key)
         .map_err(|_| "clientKeyData: unsupported private key".to_string())?;

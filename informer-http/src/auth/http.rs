@@ -25,7 +25,7 @@ impl<T: Read + Write> Io for T {}
 pub(super) fn request(
     url: &str,
     ca_pem: Option<&[u8]>,
-    proxy: Option<&crate::proxy::Proxy>,
+    proxy: Option<&crate::net::proxy::Proxy>,
     method: &str,
     headers: &[(&str, String)],
     body: Option<&[u8]>,
@@ -99,7 +99,8 @@ fn tcp(host: &str, port: u16, shown: &str) -> Result<TcpStream, String> {
 fn tls_over(io: Box<dyn Io>, host: &str, ca_pem: Option<&[u8]>) -> Result<Box<dyn Io>, String> {
     let mut cfg = Config::new(format!("https://{host}"));
     cfg.root_ca_pem = ca_pem.map(<[u8]>::to_vec);
-    let tls = crate::tls::client_config(&cfg, &[b"http/1.1"], None).map_err(|e| e.to_string())?;
+    let tls =
+        crate::net::tls::client_config(&cfg, &[b"http/1.1"], None).map_err(|e| e.to_string())?;
     let name = rustls_pki_types::ServerName::try_from(host.to_string())
         .map_err(|e| format!("{host}: {e}"))?;
     let conn =
@@ -108,7 +109,7 @@ fn tls_over(io: Box<dyn Io>, host: &str, ca_pem: Option<&[u8]>) -> Result<Box<dy
 }
 
 /// A tunnel to `target` (`host:port`) through `proxy`: `CONNECT`, answered 2xx.
-fn tunnel(proxy: &crate::proxy::Proxy, target: &str) -> Result<Box<dyn Io>, String> {
+fn tunnel(proxy: &crate::net::proxy::Proxy, target: &str) -> Result<Box<dyn Io>, String> {
     let shown = &proxy.shown;
     let fail = |e: std::io::Error| format!("proxy {shown}: {e}");
     let tcp: Box<dyn Io> = Box::new(tcp(&proxy.host, proxy.port, &format!("proxy {shown}"))?);

@@ -14,7 +14,7 @@ use super::state::States;
 use super::token::bearer;
 use crate::config::{Config, OidcConfig, Secret};
 use crate::error::CredentialError;
-use crate::proxy::ProxySettings;
+use crate::net::proxy::ProxySettings;
 
 /// A refreshed id-token and the refresh token to use next.
 type OidcTokens = (Secret<String>, Option<Secret<String>>);

@@ -179,7 +179,7 @@ pub struct Config {
     /// The namespace of the context (or the service account), `default` when unset.
     pub default_namespace: String,
     /// The kubeconfig cluster's `proxy-url`: every request goes through it (see
-    /// [`crate::proxy`]).
+    /// [`crate::net::proxy`]).
     pub proxy_url: Option<String>,
     /// The proxy environment variables to honour; `None`: this process's, read when a backend
     /// is built.

@@ -168,7 +168,7 @@ mod tests {
     #[test]
     fn a_ca_with_the_insecure_flag_is_refused() {
         let mut cfg = Config::new("https://127.0.0.1:6443");
-        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        cfg.root_ca_pem = Some(include_bytes!("../../tests/data/ca.crt").to_vec());
         cfg.insecure_skip_tls_verify = true;
         let e = client_config(&cfg, &[], None).unwrap_err();
         assert!(
@@ -180,10 +180,10 @@ mod tests {
     #[test]
     fn client_key_errors_do_not_quote_the_key() {
         let mut cfg = Config::new("https://127.0.0.1:6443");
-        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        cfg.root_ca_pem = Some(include_bytes!("../../tests/data/ca.crt").to_vec());
         let key = b"-----BEGIN PRIVATE KEY-----\nKEYSECRETKEYSECRET!!\n-----END PRIVATE KEY-----\n";
         cfg.client_identity = Some(ClientIdentity {
-            cert_pem: include_bytes!("../tests/data/client.crt").to_vec(),
+            cert_pem: include_bytes!("../../tests/data/client.crt").to_vec(),
             key_pem: Secret::new(key.to_vec()),
         });
         let e = client_config(&cfg, &[], None).unwrap_err();
@@ -197,10 +197,10 @@ mod tests {
     #[test]
     fn builds_with_ca_client_cert_and_insecure() {
         let mut cfg = Config::new("https://127.0.0.1:6443");
-        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        cfg.root_ca_pem = Some(include_bytes!("../../tests/data/ca.crt").to_vec());
         cfg.client_identity = Some(ClientIdentity {
-            cert_pem: include_bytes!("../tests/data/client.crt").to_vec(),
-            key_pem: Secret::new(include_bytes!("../tests/data/client.key").to_vec()),
+            cert_pem: include_bytes!("../../tests/data/client.crt").to_vec(),
+            key_pem: Secret::new(include_bytes!("../../tests/data/client.key").to_vec()),
         });
         let tls = client_config(&cfg, &[b"http/1.1"], None).unwrap();
         assert!(tls.client_auth_cert_resolver.has_certs());
