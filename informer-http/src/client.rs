@@ -9,8 +9,14 @@ use informer_core::protocol::Failure;
 
 use crate::api::{Api, MAX_LIST_BODY};
 use crate::auth::{Credentials, ProcessRunner, ThreadRunner};
+#[cfg(feature = "tokio")]
+use crate::backend::ReqwestBackend;
+#[cfg(feature = "smol")]
+use crate::backend::SmolBackend;
 use crate::backend::{Backend, HttpResponse};
 use crate::config::{Config, Secret};
+#[cfg(any(feature = "tokio", feature = "smol"))]
+use crate::error::ClientError;
 use crate::resource::Resource;
 use crate::status::failure_from_response;
 use crate::well_known::USER_AGENT;
@@ -220,4 +226,20 @@ pub(crate) async fn error_failure(resp: HttpResponse) -> Failure {
             .unwrap_or_default(),
     };
     failure_from_response(code, retry_after.as_deref(), &body)
+}
+
+#[cfg(feature = "tokio")]
+impl Client<ReqwestBackend> {
+    /// A client on the reqwest backend (needs a tokio runtime to run requests).
+    pub fn reqwest(config: Config) -> Result<Client<ReqwestBackend>, ClientError> {
+        Ok(Client::new(ReqwestBackend::new(&config)?, config))
+    }
+}
+
+#[cfg(feature = "smol")]
+impl Client<SmolBackend> {
+    /// A client on the smol backend.
+    pub fn smol(config: Config) -> Result<Client<SmolBackend>, ClientError> {
+        Ok(Client::new(SmolBackend::new(&config)?, config))
+    }
 }

@@ -23,23 +23,17 @@ pub mod status;
 pub mod transport;
 pub mod write;
 
-#[cfg(feature = "tokio")]
-mod backend_reqwest;
-#[cfg(feature = "smol")]
-mod backend_smol;
-#[cfg(feature = "smol")]
-pub mod h1;
-#[cfg(feature = "smol")]
-mod h2conn;
 #[cfg(feature = "k8s-openapi")]
 mod k8s;
 
 pub use api::Api;
 pub use backend::Backend;
 #[cfg(feature = "tokio")]
-pub use backend_reqwest::ReqwestBackend;
+pub use backend::ReqwestBackend;
 #[cfg(feature = "smol")]
-pub use backend_smol::SmolBackend;
+pub use backend::SmolBackend;
+#[cfg(feature = "smol")]
+pub use backend::h1;
 pub use client::Client;
 pub use config::{Config, ConfigError, Secret};
 pub use decode::{DecodeError, WatchDecoder};

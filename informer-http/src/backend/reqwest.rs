@@ -9,10 +9,9 @@ use bytes::Bytes;
 use futures_util::stream;
 use informer_core::protocol::Failure;
 
+use super::{Backend, HttpResponse, transport_failure};
 use crate::addr::ServerAddr;
 use crate::auth::ExecCert;
-use crate::backend::{Backend, HttpResponse, transport_failure};
-use crate::client::Client;
 use crate::config::Config;
 use crate::error::ClientError;
 use crate::transport::BoxFuture;
@@ -222,7 +221,7 @@ fn build(config: &Config, exec: Option<&ExecCert>) -> Result<(Built, String), Cl
                 .http2_keep_alive_interval(Duration::from_secs(30))
                 .http2_keep_alive_timeout(Duration::from_secs(15))
                 .http2_keep_alive_while_idle(true)
-                .http2_max_frame_size(crate::backend::H2_MAX_FRAME_SIZE)
+                .http2_max_frame_size(super::H2_MAX_FRAME_SIZE)
         } else {
             builder.http1_only()
         };
@@ -356,13 +355,6 @@ fn refused_redirect(err: &reqwest::Error) -> Option<Failure> {
         src = e.source();
     }
     None
-}
-
-impl Client<ReqwestBackend> {
-    /// A client on the reqwest backend (needs a tokio runtime to run requests).
-    pub fn reqwest(config: Config) -> Result<Client<ReqwestBackend>, ClientError> {
-        Ok(Client::new(ReqwestBackend::new(&config)?, config))
-    }
 }
 
 #[cfg(test)]

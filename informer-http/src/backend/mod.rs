@@ -9,6 +9,16 @@ use informer_core::protocol::Failure;
 
 use crate::transport::{BoxFuture, BoxStream};
 
+#[cfg(feature = "tokio")]
+mod reqwest;
+#[cfg(feature = "smol")]
+mod smol;
+
+#[cfg(feature = "tokio")]
+pub use self::reqwest::ReqwestBackend;
+#[cfg(feature = "smol")]
+pub use self::smol::{SmolBackend, h1};
+
 /// An HTTP response whose body is still arriving.
 pub struct HttpResponse {
     /// The status code.
@@ -89,8 +99,8 @@ pub fn transport_failure(what: &str, err: &(dyn std::error::Error + 'static)) ->
         note(io);
     }
     #[cfg(feature = "smol")]
-    if let Some(h1) = err.downcast_ref::<crate::h1::H1Error>() {
-        closed |= *h1 == crate::h1::H1Error::UnexpectedEof;
+    if let Some(h1) = err.downcast_ref::<self::smol::h1::H1Error>() {
+        closed |= *h1 == self::smol::h1::H1Error::UnexpectedEof;
     }
     if refused {
         Failure::ConnectionRefused(msg)

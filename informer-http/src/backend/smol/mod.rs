@@ -1,6 +1,9 @@
 //! The smol backend over `smol::net::TcpStream` and futures-rustls: HTTP/2
-//! ([`crate::h2conn`], the `h2` crate) when the server picks it by ALPN, else HTTP/1.1
-//! ([`crate::h1`]). No tokio runtime: see [`crate::h2conn`] for what of tokio `h2` uses.
+//! (`h2conn`, the `h2` crate) when the server picks it by ALPN, else HTTP/1.1 ([`h1`]). No
+//! tokio runtime: see `h2conn` for what of tokio `h2` uses.
+
+pub mod h1;
+mod h2conn;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,16 +15,15 @@ use informer_core::protocol::Failure;
 use rustls_pki_types::ServerName;
 use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::{Backend, HttpResponse, transport_failure};
 use crate::addr::ServerAddr;
 use crate::auth::ExecCert;
-use crate::backend::{Backend, HttpResponse, transport_failure};
-use crate::client::Client;
 use crate::config::Config;
 use crate::error::ClientError;
-use crate::h1::{BodyDecoder, H1Error, Head, encode_request, parse_head};
-use crate::h2conn::{H2Conn, H2SendError};
 use crate::net::redirect::{self, MAX_REDIRECTS, Origin};
 use crate::transport::{BoxFuture, BoxStream};
+use h1::{BodyDecoder, H1Error, Head, encode_request, parse_head};
+use h2conn::{H2Conn, H2SendError};
 
 trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
@@ -255,7 +257,7 @@ impl SmolBackend {
         let mut head = Vec::with_capacity(256);
         let mut b = [0u8; 1];
         while !head.ends_with(b"\r\n\r\n") {
-            if head.len() > crate::h1::MAX_HEAD {
+            if head.len() > h1::MAX_HEAD {
                 return Err(Failure::other(format!(
                     "proxy {}: CONNECT answer head too large",
                     proxy.shown
@@ -660,13 +662,6 @@ impl Backend for SmolBackend {
     }
 }
 
-impl Client<SmolBackend> {
-    /// A client on the smol backend.
-    pub fn smol(config: Config) -> Result<Client<SmolBackend>, ClientError> {
-        Ok(Client::new(SmolBackend::new(&config)?, config))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -805,11 +800,12 @@ mod tests {
         use rustls_pki_types::pem::PemObject;
         use rustls_pki_types::{CertificateDer, PrivateKeyDer};
         use tokio_util::compat::FuturesAsyncReadCompatExt as _;
-        let certs = CertificateDer::pem_slice_iter(include_bytes!("../tests/data/server.crt"))
-            .collect::<Result<Vec<_>, _>>()
+        let certs =
+            CertificateDer::pem_slice_iter(include_bytes!("../../../tests/data/server.crt"))
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(include_bytes!("../../../tests/data/server.key"))
             .unwrap();
-        let key =
-            PrivateKeyDer::from_pem_slice(include_bytes!("../tests/data/server.key")).unwrap();
         let mut server = rustls::ServerConfig::builder_with_provider(crate::net::tls::provider())
             .with_safe_default_protocol_versions()
             .unwrap()
@@ -891,7 +887,7 @@ mod tests {
     fn http2_shares_a_connection_up_to_the_servers_stream_limit_and_follows_redirects() {
         let (port, accepted, seen) = h2_server();
         let mut cfg = Config::new(format!("https://127.0.0.1:{port}"));
-        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        cfg.root_ca_pem = Some(include_bytes!("../../../tests/data/ca.crt").to_vec());
         let backend = SmolBackend::new(&cfg).unwrap();
         smol::block_on(async {
             let mut held = Vec::new();
@@ -931,7 +927,7 @@ mod tests {
     fn after_a_goaway_the_next_request_opens_a_new_http2_connection() {
         let (port, accepted, seen) = h2_server();
         let mut cfg = Config::new(format!("https://127.0.0.1:{port}"));
-        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        cfg.root_ca_pem = Some(include_bytes!("../../../tests/data/ca.crt").to_vec());
         let backend = SmolBackend::new(&cfg).unwrap();
         smol::block_on(async {
             assert_eq!(get(&backend, "/goaway").await, (200, b"ok".to_vec()));
