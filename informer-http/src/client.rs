@@ -7,7 +7,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use informer_core::protocol::Failure;
 
-use crate::api::{Api, MAX_LIST_BODY};
 use crate::auth::{Credentials, ProcessRunner, ThreadRunner};
 #[cfg(feature = "tokio")]
 use crate::backend::ReqwestBackend;
@@ -17,9 +16,11 @@ use crate::backend::{Backend, HttpResponse};
 use crate::config::{Config, Secret};
 #[cfg(any(feature = "tokio", feature = "smol"))]
 use crate::error::ClientError;
-use crate::resource::Resource;
 use crate::status::failure_from_response;
 use crate::well_known::USER_AGENT;
+
+/// Largest answer body read whole (1 GiB): a list's, or any answer of [`Client::request`].
+pub const MAX_LIST_BODY: usize = 1 << 30;
 
 /// The `Accept` (and body `Content-Type`) of ordinary requests.
 const JSON: &str = "application/json";
@@ -28,7 +29,8 @@ const JSON: &str = "application/json";
 const MAX_ERROR_BODY: usize = 1 << 20;
 
 /// A backend plus the configuration it serves: adds authentication and the usual headers, maps
-/// error answers to [`Failure`]s, and hands out [`Api`]s. Cheap to clone.
+/// error answers to [`Failure`]s, and hands out `Api`s (`Client::api`, defined with
+/// [`Api`](crate::Api)). Cheap to clone.
 pub struct Client<B> {
     backend: Arc<B>,
     config: Arc<Config>,
@@ -110,9 +112,9 @@ impl<B: Backend> Client<B> {
             .await
     }
 
-    /// A `GET` asking for the representation `accept` (for example
-    /// [`ACCEPT_PARTIAL_METADATA_LIST`](crate::api::ACCEPT_PARTIAL_METADATA_LIST): only the
-    /// objects' metadata).
+    /// A `GET` asking for the representation `accept` (for example the `Accept` of a
+    /// metadata-only list, `ACCEPT_PARTIAL_METADATA_LIST` in `api`: only the objects'
+    /// metadata).
     pub async fn get_accepting(
         &self,
         path_and_query: &str,
@@ -202,11 +204,6 @@ impl<B: Backend> Client<B> {
             return Err(error_failure(resp).await);
         }
         resp.collect(MAX_LIST_BODY).await
-    }
-
-    /// An [`Api`] for `resource` in `namespace` (`None`: all namespaces, or cluster-scoped).
-    pub fn api<K>(&self, resource: Resource, namespace: Option<&str>) -> Api<K, B> {
-        Api::new(self.clone(), resource, namespace)
     }
 }
 

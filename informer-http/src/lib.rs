@@ -21,12 +21,11 @@ pub mod request;
 pub mod resource;
 pub mod status;
 pub mod transport;
-pub mod write;
-
-#[cfg(feature = "k8s-openapi")]
-mod k8s;
 
 pub use api::Api;
+#[cfg(feature = "k8s-openapi")]
+pub use api::K8s;
+pub use api::write;
 pub use backend::Backend;
 #[cfg(feature = "tokio")]
 pub use backend::ReqwestBackend;
@@ -38,8 +37,6 @@ pub use client::Client;
 pub use config::{Config, ConfigError, Secret};
 pub use decode::{DecodeError, WatchDecoder};
 pub use error::ClientError;
-#[cfg(feature = "k8s-openapi")]
-pub use k8s::K8s;
 pub use resource::{HasResource, Resource};
 pub use transport::Transport;
 pub use write::{

@@ -1,5 +1,14 @@
-//! [`Api`]: list and watch of one resource through a [`Client`], decoded as the informer's
-//! object type.
+//! The top floor: [`Api`], one resource through a [`Client`]. List and watch, decoded as the
+//! informer's object type (the [`Transport`] the runtime adapters drive, and
+//! [`Client::api`]); writes ([`write`](mod@write): create, replace, patch, delete);
+//! k8s-openapi types as objects (`K8s`, feature `k8s-openapi`).
+
+#[cfg(feature = "k8s-openapi")]
+mod k8s;
+pub mod write;
+
+#[cfg(feature = "k8s-openapi")]
+pub use k8s::K8s;
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -15,14 +24,11 @@ use informer_core::protocol::{
 use serde::de::DeserializeOwned;
 
 use crate::backend::{Backend, HttpResponse};
-use crate::client::{Client, error_failure};
+use crate::client::{Client, MAX_LIST_BODY, error_failure};
 use crate::decode::{DEFAULT_MAX_LINE, DecodeError, ListDecoder, WatchDecoder};
 use crate::request::{list_url, watch_url};
 use crate::resource::Resource;
 use crate::transport::{BoxFuture, BoxStream, KnownObjects, Transport};
-
-/// Largest list body accepted (1 GiB).
-pub const MAX_LIST_BODY: usize = 1 << 30;
 
 /// List and watch of one resource (in one namespace or all), decoding objects as `K`: the
 /// [`Transport`] the runtime adapters use.
@@ -53,6 +59,13 @@ impl<K, B> fmt::Debug for Api<K, B> {
             .field("namespace", &self.namespace)
             .field("max_line", &self.max_line)
             .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Client<B> {
+    /// An [`Api`] for `resource` in `namespace` (`None`: all namespaces, or cluster-scoped).
+    pub fn api<K>(&self, resource: Resource, namespace: Option<&str>) -> Api<K, B> {
+        Api::new(self.clone(), resource, namespace)
     }
 }
 

@@ -7,7 +7,7 @@ use informer_core::object::Object;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
-use crate::api::Api;
+use super::Api;
 use crate::backend::Backend;
 use crate::client::Client;
 use crate::resource::{HasResource, Resource};
