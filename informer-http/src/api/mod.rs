@@ -16,8 +16,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
-use informer_core::PartialObjectMetadata;
-use informer_core::object::{DynamicObject, Object};
+use informer_core::object::{FromJson, Object};
 use informer_core::protocol::{
     DecodeFailure, DecodeKind, Failure, ListPage, ListRequest, WatchEvent, WatchRequest,
 };
@@ -120,14 +119,10 @@ where
     K: DeserializeOwned + Object + Send + Sync + 'static,
     B: Backend,
 {
-    /// An informer of [`PartialObjectMetadata`] asks the server for metadata only.
-    fn metadata_only() -> bool {
-        std::any::TypeId::of::<K>() == std::any::TypeId::of::<PartialObjectMetadata>()
-    }
-
-    /// A `GET` of `url`, for metadata only when `K` is [`PartialObjectMetadata`].
+    /// A `GET` of `url`, for metadata only when `K` holds only that
+    /// ([`Object::metadata_only`]: `PartialObjectMetadata`).
     async fn get_url(&self, url: &str, metadata_accept: &str) -> Result<HttpResponse, Failure> {
-        if Self::metadata_only() {
+        if K::metadata_only() {
             self.client.get_accepting(url, metadata_accept).await
         } else {
             self.client.send(http::Method::GET, url, None).await
@@ -198,25 +193,17 @@ where
     }
 
     /// kube-apiserver leaves `apiVersion` and `kind` out of list items (they are on the list);
-    /// watch events carry them. So that cached [`DynamicObject`]s look the same whichever way
-    /// they arrived, list items of that type get them from the resource.
+    /// watch events carry them. So that cached objects of a type keeping them (such as
+    /// `DynamicObject`) look the same whichever way they arrived, list items get them from
+    /// the resource ([`Object::type_meta_filler`]; nothing to do for other types).
     fn fill_type_meta(&self, items: &mut [Arc<K>]) {
-        use std::any::Any;
-        if std::any::TypeId::of::<K>() != std::any::TypeId::of::<DynamicObject>() {
+        let Some(fill) = K::type_meta_filler() else {
             return;
-        }
-        let api_version: informer_core::CompactString = self.resource.api_version().into();
+        };
+        let api_version = self.resource.api_version();
         for item in items {
-            let Some(obj) = Arc::get_mut(item) else {
-                continue;
-            };
-            if let Some(d) = (obj as &mut dyn Any).downcast_mut::<DynamicObject>() {
-                if d.api_version.is_none() {
-                    d.api_version = Some(api_version.clone());
-                }
-                if d.kind.is_none() {
-                    d.kind = Some(self.resource.kind.as_ref().into());
-                }
+            if let Some(obj) = Arc::get_mut(item) {
+                fill(obj, &api_version, &self.resource.kind);
             }
         }
     }
@@ -287,7 +274,7 @@ pub fn end_at_first_decode_error<K: Send + Sync + 'static>(
 /// A transport error while reading ends the stream: silently when the connection was closed or
 /// reset (as client-go treats a probable EOF: the reflector watches again from where it was),
 /// else after a [`WatchEvent::Error`] carrying it.
-pub fn watch_results<K: DeserializeOwned + Send + 'static>(
+pub fn watch_results<K: FromJson + Send + 'static>(
     body: BoxStream<'static, Result<Bytes, Failure>>,
     decoder: WatchDecoder<K>,
 ) -> BoxStream<'static, Result<WatchEvent<K>, DecodeError>> {
