@@ -29,8 +29,8 @@ const JSON: &str = "application/json";
 const MAX_ERROR_BODY: usize = 1 << 20;
 
 /// A backend plus the configuration it serves: adds authentication and the usual headers, maps
-/// error answers to [`Failure`]s, and hands out `Api`s (`Client::api`, defined with
-/// [`Api`](crate::Api)). Cheap to clone.
+/// error answers to [`Failure`]s, and hands out `Api`s (`Client::api`, defined on the floor
+/// above, with `Api`). Cheap to clone.
 pub struct Client<B> {
     backend: Arc<B>,
     config: Arc<Config>,

@@ -82,8 +82,8 @@ pub enum ConfigError {
         /// The variable, e.g. `KUBERNETES_SERVICE_HOST`.
         var: &'static str,
     },
-    /// [`Config::infer`](crate::Config::infer) found nothing usable: no kubeconfig file exists
-    /// and in-cluster configuration failed.
+    /// `Config::infer` found nothing usable: no kubeconfig file exists and in-cluster
+    /// configuration failed.
     NoConfig {
         /// The kubeconfig files looked for, none of which exists: the `$KUBECONFIG` entries,
         /// or `~/.kube/config` when `$KUBECONFIG` is unset or empty (none when `$HOME` is

@@ -3,7 +3,7 @@
 //! core's vocabulary), with the objects a relist may reuse ([`KnownObjects`]) and the boxed
 //! future and stream types it hands them in.
 //!
-//! [`Api`](crate::Api) implements it over any [`Backend`](crate::Backend); tests and other
+//! `Api` implements it over any `Backend`; tests and other
 //! sources (a recorded stream, another client library) implement it themselves.
 //!
 //! The ground floor: this module names core types only and nothing else of this crate, so
@@ -64,8 +64,7 @@ pub trait Transport<K>: Send + Sync {
 }
 
 /// The objects an informer already holds, for a list to take instead of decoding its items
-/// again ([`ListDecoder::with_known`](crate::decode::ListDecoder::with_known),
-/// [`Transport::list_known`]).
+/// again (`ListDecoder::with_known`, [`Transport::list_known`]).
 ///
 /// A relist usually returns most objects unchanged: the same key at the same resourceVersion,
 /// which Kubernetes gives only to the very same object. An item the informer holds at that

@@ -1,7 +1,7 @@
 //! A one-shot, blocking HTTP(S) request (`Connection: close`) for credential refreshes (an OIDC
 //! issuer's discovery document and token endpoint): rustls with ring, the given CA or the
-//! system's roots, through an HTTP `CONNECT` proxy when one is given. Run off the executor (see
-//! [`super::oidc`]).
+//! system's roots, through an HTTP `CONNECT` proxy when one is given. Run off the executor, on
+//! a helper thread of its own.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs as _};

@@ -113,7 +113,7 @@ impl Credentials {
 impl Config {
     /// The `Authorization` header value for the next request, if any: reads a token file, or
     /// runs an exec plugin on this thread when its cached credential has expired (for blocking
-    /// programs; [`Client`](crate::Client) does the same without blocking).
+    /// programs; a `Client` does the same without blocking).
     pub fn authorization(&self) -> Result<Option<Secret<String>>, ConfigError> {
         Credentials::of(self)
             .authorization_blocking(self)

@@ -57,7 +57,7 @@ impl HttpResponse {
 }
 
 /// Moves bytes: sends one HTTP request to the API server and hands back the response as it
-/// arrives. Everything Kubernetes-specific lives above it, in [`Client`](crate::Client) and [`Api`](crate::Api).
+/// arrives. Everything Kubernetes-specific lives above it, in `Client` and `Api`.
 ///
 /// The request's URI is a path and query (`/api/v1/pods?watch=true`); the backend knows the
 /// server's address and TLS settings. It maps a refused connection to

@@ -68,7 +68,7 @@ impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Secret<T> {
 
 /// The identity of one credential source ([`ExecConfig`], [`OidcConfig`]): its clones carry the
 /// same one, a newly parsed or built source a new one. It is no state: the credential layer
-/// ([`crate::auth`]) keeps each source's cached credential under it, so the clones of a
+/// (`auth`) keeps each source's cached credential under it, so the clones of a
 /// configuration, and the clients and backends built from them, share what a plugin run or a
 /// refresh gave.
 #[derive(Clone)]
@@ -179,7 +179,7 @@ pub struct Config {
     /// The namespace of the context (or the service account), `default` when unset.
     pub default_namespace: String,
     /// The kubeconfig cluster's `proxy-url`: every request goes through it (see
-    /// [`crate::net::proxy`]).
+    /// `net::proxy`).
     pub proxy_url: Option<String>,
     /// The proxy environment variables to honour; `None`: this process's, read when a backend
     /// is built.

@@ -1,6 +1,6 @@
 //! The proxy settings as configured: the kubeconfig's `proxy-url` parsed ([`Proxy`]) and the
 //! proxy environment variables ([`ProxyEnv`]). Which proxy a connection takes is the network
-//! layer's decision ([`crate::net::proxy`]).
+//! layer's decision (`net::proxy`).
 
 use std::fmt;
 
