@@ -60,7 +60,7 @@ pub trait Object {
     /// `None` to leave the text to serde_json (which must then give the same object, or the
     /// error). `None` (the default): the type has no such reader. [`DynamicObject`] has one,
     /// [`DynamicObject::from_json_start`].
-    fn json_start_reader() -> Option<fn(&str) -> Option<(Self, usize)>>
+    fn json_start_reader() -> Option<JsonStartReader<Self>>
     where
         Self: Sized,
     {
@@ -90,6 +90,10 @@ pub trait Object {
     }
 }
 
+/// A reader of JSON text that starts at an object's `{`: the object and the bytes it took, or
+/// `None` to leave the text to serde_json ([`Object::json_start_reader`]).
+pub type JsonStartReader<K> = fn(&str) -> Option<(K, usize)>;
+
 /// A type the API server's JSON is decoded into, as a watch or list decoder needs it: serde's
 /// `Deserialize`, and a reader faster than it where the type has one. Every [`Object`] is one,
 /// with the reader its [`Object::json_start_reader`] gives; so is `serde_json::Value`, for any
@@ -97,19 +101,19 @@ pub trait Object {
 pub trait FromJson: de::DeserializeOwned {
     /// The type's own reader, if any (see [`Object::json_start_reader`]). A decoder asks it
     /// through this trait, so the choice is made when the decoder is compiled for the type.
-    fn fast_reader() -> Option<fn(&str) -> Option<(Self, usize)>>;
+    fn fast_reader() -> Option<JsonStartReader<Self>>;
 }
 
 impl<T: Object + de::DeserializeOwned> FromJson for T {
     #[inline]
-    fn fast_reader() -> Option<fn(&str) -> Option<(T, usize)>> {
+    fn fast_reader() -> Option<JsonStartReader<T>> {
         T::json_start_reader()
     }
 }
 
 impl FromJson for serde_json::Value {
     #[inline]
-    fn fast_reader() -> Option<fn(&str) -> Option<(Self, usize)>> {
+    fn fast_reader() -> Option<JsonStartReader<Self>> {
         None
     }
 }
@@ -723,7 +727,7 @@ impl Object for DynamicObject {
         self.metadata.uid()
     }
     #[inline]
-    fn json_start_reader() -> Option<fn(&str) -> Option<(Self, usize)>> {
+    fn json_start_reader() -> Option<JsonStartReader<Self>> {
         Some(DynamicObject::from_json_start)
     }
     #[inline]

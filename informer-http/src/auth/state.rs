@@ -10,8 +10,12 @@ use crate::config::{SourceId, SourceWatch};
 
 /// The states of one kind of source (exec plugins, OIDC identities), by source identity.
 pub(super) struct States<T> {
-    by_source: Mutex<Option<HashMap<usize, (SourceWatch, Arc<T>)>>>,
+    by_source: Mutex<Option<BySource<T>>>,
 }
+
+/// Each source's state by [`SourceId::key`], with the watch that tells whether the source is
+/// still alive.
+type BySource<T> = HashMap<usize, (SourceWatch, Arc<T>)>;
 
 impl<T: Default> States<T> {
     /// None yet.
