@@ -101,7 +101,7 @@ impl ExecCache {
     }
 
     /// Forgets the cached credential when it is still the one `used` (a 401 answered it).
-    pub(super) fn invalidate(&self, used: Option<&Secret<String>>) {
+    fn invalidate(&self, used: Option<&Secret<String>>) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.as_ref().is_some_and(|c| c.token.as_ref() == used) {
             *s = None;

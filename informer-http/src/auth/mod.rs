@@ -24,7 +24,13 @@ mod process;
 mod state;
 mod token;
 
-use crate::config::{Auth, Config, ConfigError, Secret};
+use std::sync::Arc;
+
+use exec::ExecCache;
+use oidc::OidcCache;
+
+use crate::config::{Auth, Config, Secret};
+use crate::error::ConfigError;
 
 #[cfg(any(feature = "tokio", feature = "smol"))]
 pub(crate) use cert::ExecCert;
@@ -33,10 +39,6 @@ pub use oidc::oidc_refreshes;
 pub use process::{ProcessOutput, ProcessRunner, ProcessSpec, ThreadRunner, run_blocking};
 
 pub use crate::error::CredentialError;
-
-use exec::ExecCache;
-use oidc::OidcCache;
-use std::sync::Arc;
 
 /// The credential source of one configuration, with its state: what a client asks before each
 /// request for the `Authorization` header. Built from a configuration by
