@@ -3,8 +3,8 @@
 //! core's vocabulary), with the objects a relist may reuse ([`KnownObjects`]) and the boxed
 //! future and stream types it hands them in.
 //!
-//! `Api` implements it over any `Backend`; tests and other
-//! sources (a recorded stream, another client library) implement it themselves.
+//! `Api` implements it over any `Backend`; tests and other sources (a recorded stream, another
+//! client library) implement it themselves.
 //!
 //! The ground floor: this module names core types only and nothing else of this crate, so
 //! every layer may use it and it could move out whole.
@@ -14,8 +14,8 @@
 //! [`KnownObjects`] is part of it and this crate's list decoder takes it, so the vocabulary is
 //! needed below the runtime anyway; and the trait hands out `Send` boxed futures and `futures`
 //! streams, an async vocabulary (and a dependency) the sans-IO core does without. As nothing
-//! here names the rest of this crate, moving [`Transport`] to the runtime later is a cut of this
-//! file and of `Api`'s impl.
+//! here names the rest of this crate, moving [`Transport`] to the runtime later is a cut of
+//! this file and of `Api`'s impl.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -6,8 +6,8 @@ use super::{Auth, Config, check_certs};
 use crate::error::ConfigError;
 
 /// In-cluster configuration from a service-account directory `root` (normally
-/// [`SERVICE_ACCOUNT_DIR`](crate::well_known::SERVICE_ACCOUNT_DIR)) and the values of `KUBERNETES_SERVICE_HOST` and
-/// `KUBERNETES_SERVICE_PORT`.
+/// [`SERVICE_ACCOUNT_DIR`](super::SERVICE_ACCOUNT_DIR)) and the values of
+/// `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`.
 ///
 /// The token is re-read from `root/token` before every request, as kubelet rotates it.
 pub fn incluster_from(
