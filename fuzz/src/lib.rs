@@ -11,6 +11,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
+use informer_http::core::object::FromJson;
 use informer_http::core::protocol::ListPage;
 use informer_http::core::{object::DynamicObject, object::Object};
 use informer_http::decode::{DecodeError, LineDecoder, ListDecoder, WatchDecoder};
@@ -191,7 +192,7 @@ fn page_text<K: Debug>(p: &ListPage<K>) -> String {
     )
 }
 
-fn streamed<K: DeserializeOwned + 'static>(pieces: &[&[u8]]) -> Result<ListPage<K>, DecodeError> {
+fn streamed<K: FromJson>(pieces: &[&[u8]]) -> Result<ListPage<K>, DecodeError> {
     let mut d = ListDecoder::<K>::new();
     for p in pieces {
         d.feed(p)?;
@@ -199,7 +200,7 @@ fn streamed<K: DeserializeOwned + 'static>(pieces: &[&[u8]]) -> Result<ListPage<
     d.finish()
 }
 
-fn list_as<K: DeserializeOwned + Debug + 'static>(body: &[u8], seed: u8) {
+fn list_as<K: FromJson + Debug>(body: &[u8], seed: u8) {
     let expected = oracle::<K>(body).map(|p| page_text(&p));
     for (how, got) in [
         ("whole", streamed::<K>(&[body])),

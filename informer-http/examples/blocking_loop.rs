@@ -29,10 +29,10 @@ use informer_core::informer::{InformerConfig, Output, SharedIndexInformer};
 use informer_core::protocol::RequestId;
 use informer_core::protocol::{Failure, Input, Request, WatchEvent};
 use informer_core::{object::DynamicObject, object::Object, time::Instant};
+use informer_http::backend::transport_failure;
 use informer_http::decode::{WatchDecoder, decode_list};
 use informer_http::request::{list_url, watch_url};
 use informer_http::status::failure_from_response;
-use informer_http::transport::transport_failure;
 use informer_http::{Config, Resource};
 
 /// What a reader thread sends the loop: the core's input, tagged with its request.

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use informer_core::object::DynamicObject;
 use informer_core::protocol::{ListRequest, WatchRequest};
-use informer_http::transport::{Client, Transport};
+use informer_http::{Client, Transport};
 use informer_http::{Config, Resource};
 
 const INFORMERS: usize = 20;

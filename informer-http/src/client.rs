@@ -1,5 +1,5 @@
 //! [`Client`]: a [`Backend`] plus the configuration it serves (authentication, headers, error
-//! answers mapped to [`Failure`]s), and the [`ServerAddr`] a backend connects to.
+//! answers mapped to [`Failure`]s).
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,112 +7,20 @@ use std::sync::Arc;
 use bytes::Bytes;
 use informer_core::protocol::Failure;
 
-use crate::api::{Api, MAX_LIST_BODY};
+use crate::auth::{Credentials, ProcessRunner, ThreadRunner};
+#[cfg(feature = "tokio")]
+use crate::backend::ReqwestBackend;
+#[cfg(feature = "smol")]
+use crate::backend::SmolBackend;
 use crate::backend::{Backend, HttpResponse};
-use crate::config::{Config, ConfigError, Secret};
-use crate::credential::{ProcessRunner, ThreadRunner};
-use crate::resource::Resource;
+use crate::config::{Config, Secret};
+#[cfg(any(feature = "tokio", feature = "smol"))]
+use crate::error::ClientError;
 use crate::status::failure_from_response;
+use crate::well_known::USER_AGENT;
 
-/// Why a client could not be built.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ClientError {
-    /// The configuration is unusable.
-    Config(ConfigError),
-    /// TLS settings (CA, client certificate, server name) are unusable.
-    Tls(String),
-    /// The server URL is unusable.
-    InvalidServer(String),
-    /// The HTTP library refused to build a client.
-    Backend(String),
-    /// The proxy configuration (kubeconfig `proxy-url`, `HTTPS_PROXY`, ...) is unusable.
-    Proxy(String),
-}
-
-impl fmt::Display for ClientError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ClientError::Config(e) => write!(f, "configuration: {e}"),
-            ClientError::Tls(m) => write!(f, "TLS: {m}"),
-            ClientError::InvalidServer(m) => write!(f, "server URL: {m}"),
-            ClientError::Backend(m) => write!(f, "HTTP client: {m}"),
-            ClientError::Proxy(m) => write!(f, "proxy: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for ClientError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ClientError::Config(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<ConfigError> for ClientError {
-    fn from(e: ConfigError) -> Self {
-        ClientError::Config(e)
-    }
-}
-
-/// The `scheme`, `host` and `port` of a server URL.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServerAddr {
-    /// `https` (or `http`).
-    pub tls: bool,
-    /// Host name or IP address (IPv6 without brackets).
-    pub host: String,
-    /// Port (443 / 80 by default).
-    pub port: u16,
-    /// The `Host` header value (`host:port`, IPv6 bracketed).
-    pub authority: String,
-    /// A path prefix in the server URL (e.g. behind a proxy), without trailing `/`.
-    pub path_prefix: String,
-}
-
-impl ServerAddr {
-    /// Parses `https://host:port[/prefix]`.
-    pub fn parse(server: &str) -> Result<ServerAddr, ClientError> {
-        let uri: http::Uri = server
-            .parse()
-            .map_err(|e| ClientError::InvalidServer(format!("{server:?}: {e}")))?;
-        let tls = match uri.scheme_str() {
-            Some("https") => true,
-            Some("http") => false,
-            _ => {
-                return Err(ClientError::InvalidServer(format!(
-                    "{server:?}: scheme must be https or http"
-                )));
-            }
-        };
-        let host = uri
-            .host()
-            .filter(|h| !h.is_empty())
-            .ok_or_else(|| ClientError::InvalidServer(format!("{server:?}: no host")))?;
-        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
-        let bare = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        let authority = if bare.contains(':') {
-            format!("[{bare}]:{port}")
-        } else {
-            format!("{bare}:{port}")
-        };
-        Ok(ServerAddr {
-            tls,
-            host: bare,
-            port,
-            authority,
-            path_prefix: uri.path().trim_end_matches('/').to_string(),
-        })
-    }
-}
-
-/// The user agent sent with every request.
-pub const USER_AGENT: &str = concat!("informer-rs/", env!("CARGO_PKG_VERSION"));
+/// Largest answer body read whole (1 GiB): a list's, or any answer of [`Client::request`].
+pub const MAX_LIST_BODY: usize = 1 << 30;
 
 /// The `Accept` (and body `Content-Type`) of ordinary requests.
 const JSON: &str = "application/json";
@@ -121,10 +29,13 @@ const JSON: &str = "application/json";
 const MAX_ERROR_BODY: usize = 1 << 20;
 
 /// A backend plus the configuration it serves: adds authentication and the usual headers, maps
-/// error answers to [`Failure`]s, and hands out [`Api`]s. Cheap to clone.
+/// error answers to [`Failure`]s, and hands out `Api`s (`Client::api`, defined on the floor
+/// above, with `Api`). Cheap to clone.
 pub struct Client<B> {
     backend: Arc<B>,
     config: Arc<Config>,
+    /// The credential source of `config`, with its state.
+    credentials: Credentials,
     runner: Arc<dyn ProcessRunner>,
 }
 
@@ -133,6 +44,7 @@ impl<B> Clone for Client<B> {
         Client {
             backend: self.backend.clone(),
             config: self.config.clone(),
+            credentials: self.credentials.clone(),
             runner: self.runner.clone(),
         }
     }
@@ -151,6 +63,7 @@ impl<B: Backend> Client<B> {
     pub fn new(backend: B, config: Config) -> Client<B> {
         Client {
             backend: Arc::new(backend),
+            credentials: Credentials::of(&config),
             config: Arc::new(config),
             runner: Arc::new(ThreadRunner),
         }
@@ -199,9 +112,9 @@ impl<B: Backend> Client<B> {
             .await
     }
 
-    /// A `GET` asking for the representation `accept` (for example
-    /// [`ACCEPT_PARTIAL_METADATA_LIST`](crate::api::ACCEPT_PARTIAL_METADATA_LIST): only the
-    /// objects' metadata).
+    /// A `GET` asking for the representation `accept` (for example the `Accept` of a
+    /// metadata-only list, `ACCEPT_PARTIAL_METADATA_LIST` in `api`: only the objects'
+    /// metadata).
     pub async fn get_accepting(
         &self,
         path_and_query: &str,
@@ -235,7 +148,7 @@ impl<B: Backend> Client<B> {
         let auth = self.authorization().await?;
         let resp = self.backend.send(build(auth.as_ref())?).await?;
         if resp.status != http::StatusCode::UNAUTHORIZED
-            || !crate::credential::renew_after_unauthorized(&self.config, auth.as_ref())
+            || !self.credentials.renew_after_unauthorized(auth.as_ref())
         {
             return Ok(resp);
         }
@@ -246,7 +159,8 @@ impl<B: Backend> Client<B> {
     }
 
     async fn authorization(&self) -> Result<Option<Secret<String>>, Failure> {
-        crate::credential::authorization(&self.config, &*self.runner)
+        self.credentials
+            .authorization(&self.config, &*self.runner)
             .await
             .map_err(|e| Failure::other(e.to_string()))
     }
@@ -291,11 +205,6 @@ impl<B: Backend> Client<B> {
         }
         resp.collect(MAX_LIST_BODY).await
     }
-
-    /// An [`Api`] for `resource` in `namespace` (`None`: all namespaces, or cluster-scoped).
-    pub fn api<K>(&self, resource: Resource, namespace: Option<&str>) -> Api<K, B> {
-        Api::new(self.clone(), resource, namespace)
-    }
 }
 
 /// Turns an error answer into its failure.
@@ -314,4 +223,20 @@ pub(crate) async fn error_failure(resp: HttpResponse) -> Failure {
             .unwrap_or_default(),
     };
     failure_from_response(code, retry_after.as_deref(), &body)
+}
+
+#[cfg(feature = "tokio")]
+impl Client<ReqwestBackend> {
+    /// A client on the reqwest backend (needs a tokio runtime to run requests).
+    pub fn reqwest(config: Config) -> Result<Client<ReqwestBackend>, ClientError> {
+        Ok(Client::new(ReqwestBackend::new(&config)?, config))
+    }
+}
+
+#[cfg(feature = "smol")]
+impl Client<SmolBackend> {
+    /// A client on the smol backend.
+    pub fn smol(config: Config) -> Result<Client<SmolBackend>, ClientError> {
+        Ok(Client::new(SmolBackend::new(&config)?, config))
+    }
 }

@@ -4,14 +4,13 @@
 //! Everything here is pure: bytes in, values out, no I/O. A transport feeds whatever chunks the
 //! network delivers into a [`WatchDecoder`] and pulls events until none is complete.
 
-use std::any::{Any, TypeId};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use informer_core::object::DynamicObject;
+use informer_core::object::FromJson;
 use informer_core::protocol::{DecodeFailure, DecodeKind, Failure, ListPage, WatchEvent};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -23,30 +22,7 @@ mod list_stream;
 
 pub use list_stream::ListDecoder;
 
-/// The objects an informer already holds, for a list to take instead of decoding its items
-/// again ([`ListDecoder::with_known`], [`Transport::list_known`](crate::Transport::list_known)).
-///
-/// A relist usually returns most objects unchanged: the same key at the same resourceVersion,
-/// which Kubernetes gives only to the very same object. An item the informer holds at that
-/// version is then the cached `Arc`, not a new copy: nothing is built, held twice during the
-/// relist or freed after it, and the relist's diff finds it unchanged at once. (The item is
-/// still read whole, its syntax checked, which is most of what decoding a small object costs.)
-pub trait KnownObjects<K>: Send + Sync {
-    /// The object held under `key` when its resourceVersion is `resource_version`; `None`
-    /// otherwise (not held, or at another version). It must have been decoded from the same
-    /// resource as the list (as the informer's own cache was).
-    fn known(
-        &self,
-        key: informer_core::object::KeyRef<'_>,
-        resource_version: &str,
-    ) -> Option<Arc<K>>;
-
-    /// Whether nothing is held (a first list): the decoder then does not look anything up.
-    /// Asked when the first item arrives. The default says no.
-    fn is_empty(&self) -> bool {
-        false
-    }
-}
+pub use crate::transport::KnownObjects;
 
 /// Default bound on one watch line (one event): 16 MiB.
 ///
@@ -340,9 +316,7 @@ fn from_json_object<T: DeserializeOwned>(raw: &str) -> Result<T, String> {
 /// One pass over the line when it is well-formed and `type` precedes `object` (as
 /// kube-apiserver writes it); otherwise a second, slower pass works out what is wrong and names
 /// the object.
-pub fn decode_event<K: DeserializeOwned + 'static>(
-    line: &[u8],
-) -> Result<WatchEvent<K>, DecodeError> {
+pub fn decode_event<K: FromJson>(line: &[u8]) -> Result<WatchEvent<K>, DecodeError> {
     if let Some(ev) = straight_event(line) {
         return Ok(ev);
     }
@@ -352,16 +326,13 @@ pub fn decode_event<K: DeserializeOwned + 'static>(
     }
 }
 
-/// The object that starts `text` (at its `{`) and its length, by
-/// [`DynamicObject::from_json_start`] when `K` is `DynamicObject`: it reads the raw members
-/// (most of an object's bytes) several bytes a step where serde_json reads one, and gives the
-/// same object. `None` for any other type, or when that decoder leaves the object to
-/// serde_json.
-pub(crate) fn straight_object<K: 'static>(text: &str) -> Option<(K, usize)> {
-    let mut slot: Option<(K, usize)> = None;
-    let dynamic = (&mut slot as &mut dyn Any).downcast_mut::<Option<(DynamicObject, usize)>>()?;
-    *dynamic = DynamicObject::from_json_start(text);
-    slot
+/// The object that starts `text` (at its `{`) and its length, by `K`'s own reader when it has
+/// one ([`FromJson::fast_reader`]: [`DynamicObject`](informer_core::object::DynamicObject)'s reads
+/// the raw members, most of an object's bytes, several bytes a step where serde_json reads
+/// one, and gives the same object). `None` for a type without one, or when the reader leaves
+/// the object to serde_json.
+pub(crate) fn straight_object<K: FromJson>(text: &str) -> Option<(K, usize)> {
+    K::fast_reader()?(text)
 }
 
 /// `text` without its leading JSON whitespace (only these four: serde_json refuses others).
@@ -372,14 +343,14 @@ fn skip_json_space(text: &str) -> &str {
 /// What makes an event of an object.
 type Wrap<K> = fn(Arc<K>) -> WatchEvent<K>;
 
-/// An `ADDED`, `MODIFIED` or `DELETED` event of a `DynamicObject` in the form kube-apiserver
-/// writes (`{"type":"…","object":{…}}`, whitespace allowed where JSON allows it), its object
-/// read by [`straight_object`]; `None` for anything else, which the serde_json way then decodes
-/// to the same event or refuses.
-fn straight_event<K: 'static>(line: &[u8]) -> Option<WatchEvent<K>> {
-    if TypeId::of::<K>() != TypeId::of::<DynamicObject>() {
-        return None;
-    }
+/// An `ADDED`, `MODIFIED` or `DELETED` event of a type with its own JSON reader
+/// ([`FromJson::fast_reader`]) in the form kube-apiserver writes
+/// (`{"type":"…","object":{…}}`, whitespace allowed where JSON allows it), its object read by
+/// that reader; `None` for anything else, which the serde_json way then decodes to the same
+/// event or refuses. For a type without a reader, `None` at once: the check is on the type,
+/// settled when this is compiled for it.
+fn straight_event<K: FromJson>(line: &[u8]) -> Option<WatchEvent<K>> {
+    let read = K::fast_reader()?;
     let text = std::str::from_utf8(line).ok()?;
     let rest = skip_json_space(text).strip_prefix('{')?;
     let rest = skip_json_space(rest).strip_prefix(r#""type""#)?;
@@ -396,7 +367,7 @@ fn straight_event<K: 'static>(line: &[u8]) -> Option<WatchEvent<K>> {
     let rest = skip_json_space(rest).strip_prefix(r#""object""#)?;
     let rest = skip_json_space(rest).strip_prefix(':')?;
     let rest = skip_json_space(rest);
-    let (obj, len) = straight_object::<K>(rest)?;
+    let (obj, len) = read(rest)?;
     let rest = skip_json_space(rest.get(len..)?).strip_prefix('}')?;
     skip_json_space(rest)
         .is_empty()
@@ -549,13 +520,13 @@ pub struct WatchDecoder<K> {
     _k: PhantomData<fn() -> K>,
 }
 
-impl<K: DeserializeOwned + 'static> Default for WatchDecoder<K> {
+impl<K: FromJson> Default for WatchDecoder<K> {
     fn default() -> Self {
         WatchDecoder::new(DEFAULT_MAX_LINE)
     }
 }
 
-impl<K: DeserializeOwned + 'static> WatchDecoder<K> {
+impl<K: FromJson> WatchDecoder<K> {
     /// A decoder with a bound of `max_line` bytes per event.
     pub fn new(max_line: usize) -> Self {
         WatchDecoder {
@@ -618,7 +589,7 @@ struct ListMeta {
 /// The whole body at once through a [`ListDecoder`]: fails with [`DecodeError::Object`] naming
 /// the first item that does not decode, or [`DecodeError::Malformed`] when the body is not a list
 /// object.
-pub fn decode_list<K: DeserializeOwned + 'static>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
+pub fn decode_list<K: FromJson>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
     let mut decoder = ListDecoder::new();
     decoder.feed(body)?;
     decoder.finish()

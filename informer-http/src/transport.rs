@@ -1,22 +1,33 @@
-//! The transport interface the runtime adapters drive ([`Transport`]) and its one
-//! implementation, [`Api`], shared by every backend.
+//! The seam between this crate and the runtime adapters: [`Transport`], what an informer
+//! driver needs from the API server for one resource (list pages and watch streams, in the
+//! core's vocabulary), with the objects a relist may reuse ([`KnownObjects`]) and the boxed
+//! future and stream types it hands them in.
 //!
-//! The layers live in modules of their own — [`backend`](crate::backend) (bytes),
-//! [`client`](crate::client) (authentication, errors) and [`api`](crate::api) (one resource,
-//! decoded) — and are re-exported here, so `informer_http::transport::*` names the whole
-//! stack.
+//! `Api` implements it over any `Backend`; tests and other sources (a recorded stream, another
+//! client library) implement it themselves.
+//!
+//! The ground floor: this module names core types only and nothing else of this crate, so
+//! every layer may use it and it could move out whole.
+//!
+//! Why here, in the provider, and not with its consumer (informer-runtime drives it; quinn
+//! keeps its `Runtime` trait with its consumer) or in `informer_core::protocol`:
+//! [`KnownObjects`] is part of it and this crate's list decoder takes it, so the vocabulary is
+//! needed below the runtime anyway; and the trait hands out `Send` boxed futures and `futures`
+//! streams, an async vocabulary (and a dependency) the sans-IO core does without. As nothing
+//! here names the rest of this crate, moving [`Transport`] to the runtime later is a cut of
+//! this file and of `Api`'s impl.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::stream::Stream;
 use informer_core::protocol::{Failure, ListPage, ListRequest, WatchEvent, WatchRequest};
-use serde::de::DeserializeOwned;
 
-use crate::decode::KnownObjects;
-
-pub use crate::api::{Api, MAX_LIST_BODY, end_at_first_decode_error, watch_results};
-pub use crate::backend::{Backend, BoxFuture, BoxStream, HttpResponse, transport_failure};
-pub use crate::client::{Client, ClientError, ServerAddr, USER_AGENT};
-use informer_core::object::Object;
+/// A boxed, `Send` future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed, `Send` stream.
+pub type BoxStream<'a, T> = Pin<Box<dyn Stream<Item = T> + Send + 'a>>;
 
 /// What a runtime adapter needs from the API server for one resource: list pages and watch
 /// streams, in the core's vocabulary.
@@ -52,30 +63,27 @@ pub trait Transport<K>: Send + Sync {
     ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<K>>, Failure>>;
 }
 
-impl<K, B> Transport<K> for Api<K, B>
-where
-    K: DeserializeOwned + Object + Send + Sync + 'static,
-    B: Backend,
-{
-    fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<ListPage<K>, Failure>> {
-        Box::pin(self.list_page(request))
-    }
+/// The objects an informer already holds, for a list to take instead of decoding its items
+/// again (`ListDecoder::with_known`, [`Transport::list_known`]).
+///
+/// A relist usually returns most objects unchanged: the same key at the same resourceVersion,
+/// which Kubernetes gives only to the very same object. An item the informer holds at that
+/// version is then the cached `Arc`, not a new copy: nothing is built, held twice during the
+/// relist or freed after it, and the relist's diff finds it unchanged at once. (The item is
+/// still read whole, its syntax checked, which is most of what decoding a small object costs.)
+pub trait KnownObjects<K>: Send + Sync {
+    /// The object held under `key` when its resourceVersion is `resource_version`; `None`
+    /// otherwise (not held, or at another version). It must have been decoded from the same
+    /// resource as the list (as the informer's own cache was).
+    fn known(
+        &self,
+        key: informer_core::object::KeyRef<'_>,
+        resource_version: &str,
+    ) -> Option<Arc<K>>;
 
-    fn list_known<'a>(
-        &'a self,
-        request: &'a ListRequest,
-        known: Arc<dyn KnownObjects<K>>,
-    ) -> BoxFuture<'a, Result<ListPage<K>, Failure>> {
-        Box::pin(self.list_page_known(request, known))
-    }
-
-    fn watch<'a>(
-        &'a self,
-        request: &'a WatchRequest,
-    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<K>>, Failure>> {
-        Box::pin(self.watch_stream(request))
+    /// Whether nothing is held (a first list): the decoder then does not look anything up.
+    /// Asked when the first item arrives. The default says no.
+    fn is_empty(&self) -> bool {
+        false
     }
 }
-
-#[cfg(test)]
-mod tests;

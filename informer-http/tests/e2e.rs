@@ -14,7 +14,7 @@ use informer_core::protocol::{
     DecodeKind, Failure, ListRequest, ResourceVersionMatch, Selectors, WatchEvent, WatchRequest,
 };
 use informer_http::config::{Auth, ClientIdentity};
-use informer_http::transport::{Backend, Client, ClientError, Transport};
+use informer_http::{Backend, Client, ClientError, Transport};
 use informer_http::{Config, ReqwestBackend, Resource, Secret, SmolBackend};
 use serde_json::json;
 use testcluster::{StartOptions, TestCluster};

@@ -11,9 +11,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use informer_core::object::{DynamicObject, Object};
 use informer_core::protocol::{ListRequest, WatchEvent, WatchRequest};
+use informer_http::auth::exec_runs;
 use informer_http::config::Auth;
-use informer_http::credential::exec_runs;
-use informer_http::transport::{Backend, Client, Transport};
+use informer_http::{Backend, Client, Transport};
 use informer_http::{Config, Resource};
 use testcluster::{StartOptions, TestCluster};
 

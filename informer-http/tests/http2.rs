@@ -10,7 +10,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use informer_core::object::{DynamicObject, Object};
 use informer_core::protocol::{ListRequest, WatchEvent, WatchRequest};
-use informer_http::transport::{BoxStream, Client, Transport};
+use informer_http::transport::BoxStream;
+use informer_http::{Client, Transport};
 use informer_http::{Config, ReqwestBackend, Resource};
 use testcluster::TestCluster;
 

@@ -15,9 +15,9 @@ use base64::Engine as _;
 use futures_util::StreamExt;
 use informer_core::object::{DynamicObject, Object};
 use informer_core::protocol::{ListRequest, WatchEvent, WatchRequest};
+use informer_http::auth::oidc_refreshes;
 use informer_http::config::Auth;
-use informer_http::credential::oidc_refreshes;
-use informer_http::transport::{Backend, Client, Transport};
+use informer_http::{Backend, Client, Transport};
 use informer_http::{Config, Resource};
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
 use testcluster::{StartOptions, TestCluster};
@@ -548,7 +548,7 @@ fn the_oidc_refresh_goes_through_the_configured_proxy() {
     let rt_token = e.issuer.new_refresh_token();
     let mut cfg = kubeconfig(dir.path(), &e.issuer.id_token(-60), Some(&rt_token));
     cfg.proxy_url = Some(proxy.url());
-    cfg.proxy_env = Some(informer_http::proxy::ProxyEnv::default());
+    cfg.proxy_env = Some(informer_http::config::ProxyEnv::default());
     let n = smol::block_on(async {
         Client::smol(cfg.clone())
             .unwrap()
@@ -575,7 +575,7 @@ fn the_oidc_refresh_goes_through_the_configured_proxy() {
     let rt_token = e.issuer.new_refresh_token();
     let mut cfg = kubeconfig(dir.path(), &e.issuer.id_token(-60), Some(&rt_token));
     set_issuer(&mut cfg, format!("https://oidc-issuer.test:{issuer_port}"));
-    cfg.proxy_env = Some(informer_http::proxy::ProxyEnv {
+    cfg.proxy_env = Some(informer_http::config::ProxyEnv {
         https_proxy: Some(proxy.url()),
         ..Default::default()
     });
@@ -591,7 +591,7 @@ fn the_oidc_refresh_goes_through_the_configured_proxy() {
     let rt_token = e.issuer.new_refresh_token();
     let mut cfg = kubeconfig(dir.path(), &e.issuer.id_token(-60), Some(&rt_token));
     set_issuer(&mut cfg, format!("https://oidc-issuer.test:{issuer_port}"));
-    cfg.proxy_env = Some(informer_http::proxy::ProxyEnv {
+    cfg.proxy_env = Some(informer_http::config::ProxyEnv {
         https_proxy: Some(proxy.url()),
         no_proxy: Some(".test".into()),
         ..Default::default()

@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 
 use informer_core::object::DynamicObject;
 use informer_core::protocol::{ListRequest, WatchRequest};
-use informer_http::proxy::ProxyEnv;
-use informer_http::transport::{Backend, Client, Transport};
+use informer_http::config::ProxyEnv;
+use informer_http::{Backend, Client, Transport};
 use informer_http::{Config, Resource};
 use testcluster::TestCluster;
 

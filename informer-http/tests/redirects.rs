@@ -6,7 +6,7 @@ mod support;
 
 use informer_http::config::{Auth, Secret};
 use informer_http::core::protocol::Failure;
-use informer_http::redirect::{REASON_REDIRECT_TO_OTHER_ORIGIN, REASON_TOO_MANY_REDIRECTS};
+use informer_http::net::redirect::{REASON_REDIRECT_TO_OTHER_ORIGIN, REASON_TOO_MANY_REDIRECTS};
 use informer_http::{Backend, Client, Config};
 use support::{Server, response, serve, tokio_run};
 

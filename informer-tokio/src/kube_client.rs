@@ -5,8 +5,9 @@
 use bytes::Bytes;
 use futures_util::StreamExt as _;
 use http_body_util::BodyExt as _;
+use informer_http::backend::{HttpResponse, transport_failure};
 use informer_http::core::protocol::Failure;
-use informer_http::transport::{BoxFuture, HttpResponse, transport_failure};
+use informer_http::transport::BoxFuture;
 
 /// A [`Backend`](informer_http::Backend) on a [`kube::Client`].
 #[derive(Clone)]

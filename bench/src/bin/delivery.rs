@@ -78,7 +78,10 @@ fn config_map(i: usize, rv: usize) -> Arc<DynamicObject> {
 
 fn arg(name: &str, default: usize) -> usize {
     informer_bench::arg_value(name)
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} takes a number")))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number"))
+        })
         .unwrap_or(default)
 }
 

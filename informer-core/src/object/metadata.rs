@@ -46,6 +46,10 @@ impl Object for PartialObjectMetadata {
     fn uid(&self) -> Option<&str> {
         self.metadata.uid()
     }
+    #[inline]
+    fn metadata_only() -> bool {
+        true
+    }
 }
 
 impl Labels for PartialObjectMetadata {

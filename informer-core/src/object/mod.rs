@@ -61,6 +61,73 @@ pub trait Object {
     fn key_ref(&self) -> KeyRef<'_> {
         KeyRef::new(self.namespace(), self.name())
     }
+
+    // How values of this type are read from the API server's JSON. A client's decoders ask
+    // the type through these instead of comparing type ids; the defaults suit a type that
+    // serde alone decodes.
+
+    /// A reader of this type's JSON faster than its `Deserialize`, which decoders then use
+    /// first: given text that starts at an object's `{`, the object and the bytes it took, as
+    /// `serde_json::Deserializer::from_str(text).into_iter::<Self>().next()` gives them, or
+    /// `None` to leave the text to serde_json (which must then give the same object, or the
+    /// error). `None` (the default): the type has no such reader. [`DynamicObject`] has one,
+    /// [`DynamicObject::from_json_start`].
+    fn json_start_reader() -> Option<JsonStartReader<Self>>
+    where
+        Self: Sized,
+    {
+        None
+    }
+
+    /// Whether this type holds an object's metadata only, as
+    /// [`PartialObjectMetadata`](crate::object::PartialObjectMetadata) does: a client then asks the
+    /// server for that representation instead of whole objects. `false` by default.
+    fn metadata_only() -> bool
+    where
+        Self: Sized,
+    {
+        false
+    }
+
+    /// Sets `apiVersion` and `kind` where a value lacks them. kube-apiserver leaves both out of
+    /// a list's items (they are on the list) but puts them on watch events, so a client fills
+    /// the items of a list from the resource it listed, and a type that keeps them (such as
+    /// [`DynamicObject`]) looks the same whichever way an object arrived. `None` (the
+    /// default): the type keeps no such fields, or its values always have them.
+    fn type_meta_filler() -> Option<fn(&mut Self, api_version: &str, kind: &str)>
+    where
+        Self: Sized,
+    {
+        None
+    }
+}
+
+/// A reader of JSON text that starts at an object's `{`: the object and the bytes it took, or
+/// `None` to leave the text to serde_json ([`Object::json_start_reader`]).
+pub type JsonStartReader<K> = fn(&str) -> Option<(K, usize)>;
+
+/// A type the API server's JSON is decoded into, as a watch or list decoder needs it: serde's
+/// `Deserialize`, and a reader faster than it where the type has one. Every [`Object`] is one,
+/// with the reader its [`Object::json_start_reader`] gives; so is `serde_json::Value`, for any
+/// JSON (without a reader).
+pub trait FromJson: de::DeserializeOwned {
+    /// The type's own reader, if any (see [`Object::json_start_reader`]). A decoder asks it
+    /// through this trait, so the choice is made when the decoder is compiled for the type.
+    fn fast_reader() -> Option<JsonStartReader<Self>>;
+}
+
+impl<T: Object + de::DeserializeOwned> FromJson for T {
+    #[inline]
+    fn fast_reader() -> Option<JsonStartReader<T>> {
+        T::json_start_reader()
+    }
+}
+
+impl FromJson for serde_json::Value {
+    #[inline]
+    fn fast_reader() -> Option<JsonStartReader<Self>> {
+        None
+    }
 }
 
 /// Whether `a` and `b` are the same state of one object: the same uid and the same non-empty
@@ -670,6 +737,21 @@ impl Object for DynamicObject {
     }
     fn uid(&self) -> Option<&str> {
         self.metadata.uid()
+    }
+    #[inline]
+    fn json_start_reader() -> Option<JsonStartReader<Self>> {
+        Some(DynamicObject::from_json_start)
+    }
+    #[inline]
+    fn type_meta_filler() -> Option<fn(&mut Self, api_version: &str, kind: &str)> {
+        Some(|obj, api_version, kind| {
+            if obj.api_version.is_none() {
+                obj.api_version = Some(api_version.into());
+            }
+            if obj.kind.is_none() {
+                obj.kind = Some(kind.into());
+            }
+        })
     }
 }
 

@@ -4,13 +4,11 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::Secret;
-use crate::credential::ExecCache;
+use super::{Secret, SourceId};
 
 /// The `client.authentication.k8s.io` version a plugin speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,7 +88,8 @@ pub struct ExecConfig {
     pub user: String,
     /// The kubeconfig file defining it.
     pub kubeconfig: PathBuf,
-    pub(crate) cache: Arc<ExecCache>,
+    /// Which source this is: shared by its clones, so they share its credential.
+    pub(crate) source: SourceId,
 }
 
 impl ExecConfig {
@@ -107,7 +106,7 @@ impl ExecConfig {
             timeout: Duration::from_secs(60),
             user: user.into(),
             kubeconfig: PathBuf::new(),
-            cache: Arc::default(),
+            source: SourceId::new(),
         }
     }
 }
@@ -257,6 +256,6 @@ pub(crate) fn parse(
         timeout,
         user: user.to_string(),
         kubeconfig,
-        cache: Arc::default(),
+        source: SourceId::new(),
     })
 }

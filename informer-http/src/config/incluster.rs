@@ -2,14 +2,12 @@
 
 use std::path::Path;
 
-use super::{Auth, Config, ConfigError, check_certs};
-
-/// Where Kubernetes mounts the service account: `token`, `ca.crt`, `namespace`.
-pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+use super::{Auth, Config, check_certs};
+use crate::error::ConfigError;
 
 /// In-cluster configuration from a service-account directory `root` (normally
-/// [`SERVICE_ACCOUNT_DIR`]) and the values of `KUBERNETES_SERVICE_HOST` and
-/// `KUBERNETES_SERVICE_PORT`.
+/// [`SERVICE_ACCOUNT_DIR`](super::SERVICE_ACCOUNT_DIR)) and the values of
+/// `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT`.
 ///
 /// The token is re-read from `root/token` before every request, as kubelet rotates it.
 pub fn incluster_from(

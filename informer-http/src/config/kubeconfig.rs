@@ -371,12 +371,10 @@ impl Kubeconfig {
         cfg.tls_server_name = c.tls_server_name.clone().filter(|s| !s.is_empty());
         cfg.proxy_url = c.proxy_url.clone().filter(|s| !s.is_empty());
         if let Some(url) = &cfg.proxy_url {
-            crate::proxy::Proxy::parse(url, "proxy-url").map_err(|e| {
-                ConfigError::InvalidField {
-                    path: cfile.clone(),
-                    field: cfield("proxy-url"),
-                    message: e.to_string(),
-                }
+            super::Proxy::parse(url, "proxy-url").map_err(|e| ConfigError::InvalidField {
+                path: cfile.clone(),
+                field: cfield("proxy-url"),
+                message: e.to_string(),
             })?;
         }
         cfg.root_ca_pem = load(

@@ -7,17 +7,23 @@
 use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
 
 mod exec;
 mod incluster;
 mod kubeconfig;
 mod oidc;
+mod proxy;
 
 pub use exec::{ExecApiVersion, ExecClusterInfo, ExecConfig, InteractiveMode};
 
-pub use incluster::{SERVICE_ACCOUNT_DIR, incluster_from};
+pub use incluster::incluster_from;
 pub use kubeconfig::Kubeconfig;
 pub use oidc::OidcConfig;
+pub use proxy::{Proxy, ProxyEnv};
+
+pub use crate::error::ConfigError;
+pub use crate::well_known::SERVICE_ACCOUNT_DIR;
 
 /// A value that must not be shown: `Debug` prints `Secret(<redacted>)`.
 ///
@@ -57,6 +63,42 @@ impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Secret<T> {
         T::deserialize(d)
             .map(Secret)
             .map_err(|_| D::Error::custom("invalid value (not shown: it is a credential)"))
+    }
+}
+
+/// The identity of one credential source ([`ExecConfig`], [`OidcConfig`]): its clones carry the
+/// same one, a newly parsed or built source a new one. It is no state: the credential layer
+/// (`auth`) keeps each source's cached credential under it, so the clones of a
+/// configuration, and the clients and backends built from them, share what a plugin run or a
+/// refresh gave.
+#[derive(Clone)]
+pub(crate) struct SourceId(Arc<()>);
+
+impl SourceId {
+    /// A new source.
+    pub(crate) fn new() -> SourceId {
+        SourceId(Arc::new(()))
+    }
+
+    /// A number no other live source has.
+    pub(crate) fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    /// Tells, without keeping the source alive, whether a clone of it is left.
+    pub(crate) fn watch(&self) -> SourceWatch {
+        SourceWatch(Arc::downgrade(&self.0))
+    }
+}
+
+/// See [`SourceId::watch`]. While it exists, no other source gets this one's
+/// [`SourceId::key`].
+pub(crate) struct SourceWatch(Weak<()>);
+
+impl SourceWatch {
+    /// Whether a clone of the source is left.
+    pub(crate) fn is_live(&self) -> bool {
+        self.0.strong_count() > 0
     }
 }
 
@@ -137,11 +179,11 @@ pub struct Config {
     /// The namespace of the context (or the service account), `default` when unset.
     pub default_namespace: String,
     /// The kubeconfig cluster's `proxy-url`: every request goes through it (see
-    /// [`crate::proxy`]).
+    /// `net::proxy`).
     pub proxy_url: Option<String>,
     /// The proxy environment variables to honour; `None`: this process's, read when a backend
     /// is built.
-    pub proxy_env: Option<crate::proxy::ProxyEnv>,
+    pub proxy_env: Option<ProxyEnv>,
     /// Offer HTTP/2 (ALPN `h2`) and, when the server takes it, send every request of the client
     /// over one multiplexed connection (on by default; both backends). `false`: HTTP/1.1 only,
     /// one connection per open watch.
@@ -166,7 +208,7 @@ impl fmt::Debug for Config {
                 &self
                     .proxy_url
                     .as_deref()
-                    .map(|u| crate::proxy::Proxy::parse(u, "proxy-url").map(|p| p.shown)),
+                    .map(|u| Proxy::parse(u, "proxy-url").map(|p| p.shown)),
             )
             .field("proxy_env", &self.proxy_env.as_ref().map(|_| "<set>"))
             .field("http2", &self.http2)
@@ -232,176 +274,6 @@ impl Config {
             std::env::var_os("HOME").as_deref().map(Path::new),
             Config::incluster,
         )
-    }
-
-    /// The `Authorization` header value for the next request, if any: reads a token file, or
-    /// runs an exec plugin on this thread when its cached credential has expired (for blocking
-    /// programs; [`Client`](crate::Client) does the same without blocking).
-    pub fn authorization(&self) -> Result<Option<Secret<String>>, ConfigError> {
-        crate::credential::authorization_blocking(self).map_err(ConfigError::Credential)
-    }
-}
-
-/// A configuration that could not be loaded. Names the file and the field at fault.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// No kubeconfig file exists at any of the places looked at.
-    NoKubeconfig {
-        /// The paths tried.
-        tried: Vec<PathBuf>,
-    },
-    /// A file could not be read.
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// A kubeconfig file is not valid YAML of the expected shape.
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// What the parser said (with the position and the field path where it knows them).
-        message: String,
-    },
-    /// A required field is missing.
-    MissingField {
-        /// The kubeconfig file (the one defining the entry concerned).
-        path: PathBuf,
-        /// The field, e.g. `clusters[prod].cluster.server`.
-        field: String,
-    },
-    /// A field has an unusable value.
-    InvalidField {
-        /// The kubeconfig file (or the in-cluster file).
-        path: PathBuf,
-        /// The field, e.g. `users[admin].user.client-key-data`.
-        field: String,
-        /// What is wrong with it.
-        message: String,
-    },
-    /// A context, cluster or user referred to by name does not exist in any file.
-    NotFound {
-        /// The file holding the reference (the first kubeconfig file when it came from the
-        /// caller).
-        path: PathBuf,
-        /// The referring field, e.g. `contexts[dev].context.cluster`.
-        field: String,
-        /// The name looked for.
-        name: String,
-    },
-    /// A feature of the kubeconfig format this crate does not implement (an `auth-provider`
-    /// other than `oidc`).
-    Unsupported {
-        /// The kubeconfig file.
-        path: PathBuf,
-        /// The field, e.g. `users[gke].user.exec`.
-        field: String,
-    },
-    /// A cluster gives a certificate authority (`certificate-authority` or
-    /// `certificate-authority-data`) and also `insecure-skip-tls-verify: true`: which one was
-    /// meant is unknowable, so the configuration is refused, as kubectl refuses it.
-    InsecureWithCertificateAuthority {
-        /// The kubeconfig file defining the cluster.
-        path: PathBuf,
-        /// The cluster's name.
-        cluster: String,
-    },
-    /// In-cluster configuration asked for outside a pod: an environment variable is unset.
-    MissingEnv {
-        /// The variable, e.g. `KUBERNETES_SERVICE_HOST`.
-        var: &'static str,
-    },
-    /// [`Config::infer`] found nothing usable: no kubeconfig file exists and in-cluster
-    /// configuration failed.
-    NoConfig {
-        /// The kubeconfig files looked for, none of which exists: the `$KUBECONFIG` entries,
-        /// or `~/.kube/config` when `$KUBECONFIG` is unset or empty (none when `$HOME` is
-        /// unset too).
-        kubeconfig_paths: Vec<PathBuf>,
-        /// Whether `kubeconfig_paths` came from `$KUBECONFIG`.
-        from_kubeconfig_env: bool,
-        /// Why in-cluster configuration failed: [`MissingEnv`](Self::MissingEnv) for
-        /// `KUBERNETES_SERVICE_HOST`/`_PORT`, or an error naming the service-account file
-        /// under [`SERVICE_ACCOUNT_DIR`].
-        incluster: Box<ConfigError>,
-    },
-    /// No credential could be had (a token file unreadable, an exec plugin failing).
-    Credential(crate::credential::CredentialError),
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::NoKubeconfig { tried } => {
-                write!(f, "no kubeconfig found (tried {tried:?})")
-            }
-            ConfigError::Io { path, source } => write!(f, "{}: {source}", path.display()),
-            ConfigError::Parse { path, message } => write!(f, "{}: {message}", path.display()),
-            ConfigError::MissingField { path, field } => {
-                write!(f, "{}: missing field {field}", path.display())
-            }
-            ConfigError::InvalidField {
-                path,
-                field,
-                message,
-            } => write!(f, "{}: invalid {field}: {message}", path.display()),
-            ConfigError::NotFound { path, field, name } => {
-                write!(f, "{}: {field}: no entry named {name:?}", path.display())
-            }
-            ConfigError::Unsupported { path, field } => {
-                write!(f, "{}: {field}: not supported", path.display())
-            }
-            ConfigError::InsecureWithCertificateAuthority { path, cluster } => write!(
-                f,
-                "{}: clusters[{cluster}].cluster: specifying a root certificates file with the \
-                 insecure flag is not allowed: remove certificate-authority(-data) or \
-                 insecure-skip-tls-verify",
-                path.display()
-            ),
-            ConfigError::MissingEnv { var } => {
-                write!(f, "not running in a cluster: {var} is not set")
-            }
-            ConfigError::NoConfig {
-                kubeconfig_paths,
-                from_kubeconfig_env,
-                incluster,
-            } => {
-                f.write_str("no Kubernetes configuration found: ")?;
-                match (kubeconfig_paths.as_slice(), from_kubeconfig_env) {
-                    ([], true) => f.write_str("$KUBECONFIG names no file")?,
-                    ([], false) => {
-                        f.write_str("no kubeconfig to look for ($KUBECONFIG and $HOME unset)")?
-                    }
-                    (paths, env) => {
-                        f.write_str("no kubeconfig at ")?;
-                        for (i, p) in paths.iter().enumerate() {
-                            let sep = if i > 0 { ", " } else { "" };
-                            write!(f, "{sep}{}", p.display())?;
-                        }
-                        f.write_str(if *env {
-                            " (from $KUBECONFIG)"
-                        } else {
-                            " ($KUBECONFIG unset)"
-                        })?;
-                    }
-                }
-                write!(f, "; in-cluster ({SERVICE_ACCOUNT_DIR}): {incluster}")
-            }
-            ConfigError::Credential(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ConfigError::Io { source, .. } => Some(source),
-            ConfigError::NoConfig { incluster, .. } => Some(&**incluster),
-            ConfigError::Credential(e) => Some(e),
-            _ => None,
-        }
     }
 }
 

@@ -3,12 +3,10 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::Secret;
-use crate::credential::OidcCache;
+use super::{Secret, SourceId};
 
 /// An OIDC identity: an `id-token` used as the bearer token, refreshed through the issuer's
 /// token endpoint (found in its discovery document) with the `refresh-token` once it has
@@ -38,7 +36,8 @@ pub struct OidcConfig {
     pub user: String,
     /// The kubeconfig file defining it.
     pub kubeconfig: PathBuf,
-    pub(crate) cache: Arc<OidcCache>,
+    /// Which source this is: shared by its clones, so they share its credential.
+    pub(crate) source: SourceId,
 }
 
 impl OidcConfig {
@@ -54,7 +53,7 @@ impl OidcConfig {
             extra_scopes: Vec::new(),
             user: user.into(),
             kubeconfig: PathBuf::new(),
-            cache: Arc::default(),
+            source: SourceId::new(),
         }
     }
 }
@@ -161,6 +160,6 @@ pub(crate) fn parse(
             .collect(),
         user: user.to_string(),
         kubeconfig,
-        cache: Arc::default(),
+        source: SourceId::new(),
     })
 }

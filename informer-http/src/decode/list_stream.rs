@@ -7,9 +7,8 @@
 
 use std::sync::Arc;
 
-use informer_core::object::JsonIdentity;
+use informer_core::object::{FromJson, JsonIdentity};
 use informer_core::protocol::ListPage;
-use serde::de::DeserializeOwned;
 
 use super::{DecodeError, KnownObjects, ListMeta, object_error, straight_object};
 
@@ -210,7 +209,7 @@ impl<K> std::fmt::Debug for Known<K> {
     }
 }
 
-impl<K: DeserializeOwned + 'static> Default for ListDecoder<K> {
+impl<K: FromJson> Default for ListDecoder<K> {
     fn default() -> Self {
         ListDecoder::new()
     }
@@ -296,7 +295,7 @@ fn check_syntax(bytes: &[u8]) -> Result<(), DecodeError> {
         .map_err(|e| malformed(format!("list item: {e}")))
 }
 
-impl<K: DeserializeOwned + 'static> ListDecoder<K> {
+impl<K: FromJson> ListDecoder<K> {
     /// A decoder at the start of a body.
     pub fn new() -> Self {
         ListDecoder {

@@ -4,6 +4,7 @@
 //! decoder skips, cut into random chunks.
 
 use super::*;
+use informer_core::object::FromJson;
 use serde_json::value::RawValue;
 
 #[derive(Deserialize)]
@@ -152,10 +153,7 @@ fn show<K: fmt::Debug>(r: &Result<ListPage<K>, DecodeError>) -> String {
 }
 
 /// Streams `body` cut at `cuts` (positions, any order) through a [`ListDecoder`].
-fn streamed<K: DeserializeOwned + 'static>(
-    body: &[u8],
-    cuts: &[usize],
-) -> Result<ListPage<K>, DecodeError> {
+fn streamed<K: FromJson>(body: &[u8], cuts: &[usize]) -> Result<ListPage<K>, DecodeError> {
     let mut points: Vec<usize> = cuts.iter().map(|&c| c.min(body.len())).collect();
     points.sort_unstable();
     let mut d = ListDecoder::<K>::new();
@@ -227,9 +225,7 @@ fn random_cuts(len: usize, seed: u64) -> Vec<usize> {
 
 /// Decodes `body` every way (serde_json, whole, byte by byte, in threes, in random chunks) and
 /// checks they agree; returns the streamed result.
-fn all_ways<K: DeserializeOwned + fmt::Debug + 'static>(
-    body: &[u8],
-) -> Result<ListPage<K>, DecodeError> {
+fn all_ways<K: FromJson + fmt::Debug>(body: &[u8]) -> Result<ListPage<K>, DecodeError> {
     let reference = show(&oracle::<K>(body));
     let whole = decode_list::<K>(body);
     assert_eq!(

@@ -1,4 +1,4 @@
-//! The reqwest backend (tokio). TLS is the shared rustls configuration ([`crate::tls`]).
+//! The reqwest backend (tokio). TLS is the shared rustls configuration ([`crate::net::tls`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,9 +9,12 @@ use bytes::Bytes;
 use futures_util::stream;
 use informer_core::protocol::Failure;
 
+use super::{Backend, HttpResponse, transport_failure};
+use crate::addr::ServerAddr;
+use crate::auth::ExecCert;
 use crate::config::Config;
-use crate::transport::{Backend, BoxFuture, ClientError, HttpResponse, ServerAddr};
-use crate::transport::{Client, transport_failure};
+use crate::error::ClientError;
+use crate::transport::BoxFuture;
 
 /// A [`Backend`] on reqwest: needs a tokio runtime. HTTP/2 where the server offers it (ALPN),
 /// all requests of a client multiplexed over one connection, else HTTP/1.1 ([`Config::http2`]);
@@ -20,7 +23,7 @@ use crate::transport::{Client, transport_failure};
 ///
 /// The TLS configuration always carries its crypto provider (ring), for `http://` servers too:
 /// building one never needs a process-wide default provider. Redirects are followed as
-/// [`crate::redirect`] says: within the server's origin only.
+/// [`crate::net::redirect`] says: within the server's origin only.
 ///
 /// When an exec plugin hands out a different client certificate, the backend starts a new
 /// reqwest client (and so new connections) for the requests that follow: connections made
@@ -30,7 +33,7 @@ pub struct ReqwestBackend {
     client: Arc<Mutex<(u64, Built)>>,
     base: String,
     /// Kept to build the client again after a certificate rotation (exec plugins only).
-    rebuild: Option<(Arc<Config>, Arc<crate::credential::ExecCache>)>,
+    rebuild: Option<(Arc<Config>, ExecCert)>,
 }
 
 impl std::fmt::Debug for ReqwestBackend {
@@ -153,12 +156,10 @@ where
 impl ReqwestBackend {
     /// A backend for `config`'s server.
     pub fn new(config: &Config) -> Result<ReqwestBackend, ClientError> {
-        let (client, base) = build(config)?;
-        let rebuild = match &config.auth {
-            crate::config::Auth::Exec(e) => Some((Arc::new(config.clone()), e.cache.clone())),
-            _ => None,
-        };
-        let generation = rebuild.as_ref().map_or(0, |(_, e)| e.cert_generation());
+        let exec = ExecCert::of(config);
+        let (client, base) = build(config, exec.as_ref())?;
+        let rebuild = exec.map(|e| (Arc::new(config.clone()), e));
+        let generation = rebuild.as_ref().map_or(0, |(_, e)| e.generation());
         Ok(ReqwestBackend {
             client: Arc::new(Mutex::new((generation, client))),
             base,
@@ -171,9 +172,10 @@ impl ReqwestBackend {
     fn client(&self) -> Result<Built, Failure> {
         let mut current = self.client.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((config, exec)) = &self.rebuild {
-            let generation = exec.cert_generation();
+            let generation = exec.generation();
             if generation != current.0 {
-                let (client, _) = build(config).map_err(|e| Failure::other(e.to_string()))?;
+                let (client, _) =
+                    build(config, Some(exec)).map_err(|e| Failure::other(e.to_string()))?;
                 *current = (generation, client);
             }
         }
@@ -181,8 +183,9 @@ impl ReqwestBackend {
     }
 }
 
-/// The reqwest client for `config`, and the base URL requests go to.
-fn build(config: &Config) -> Result<(Built, String), ClientError> {
+/// The reqwest client for `config` (with `exec`, its exec plugin's client certificate), and
+/// the base URL requests go to.
+fn build(config: &Config, exec: Option<&ExecCert>) -> Result<(Built, String), ClientError> {
     {
         let addr = ServerAddr::parse(&config.server)?;
         let first = Arc::new(FirstConnection::default());
@@ -195,7 +198,7 @@ fn build(config: &Config) -> Result<(Built, String), ClientError> {
             .redirect(redirect_policy());
         // Our own resolution of proxy-url / HTTPS_PROXY / NO_PROXY (client-go's precedence,
         // the same as the smol backend's), never reqwest's own reading of the environment.
-        builder = match crate::proxy::proxy_for(config)? {
+        builder = match crate::net::proxy::proxy_for(config)? {
             None => builder.no_proxy(),
             Some(p) => {
                 let scheme = if p.tls { "https" } else { "http" };
@@ -218,7 +221,7 @@ fn build(config: &Config) -> Result<(Built, String), ClientError> {
                 .http2_keep_alive_interval(Duration::from_secs(30))
                 .http2_keep_alive_timeout(Duration::from_secs(15))
                 .http2_keep_alive_while_idle(true)
-                .http2_max_frame_size(crate::backend::H2_MAX_FRAME_SIZE)
+                .http2_max_frame_size(super::H2_MAX_FRAME_SIZE)
         } else {
             builder.http1_only()
         };
@@ -233,9 +236,9 @@ fn build(config: &Config) -> Result<(Built, String), ClientError> {
             // reqwest builds a TLS configuration even for plain HTTP; without one given, it
             // asks rustls for the process-wide default provider and panics when none is
             // installed (reqwest is built with `rustls-no-provider`).
-            builder = builder.tls_backend_preconfigured(crate::tls::plain_http_config()?);
+            builder = builder.tls_backend_preconfigured(crate::net::tls::plain_http_config()?);
         } else {
-            let tls = crate::tls::client_config(config, alpn)?;
+            let tls = crate::net::tls::client_config(config, alpn, exec.map(ExecCert::resolver))?;
             builder = builder.tls_backend_preconfigured(tls);
             if let Some(name) = config.tls_server_name.as_deref() {
                 // Verify against `name` while connecting to the configured address.
@@ -294,11 +297,11 @@ impl Backend for ReqwestBackend {
 }
 
 /// Follows redirects within the origin of the request's first URL, at most
-/// [`MAX_REDIRECTS`](crate::redirect::MAX_REDIRECTS) of them; anything else fails the request
+/// [`MAX_REDIRECTS`](crate::net::redirect::MAX_REDIRECTS) of them; anything else fails the request
 /// with a [`RedirectRefused`] carrying its failure. reqwest keeps the `Authorization` header on
 /// a redirect to the same origin.
 fn redirect_policy() -> reqwest::redirect::Policy {
-    use crate::redirect::{MAX_REDIRECTS, other_origin, too_many};
+    use crate::net::redirect::{MAX_REDIRECTS, other_origin, too_many};
     reqwest::redirect::Policy::custom(|attempt| {
         let status = attempt.status();
         let next = attempt.url();
@@ -352,13 +355,6 @@ fn refused_redirect(err: &reqwest::Error) -> Option<Failure> {
         src = e.source();
     }
     None
-}
-
-impl Client<ReqwestBackend> {
-    /// A client on the reqwest backend (needs a tokio runtime to run requests).
-    pub fn reqwest(config: Config) -> Result<Client<ReqwestBackend>, ClientError> {
-        Ok(Client::new(ReqwestBackend::new(&config)?, config))
-    }
 }
 
 #[cfg(test)]

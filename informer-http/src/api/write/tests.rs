@@ -1,8 +1,9 @@
 use super::*;
-use crate::backend::{BoxFuture, HttpResponse};
+use crate::backend::HttpResponse;
 use crate::client::Client;
 use crate::config::Config;
 use crate::resource::Resource;
+use crate::transport::BoxFuture;
 use bytes::Bytes;
 use futures_util::stream;
 use informer_core::object::DynamicObject;

@@ -1,8 +1,11 @@
 use super::*;
+use crate::backend::HttpResponse;
+use crate::client::Client;
 use crate::config::Config;
 use crate::config::{Auth, Secret};
 use crate::decode::DecodeError;
 use crate::resource::Resource;
+use crate::transport::{BoxFuture, Transport};
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
 use informer_core::object::DynamicObject;
@@ -296,29 +299,6 @@ fn watch_failures() {
         ),
         "{results:?}"
     );
-}
-
-#[test]
-fn server_addresses() {
-    let a = ServerAddr::parse("https://127.0.0.1:6443").unwrap();
-    assert_eq!(
-        (a.tls, a.host.as_str(), a.port, a.authority.as_str()),
-        (true, "127.0.0.1", 6443, "127.0.0.1:6443")
-    );
-    let a = ServerAddr::parse("https://[::1]:8443/prefix/").unwrap();
-    assert_eq!(
-        (
-            a.host.as_str(),
-            a.authority.as_str(),
-            a.path_prefix.as_str()
-        ),
-        ("::1", "[::1]:8443", "/prefix")
-    );
-    let a = ServerAddr::parse("http://kube").unwrap();
-    assert_eq!((a.tls, a.port), (false, 80));
-    assert_eq!(ServerAddr::parse("https://kube").unwrap().port, 443);
-    assert!(ServerAddr::parse("ftp://x").is_err());
-    assert!(ServerAddr::parse("not a url").is_err());
 }
 
 /// The streaming-list path (Kubernetes 1.27+, not in the v1.20 test cluster) against a scripted

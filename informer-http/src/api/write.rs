@@ -26,8 +26,9 @@ use informer_core::protocol::{Failure, Status};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::api::{Api, MAX_LIST_BODY};
+use super::Api;
 use crate::backend::Backend;
+use crate::client::MAX_LIST_BODY;
 use crate::request::{collection_path, object_path, percent_encode_into};
 use crate::status::{StatusCause, StatusObject};
 

@@ -7,8 +7,10 @@ use informer_core::object::Object;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
+use super::Api;
+use crate::backend::Backend;
+use crate::client::Client;
 use crate::resource::{HasResource, Resource};
-use crate::transport::{Api, Backend, Client};
 
 /// A k8s-openapi resource type as an informer object: `Api<K8s<ConfigMap>, _>`.
 ///

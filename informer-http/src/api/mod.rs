@@ -1,5 +1,14 @@
-//! [`Api`]: list and watch of one resource through a [`Client`], decoded as the informer's
-//! object type.
+//! The top floor: [`Api`], one resource through a [`Client`]. List and watch, decoded as the
+//! informer's object type (the [`Transport`] the runtime adapters drive, and
+//! [`Client::api`]); writes ([`write`](mod@write): create, replace, patch, delete);
+//! k8s-openapi types as objects (`K8s`, feature `k8s-openapi`).
+
+#[cfg(feature = "k8s-openapi")]
+mod k8s;
+pub mod write;
+
+#[cfg(feature = "k8s-openapi")]
+pub use k8s::K8s;
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -7,24 +16,21 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
-use informer_core::object::PartialObjectMetadata;
-use informer_core::object::{DynamicObject, Object};
+use informer_core::object::{FromJson, Object};
 use informer_core::protocol::{
     DecodeFailure, DecodeKind, Failure, ListPage, ListRequest, WatchEvent, WatchRequest,
 };
 use serde::de::DeserializeOwned;
 
-use crate::backend::{Backend, BoxStream, HttpResponse};
-use crate::client::{Client, error_failure};
-use crate::decode::{DEFAULT_MAX_LINE, DecodeError, KnownObjects, ListDecoder, WatchDecoder};
+use crate::backend::{Backend, HttpResponse};
+use crate::client::{Client, MAX_LIST_BODY, error_failure};
+use crate::decode::{DEFAULT_MAX_LINE, DecodeError, ListDecoder, WatchDecoder};
 use crate::request::{list_url, watch_url};
 use crate::resource::Resource;
-
-/// Largest list body accepted (1 GiB).
-pub const MAX_LIST_BODY: usize = 1 << 30;
+use crate::transport::{BoxFuture, BoxStream, KnownObjects, Transport};
 
 /// List and watch of one resource (in one namespace or all), decoding objects as `K`: the
-/// [`Transport`](crate::Transport) the runtime adapters use.
+/// [`Transport`] the runtime adapters use.
 pub struct Api<K, B> {
     client: Client<B>,
     resource: Resource,
@@ -52,6 +58,13 @@ impl<K, B> fmt::Debug for Api<K, B> {
             .field("namespace", &self.namespace)
             .field("max_line", &self.max_line)
             .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Client<B> {
+    /// An [`Api`] for `resource` in `namespace` (`None`: all namespaces, or cluster-scoped).
+    pub fn api<K>(&self, resource: Resource, namespace: Option<&str>) -> Api<K, B> {
+        Api::new(self.clone(), resource, namespace)
     }
 }
 
@@ -106,14 +119,10 @@ where
     K: DeserializeOwned + Object + Send + Sync + 'static,
     B: Backend,
 {
-    /// An informer of [`PartialObjectMetadata`] asks the server for metadata only.
-    fn metadata_only() -> bool {
-        std::any::TypeId::of::<K>() == std::any::TypeId::of::<PartialObjectMetadata>()
-    }
-
-    /// A `GET` of `url`, for metadata only when `K` is [`PartialObjectMetadata`].
+    /// A `GET` of `url`, for metadata only when `K` holds only that
+    /// ([`Object::metadata_only`]: `PartialObjectMetadata`).
     async fn get_url(&self, url: &str, metadata_accept: &str) -> Result<HttpResponse, Failure> {
-        if Self::metadata_only() {
+        if K::metadata_only() {
             self.client.get_accepting(url, metadata_accept).await
         } else {
             self.client.send(http::Method::GET, url, None).await
@@ -184,25 +193,17 @@ where
     }
 
     /// kube-apiserver leaves `apiVersion` and `kind` out of list items (they are on the list);
-    /// watch events carry them. So that cached [`DynamicObject`]s look the same whichever way
-    /// they arrived, list items of that type get them from the resource.
+    /// watch events carry them. So that cached objects of a type keeping them (such as
+    /// `DynamicObject`) look the same whichever way they arrived, list items get them from
+    /// the resource ([`Object::type_meta_filler`]; nothing to do for other types).
     fn fill_type_meta(&self, items: &mut [Arc<K>]) {
-        use std::any::Any;
-        if std::any::TypeId::of::<K>() != std::any::TypeId::of::<DynamicObject>() {
+        let Some(fill) = K::type_meta_filler() else {
             return;
-        }
-        let api_version: informer_core::object::CompactString = self.resource.api_version().into();
+        };
+        let api_version = self.resource.api_version();
         for item in items {
-            let Some(obj) = Arc::get_mut(item) else {
-                continue;
-            };
-            if let Some(d) = (obj as &mut dyn Any).downcast_mut::<DynamicObject>() {
-                if d.api_version.is_none() {
-                    d.api_version = Some(api_version.clone());
-                }
-                if d.kind.is_none() {
-                    d.kind = Some(self.resource.kind.as_ref().into());
-                }
+            if let Some(obj) = Arc::get_mut(item) {
+                fill(obj, &api_version, &self.resource.kind);
             }
         }
     }
@@ -231,9 +232,9 @@ where
         Ok(watch_results(resp.body, WatchDecoder::new(self.max_line)))
     }
 
-    /// Opens a watch stream of events, as [`Transport::watch`](crate::Transport::watch) hands it out: the first line
+    /// Opens a watch stream of events, as [`Transport::watch`] hands it out: the first line
     /// that cannot be decoded becomes `WatchEvent::Error(Failure::Decode(..))` and ends the
-    /// stream (see [`Transport`](crate::Transport)).
+    /// stream (see [`Transport`]).
     pub async fn watch_stream(
         &self,
         request: &WatchRequest,
@@ -273,7 +274,7 @@ pub fn end_at_first_decode_error<K: Send + Sync + 'static>(
 /// A transport error while reading ends the stream: silently when the connection was closed or
 /// reset (as client-go treats a probable EOF: the reflector watches again from where it was),
 /// else after a [`WatchEvent::Error`] carrying it.
-pub fn watch_results<K: DeserializeOwned + Send + 'static>(
+pub fn watch_results<K: FromJson + Send + 'static>(
     body: BoxStream<'static, Result<Bytes, Failure>>,
     decoder: WatchDecoder<K>,
 ) -> BoxStream<'static, Result<WatchEvent<K>, DecodeError>> {
@@ -314,3 +315,31 @@ pub fn watch_results<K: DeserializeOwned + Send + 'static>(
         }
     }))
 }
+
+impl<K, B> Transport<K> for Api<K, B>
+where
+    K: DeserializeOwned + Object + Send + Sync + 'static,
+    B: Backend,
+{
+    fn list<'a>(&'a self, request: &'a ListRequest) -> BoxFuture<'a, Result<ListPage<K>, Failure>> {
+        Box::pin(self.list_page(request))
+    }
+
+    fn list_known<'a>(
+        &'a self,
+        request: &'a ListRequest,
+        known: Arc<dyn KnownObjects<K>>,
+    ) -> BoxFuture<'a, Result<ListPage<K>, Failure>> {
+        Box::pin(self.list_page_known(request, known))
+    }
+
+    fn watch<'a>(
+        &'a self,
+        request: &'a WatchRequest,
+    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<K>>, Failure>> {
+        Box::pin(self.watch_stream(request))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -2,17 +2,22 @@
 //! arrives; [`transport_failure`] maps a backend's errors to [`Failure`]s.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 
 use bytes::Bytes;
-use futures_util::stream::{Stream, StreamExt};
+use futures_util::stream::StreamExt;
 use informer_core::protocol::Failure;
 
-/// A boxed, `Send` future.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-/// A boxed, `Send` stream.
-pub type BoxStream<'a, T> = Pin<Box<dyn Stream<Item = T> + Send + 'a>>;
+use crate::transport::{BoxFuture, BoxStream};
+
+#[cfg(feature = "tokio")]
+mod reqwest;
+#[cfg(feature = "smol")]
+mod smol;
+
+#[cfg(feature = "tokio")]
+pub use self::reqwest::ReqwestBackend;
+#[cfg(feature = "smol")]
+pub use self::smol::{SmolBackend, h1};
 
 /// An HTTP response whose body is still arriving.
 pub struct HttpResponse {
@@ -52,7 +57,7 @@ impl HttpResponse {
 }
 
 /// Moves bytes: sends one HTTP request to the API server and hands back the response as it
-/// arrives. Everything Kubernetes-specific lives above it, in [`Client`](crate::Client) and [`Api`](crate::Api).
+/// arrives. Everything Kubernetes-specific lives above it, in `Client` and `Api`.
 ///
 /// The request's URI is a path and query (`/api/v1/pods?watch=true`); the backend knows the
 /// server's address and TLS settings. It maps a refused connection to
@@ -94,8 +99,8 @@ pub fn transport_failure(what: &str, err: &(dyn std::error::Error + 'static)) ->
         note(io);
     }
     #[cfg(feature = "smol")]
-    if let Some(h1) = err.downcast_ref::<crate::h1::H1Error>() {
-        closed |= *h1 == crate::h1::H1Error::UnexpectedEof;
+    if let Some(h1) = err.downcast_ref::<self::smol::h1::H1Error>() {
+        closed |= *h1 == self::smol::h1::H1Error::UnexpectedEof;
     }
     if refused {
         Failure::ConnectionRefused(msg)

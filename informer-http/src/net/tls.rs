@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use rustls::client::ResolvesClientCert;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
@@ -13,7 +14,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 
 use crate::config::Config;
-use crate::transport::ClientError;
+use crate::error::ClientError;
 
 /// The crypto provider used for every connection (ring).
 pub fn provider() -> Arc<CryptoProvider> {
@@ -22,8 +23,15 @@ pub fn provider() -> Arc<CryptoProvider> {
 
 /// Builds the TLS client configuration for `config`.
 ///
-/// `alpn` is the list of ALPN protocols to offer (e.g. `[b"http/1.1"]`).
-pub fn client_config(config: &Config, alpn: &[&[u8]]) -> Result<rustls::ClientConfig, ClientError> {
+/// `alpn` is the list of ALPN protocols to offer (e.g. `[b"http/1.1"]`). `exec_cert` is the
+/// client certificate of an exec plugin (from the credential layer), asked for at every
+/// handshake as it can change; session resumption is then off. Without it, `config`'s own
+/// client certificate, if any.
+pub fn client_config(
+    config: &Config,
+    alpn: &[&[u8]],
+    exec_cert: Option<Arc<dyn ResolvesClientCert>>,
+) -> Result<rustls::ClientConfig, ClientError> {
     if config.insecure_skip_tls_verify && config.root_ca_pem.is_some() {
         // As client-go: which of the two was meant cannot be known.
         return Err(ClientError::Tls(
@@ -69,14 +77,9 @@ pub fn client_config(config: &Config, alpn: &[&[u8]]) -> Result<rustls::ClientCo
         }
         builder.with_root_certificates(roots)
     };
-    let mut tls = match (&config.auth, &config.client_identity) {
-        (crate::config::Auth::Exec(exec), _) => {
-            // The plugin's certificate, whatever it is at the time of each handshake (the
-            // plugin runs before the first request and again when its answer expires). No
-            // session resumption: a resumed session keeps the identity of the handshake it
-            // resumes, so a rotated certificate would never reach the server (client-go's TLS
-            // client resumes no sessions either).
-            let mut tls = builder.with_client_cert_resolver(Arc::new(ExecCert(exec.cache.clone())));
+    let mut tls = match (exec_cert, &config.client_identity) {
+        (Some(resolver), _) => {
+            let mut tls = builder.with_client_cert_resolver(resolver);
             tls.resumption = rustls::client::Resumption::disabled();
             tls
         }
@@ -98,23 +101,6 @@ pub fn client_config(config: &Config, alpn: &[&[u8]]) -> Result<rustls::ClientCo
 }
 
 /// The client certificate of an exec plugin (none when it gives only tokens).
-#[derive(Debug)]
-struct ExecCert(Arc<crate::credential::ExecCache>);
-
-impl rustls::client::ResolvesClientCert for ExecCert {
-    fn resolve(
-        &self,
-        _root_hint_subjects: &[&[u8]],
-        _sigschemes: &[SignatureScheme],
-    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        self.0.cert()
-    }
-
-    fn has_certs(&self) -> bool {
-        true
-    }
-}
-
 /// A TLS configuration for a client whose server is plain `http://`: no connection ever uses
 /// it, but an HTTP library that supports TLS wants one, and without it would look for the
 /// process-wide default provider (and panic when there is none). Trusts no root at all.
@@ -182,9 +168,9 @@ mod tests {
     #[test]
     fn a_ca_with_the_insecure_flag_is_refused() {
         let mut cfg = Config::new("https://127.0.0.1:6443");
-        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        cfg.root_ca_pem = Some(include_bytes!("../../tests/data/ca.crt").to_vec());
         cfg.insecure_skip_tls_verify = true;
-        let e = client_config(&cfg, &[]).unwrap_err();
+        let e = client_config(&cfg, &[], None).unwrap_err();
         assert!(
             matches!(&e, ClientError::Tls(m) if m.contains("insecure flag is not allowed")),
             "{e:?}"
@@ -194,13 +180,13 @@ mod tests {
     #[test]
     fn client_key_errors_do_not_quote_the_key() {
         let mut cfg = Config::new("https://127.0.0.1:6443");
-        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        cfg.root_ca_pem = Some(include_bytes!("../../tests/data/ca.crt").to_vec());
         let key = b"-----BEGIN PRIVATE KEY-----\nKEYSECRETKEYSECRET!!\n-----END PRIVATE KEY-----\n";
         cfg.client_identity = Some(ClientIdentity {
-            cert_pem: include_bytes!("../tests/data/client.crt").to_vec(),
+            cert_pem: include_bytes!("../../tests/data/client.crt").to_vec(),
             key_pem: Secret::new(key.to_vec()),
         });
-        let e = client_config(&cfg, &[]).unwrap_err();
+        let e = client_config(&cfg, &[], None).unwrap_err();
         // The PEM parser would quote the offending base64 symbol: the message is fixed text.
         assert!(
             matches!(&e, ClientError::Tls(m) if m == "client key: a PEM section is not valid base64"),
@@ -211,18 +197,18 @@ mod tests {
     #[test]
     fn builds_with_ca_client_cert_and_insecure() {
         let mut cfg = Config::new("https://127.0.0.1:6443");
-        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        cfg.root_ca_pem = Some(include_bytes!("../../tests/data/ca.crt").to_vec());
         cfg.client_identity = Some(ClientIdentity {
-            cert_pem: include_bytes!("../tests/data/client.crt").to_vec(),
-            key_pem: Secret::new(include_bytes!("../tests/data/client.key").to_vec()),
+            cert_pem: include_bytes!("../../tests/data/client.crt").to_vec(),
+            key_pem: Secret::new(include_bytes!("../../tests/data/client.key").to_vec()),
         });
-        let tls = client_config(&cfg, &[b"http/1.1"]).unwrap();
+        let tls = client_config(&cfg, &[b"http/1.1"], None).unwrap();
         assert!(tls.client_auth_cert_resolver.has_certs());
         cfg.root_ca_pem = Some(b"junk".to_vec());
-        assert!(client_config(&cfg, &[]).is_err());
+        assert!(client_config(&cfg, &[], None).is_err());
         cfg.insecure_skip_tls_verify = true;
         cfg.root_ca_pem = None;
-        assert!(client_config(&cfg, &[]).is_ok());
+        assert!(client_config(&cfg, &[], None).is_ok());
         assert!(server_name(&cfg, "127.0.0.1").is_ok());
         assert!(server_name(&cfg, "[::1]").is_ok());
         cfg.tls_server_name = Some("kubernetes.default.svc".into());

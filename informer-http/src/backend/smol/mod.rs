@@ -1,6 +1,9 @@
 //! The smol backend over `smol::net::TcpStream` and futures-rustls: HTTP/2
-//! ([`crate::h2conn`], the `h2` crate) when the server picks it by ALPN, else HTTP/1.1
-//! ([`crate::h1`]). No tokio runtime: see [`crate::h2conn`] for what of tokio `h2` uses.
+//! (`h2conn`, the `h2` crate) when the server picks it by ALPN, else HTTP/1.1 ([`h1`]). No
+//! tokio runtime: see `h2conn` for what of tokio `h2` uses.
+
+pub mod h1;
+mod h2conn;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,14 +15,15 @@ use informer_core::protocol::Failure;
 use rustls_pki_types::ServerName;
 use smol::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::{Backend, HttpResponse, transport_failure};
+use crate::addr::ServerAddr;
+use crate::auth::ExecCert;
 use crate::config::Config;
-use crate::credential::ExecCache;
-use crate::h1::{BodyDecoder, H1Error, Head, encode_request, parse_head};
-use crate::h2conn::{H2Conn, H2SendError};
-use crate::redirect::{self, MAX_REDIRECTS, Origin};
-use crate::transport::{
-    Backend, BoxFuture, Client, ClientError, HttpResponse, ServerAddr, transport_failure,
-};
+use crate::error::ClientError;
+use crate::net::redirect::{self, MAX_REDIRECTS, Origin};
+use crate::transport::{BoxFuture, BoxStream};
+use h1::{BodyDecoder, H1Error, Head, encode_request, parse_head};
+use h2conn::{H2Conn, H2SendError};
 
 trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
@@ -42,12 +46,15 @@ const READ_BUF: usize = 32 * 1024;
 /// connection until its stream is dropped. Connections made with an exec plugin's client
 /// certificate are not reused once the plugin hands out a different one.
 ///
-/// Redirects are followed as [`crate::redirect`] says: within the server's origin only.
-/// Proxies (kubeconfig `proxy-url`, `HTTPS_PROXY`, `NO_PROXY`) as [`crate::proxy`] says,
+/// Redirects are followed as [`crate::net::redirect`] says: within the server's origin only.
+/// Proxies (kubeconfig `proxy-url`, `HTTPS_PROXY`, `NO_PROXY`) as [`crate::net::proxy`] says,
 /// through `CONNECT` (then TLS, with ALPN, through the tunnel).
 pub struct SmolBackend {
     addr: ServerAddr,
-    proxy: Option<(crate::proxy::Proxy, Option<futures_rustls::TlsConnector>)>,
+    proxy: Option<(
+        crate::net::proxy::Proxy,
+        Option<futures_rustls::TlsConnector>,
+    )>,
     tls: Option<Tls>,
     /// Idle HTTP/1.1 connections, with the certificate generation they were made with.
     idle: Arc<Mutex<Vec<(u64, Conn)>>>,
@@ -58,7 +65,7 @@ pub struct SmolBackend {
     connecting: smol::lock::Mutex<()>,
     /// The server answered ALPN with HTTP/1.1: offer only that from now on.
     server_h1_only: AtomicBool,
-    exec: Option<Arc<ExecCache>>,
+    exec: Option<ExecCert>,
     connect_timeout: Duration,
 }
 
@@ -89,9 +96,14 @@ impl SmolBackend {
     /// A backend for `config`'s server.
     pub fn new(config: &Config) -> Result<SmolBackend, ClientError> {
         let addr = ServerAddr::parse(&config.server)?;
+        let exec = ExecCert::of(config);
         let tls = if addr.tls {
             let connector = |alpn: &[&[u8]]| -> Result<futures_rustls::TlsConnector, ClientError> {
-                let tls = crate::tls::client_config(config, alpn)?;
+                let tls = crate::net::tls::client_config(
+                    config,
+                    alpn,
+                    exec.as_ref().map(ExecCert::resolver),
+                )?;
                 Ok(futures_rustls::TlsConnector::from(Arc::new(tls)))
             };
             Some(Tls {
@@ -101,12 +113,12 @@ impl SmolBackend {
                     None
                 },
                 h1: connector(&[b"http/1.1"])?,
-                name: crate::tls::server_name(config, &addr.host)?,
+                name: crate::net::tls::server_name(config, &addr.host)?,
             })
         } else {
             None
         };
-        let proxy = match crate::proxy::proxy_for(config)? {
+        let proxy = match crate::net::proxy::proxy_for(config)? {
             None => None,
             Some(p) => {
                 let tls = if p.tls {
@@ -117,11 +129,11 @@ impl SmolBackend {
                     pc.insecure_skip_tls_verify = false;
                     pc.client_identity = None;
                     pc.auth = crate::config::Auth::None;
-                    let tls = match crate::tls::client_config(&pc, &[b"http/1.1"]) {
+                    let tls = match crate::net::tls::client_config(&pc, &[b"http/1.1"], None) {
                         Ok(t) => t,
                         Err(_) if config.root_ca_pem.is_some() => {
                             pc.root_ca_pem = config.root_ca_pem.clone();
-                            crate::tls::client_config(&pc, &[b"http/1.1"])?
+                            crate::net::tls::client_config(&pc, &[b"http/1.1"], None)?
                         }
                         Err(e) => return Err(e),
                     };
@@ -140,17 +152,14 @@ impl SmolBackend {
             h2: Mutex::new(Vec::new()),
             connecting: smol::lock::Mutex::new(()),
             server_h1_only: AtomicBool::new(false),
-            exec: match &config.auth {
-                crate::config::Auth::Exec(e) => Some(e.cache.clone()),
-                _ => None,
-            },
+            exec,
             connect_timeout: Duration::from_secs(30),
         })
     }
 
     /// The exec plugin's current certificate generation (0 without a plugin).
     fn cert_generation(&self) -> u64 {
-        self.exec.as_ref().map_or(0, |e| e.cert_generation())
+        self.exec.as_ref().map_or(0, ExecCert::generation)
     }
 
     /// How many HTTP/2 connections are open and how many streams they carry (for tests and
@@ -212,7 +221,7 @@ impl SmolBackend {
     /// A connection to the server through `proxy`: `CONNECT host:port`, answered 2xx.
     async fn tunnel(
         &self,
-        proxy: &crate::proxy::Proxy,
+        proxy: &crate::net::proxy::Proxy,
         proxy_tls: Option<&futures_rustls::TlsConnector>,
     ) -> Result<Conn, Failure> {
         let tcp = smol::net::TcpStream::connect((proxy.host.as_str(), proxy.port))
@@ -248,7 +257,7 @@ impl SmolBackend {
         let mut head = Vec::with_capacity(256);
         let mut b = [0u8; 1];
         while !head.ends_with(b"\r\n\r\n") {
-            if head.len() > crate::h1::MAX_HEAD {
+            if head.len() > h1::MAX_HEAD {
                 return Err(Failure::other(format!(
                     "proxy {}: CONNECT answer head too large",
                     proxy.shown
@@ -443,7 +452,7 @@ impl BodyState {
 /// A response's body still to be read, over either protocol.
 enum Body {
     H1(BodyState),
-    H2(crate::backend::BoxStream<'static, Result<Bytes, Failure>>),
+    H2(BoxStream<'static, Result<Bytes, Failure>>),
 }
 
 impl Body {
@@ -454,7 +463,7 @@ impl Body {
         }
     }
 
-    fn into_stream(self) -> crate::backend::BoxStream<'static, Result<Bytes, Failure>> {
+    fn into_stream(self) -> BoxStream<'static, Result<Bytes, Failure>> {
         match self {
             Body::H2(s) => s,
             Body::H1(state) => Box::pin(stream::unfold(Some(state), |st| async move {
@@ -653,13 +662,6 @@ impl Backend for SmolBackend {
     }
 }
 
-impl Client<SmolBackend> {
-    /// A client on the smol backend.
-    pub fn smol(config: Config) -> Result<Client<SmolBackend>, ClientError> {
-        Ok(Client::new(SmolBackend::new(&config)?, config))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -798,12 +800,13 @@ mod tests {
         use rustls_pki_types::pem::PemObject;
         use rustls_pki_types::{CertificateDer, PrivateKeyDer};
         use tokio_util::compat::FuturesAsyncReadCompatExt as _;
-        let certs = CertificateDer::pem_slice_iter(include_bytes!("../tests/data/server.crt"))
-            .collect::<Result<Vec<_>, _>>()
+        let certs =
+            CertificateDer::pem_slice_iter(include_bytes!("../../../tests/data/server.crt"))
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(include_bytes!("../../../tests/data/server.key"))
             .unwrap();
-        let key =
-            PrivateKeyDer::from_pem_slice(include_bytes!("../tests/data/server.key")).unwrap();
-        let mut server = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
+        let mut server = rustls::ServerConfig::builder_with_provider(crate::net::tls::provider())
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
@@ -884,7 +887,7 @@ mod tests {
     fn http2_shares_a_connection_up_to_the_servers_stream_limit_and_follows_redirects() {
         let (port, accepted, seen) = h2_server();
         let mut cfg = Config::new(format!("https://127.0.0.1:{port}"));
-        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        cfg.root_ca_pem = Some(include_bytes!("../../../tests/data/ca.crt").to_vec());
         let backend = SmolBackend::new(&cfg).unwrap();
         smol::block_on(async {
             let mut held = Vec::new();
@@ -924,7 +927,7 @@ mod tests {
     fn after_a_goaway_the_next_request_opens_a_new_http2_connection() {
         let (port, accepted, seen) = h2_server();
         let mut cfg = Config::new(format!("https://127.0.0.1:{port}"));
-        cfg.root_ca_pem = Some(include_bytes!("../tests/data/ca.crt").to_vec());
+        cfg.root_ca_pem = Some(include_bytes!("../../../tests/data/ca.crt").to_vec());
         let backend = SmolBackend::new(&cfg).unwrap();
         smol::block_on(async {
             assert_eq!(get(&backend, "/goaway").await, (200, b"ok".to_vec()));

@@ -1,7 +1,7 @@
 //! A one-shot, blocking HTTP(S) request (`Connection: close`) for credential refreshes (an OIDC
 //! issuer's discovery document and token endpoint): rustls with ring, the given CA or the
-//! system's roots, through an HTTP `CONNECT` proxy when one is given. Run off the executor (see
-//! `credential`).
+//! system's roots, through an HTTP `CONNECT` proxy when one is given. Run off the executor, on
+//! a helper thread of its own.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs as _};
@@ -22,10 +22,10 @@ impl<T: Read + Write> Io for T {}
 /// Sends `method url` with `headers` and `body` (through `proxy`, which is asked to `CONNECT`
 /// to `url`'s host, when given); answers the status and body. Errors are messages that never
 /// quote the request or answer bodies (nor the proxy's password).
-pub(crate) fn request(
+pub(super) fn request(
     url: &str,
     ca_pem: Option<&[u8]>,
-    proxy: Option<&crate::proxy::Proxy>,
+    proxy: Option<&crate::net::proxy::Proxy>,
     method: &str,
     headers: &[(&str, String)],
     body: Option<&[u8]>,
@@ -61,7 +61,7 @@ pub(crate) fn request(
     let mut wire = format!(
         "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\
          Accept: application/json\r\nUser-Agent: {}\r\n",
-        crate::client::USER_AGENT
+        crate::well_known::USER_AGENT
     );
     for (k, v) in headers {
         wire.push_str(&format!("{k}: {v}\r\n"));
@@ -99,7 +99,8 @@ fn tcp(host: &str, port: u16, shown: &str) -> Result<TcpStream, String> {
 fn tls_over(io: Box<dyn Io>, host: &str, ca_pem: Option<&[u8]>) -> Result<Box<dyn Io>, String> {
     let mut cfg = Config::new(format!("https://{host}"));
     cfg.root_ca_pem = ca_pem.map(<[u8]>::to_vec);
-    let tls = crate::tls::client_config(&cfg, &[b"http/1.1"]).map_err(|e| e.to_string())?;
+    let tls =
+        crate::net::tls::client_config(&cfg, &[b"http/1.1"], None).map_err(|e| e.to_string())?;
     let name = rustls_pki_types::ServerName::try_from(host.to_string())
         .map_err(|e| format!("{host}: {e}"))?;
     let conn =
@@ -108,7 +109,7 @@ fn tls_over(io: Box<dyn Io>, host: &str, ca_pem: Option<&[u8]>) -> Result<Box<dy
 }
 
 /// A tunnel to `target` (`host:port`) through `proxy`: `CONNECT`, answered 2xx.
-fn tunnel(proxy: &crate::proxy::Proxy, target: &str) -> Result<Box<dyn Io>, String> {
+fn tunnel(proxy: &crate::net::proxy::Proxy, target: &str) -> Result<Box<dyn Io>, String> {
     let shown = &proxy.shown;
     let fail = |e: std::io::Error| format!("proxy {shown}: {e}");
     let tcp: Box<dyn Io> = Box::new(tcp(&proxy.host, proxy.port, &format!("proxy {shown}"))?);

@@ -21,7 +21,8 @@ use informer_core::protocol::Failure;
 use smol::io::{AsyncRead, AsyncWrite};
 use tokio_util::compat::FuturesAsyncReadCompatExt as _;
 
-use crate::backend::{BoxStream, transport_failure};
+use crate::backend::transport_failure;
+use crate::transport::BoxStream;
 
 /// Per-stream receive window: how much of one response may arrive before it is read (as
 /// hyper's client default).
