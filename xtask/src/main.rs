@@ -1,6 +1,7 @@
 //! Project automation for informer-rs: `cargo xtask` (or `cargo xtask help`) lists every
 //! command (see [`HELP`]).
 
+mod acyclic;
 mod bench_e2e;
 mod cluster;
 mod demo;
@@ -19,6 +20,7 @@ fn main() -> ExitCode {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match args.as_slice() {
         ["test-all"] => test_all(),
+        ["acyclic"] => acyclic::check(true),
         ["nostd"] => nostd(),
         ["docs"] => docs(),
         ["package"] => package(),
@@ -57,13 +59,18 @@ const HELP: &str = "\
 usage: cargo xtask <command>
 
 checks
-  test-all        everything CI runs: cargo fmt --check; clippy -D warnings (which also
-                  rejects std APIs newer than rust-version); msrv; package; each published
+  test-all        everything CI runs: cargo fmt --check; the module-circle check; clippy
+                  -D warnings (which also rejects std APIs newer than rust-version); msrv; package; each published
                   crate checked on its own; the no_std proof build; the benchmark peers'
                   sources parsed (not built); every test, including
                   the end-to-end suite against a real kube-apiserver; docs with warnings
                   denied; the fuzz seeds and saved crashes replayed, each fuzz target
                   for 10 s
+  acyclic         no module import circle in any library crate: under every module, its
+                  children must form a DAG under: code in A's subtree names an item in B's
+                  (files read with syn; cfg(test) code left out); prints each circle with
+                  the lines behind it. test-all fails only for the crates in
+                  ACYCLIC_CRATES (xtask/src/acyclic.rs) and warns for the others
   nostd           build informer-core into a #![no_std] staticlib (fails on any std use)
   docs            cargo doc (warnings denied), then check that links resolve and the
                   runtime crates' Informer pages show their methods
@@ -187,6 +194,7 @@ fn test_all() -> Result {
     let mut c = cargo();
     c.args(["fmt", "--all", "--", "--check"]);
     run("cargo fmt --check", c)?;
+    acyclic::check(false)?;
 
     let mut c = cargo();
     c.args([
