@@ -1,6 +1,7 @@
 //! End-to-end, against a real kube-apiserver (testcluster), on tokio and on smol: the writes
 //! (every verb, every typed error) and the sample controller
-//! (`informer-{tokio,smol}/examples/configmap_copier.rs`, compiled in here as they are):
+//! (`examples/configmap_copier.rs`, through `informer-{tokio,smol}/examples/configmap_copier.rs`
+//! compiled in here as they are):
 //! convergence after creates, updates and deletes of sources and targets, after an apiserver
 //! restart with a compaction (a 410 relist), and leader election between two replicas.
 
@@ -341,7 +342,7 @@ macro_rules! scenarios {
     ($name:ident, $rt:ident, $copier:ident, $block_on:expr) => {
         mod $name {
             use super::*;
-            use $copier::{COPIED_TO, Copier, Options, TARGET_LABEL, SOURCE_LABEL};
+            use $copier::copier::{COPIED_TO, Copier, Options, TARGET_LABEL, SOURCE_LABEL};
             use $rt as rt;
 
             fn sleeper(d: Duration) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
