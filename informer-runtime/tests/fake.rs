@@ -695,7 +695,7 @@ async fn transform_mut_edits_in_place_without_cloning<E: Env>() {
         Arc::new(Counted(o))
     };
     let before = CLONES.load(Ordering::SeqCst);
-    let templates = vec![make("a"), make("b")];
+    let templates = [make("a"), make("b")];
     // Fresh objects for each list, as a decoder hands them out; watches never answer.
     let transport = FakeTransport::new().list_with(move |_| {
         page(
