@@ -19,11 +19,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use testcluster::TestCluster;
 
-#[allow(dead_code, unused_imports)]
+// The two examples include the same shared source: once for each runtime, on purpose.
+#[allow(dead_code, unused_imports, clippy::duplicate_mod)]
 #[path = "../../informer-tokio/examples/configmap_copier.rs"]
 mod copier_tokio;
 
-#[allow(dead_code, unused_imports)]
+#[allow(dead_code, unused_imports, clippy::duplicate_mod)]
 #[path = "../../informer-smol/examples/configmap_copier.rs"]
 mod copier_smol;
 
