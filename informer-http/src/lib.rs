@@ -22,6 +22,9 @@ pub mod tls;
 pub mod transport;
 pub mod write;
 
+#[cfg(test)]
+mod test_support;
+
 #[cfg(feature = "tokio")]
 mod backend_reqwest;
 #[cfg(feature = "smol")]
