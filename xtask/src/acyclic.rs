@@ -29,7 +29,7 @@ use proc_macro2::{TokenStream, TokenTree};
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 
-use crate::{Result, cargo, outcome, secs};
+use crate::{Result, cargo, outcome, record, secs};
 
 /// Crates whose circles fail `cargo xtask test-all`: those that had none when the check was
 /// written. The others' circles are printed as warnings; add a crate here once its last circle
@@ -702,6 +702,7 @@ pub fn check(enforce_all: bool) -> Result {
             failing.push(lib.name);
         }
     }
+    record(step, start.elapsed());
     if failing.is_empty() {
         eprintln!("<== {step}: ok in {}", secs(start.elapsed()));
         Ok(())

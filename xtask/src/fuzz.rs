@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::{Result, cargo, root, run};
+use crate::{Result, cargo, record, root, run};
 
 /// The targets, in the order they run.
 pub const TARGETS: &[&str] = &[
@@ -138,6 +138,7 @@ pub fn fuzz(targets: &[&'static str], secs: u64) -> Result<Vec<Outcome>> {
             .filter_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
             .find_map(|n| n.trim().parse().ok())
             .unwrap_or(0);
+        record(&format!("fuzz {target}"), start.elapsed());
         let elapsed = start.elapsed().as_secs_f64();
         eprintln!("<== fuzz {target}: {runs} executions in {elapsed:.1} s");
         if !out.status.success() {
