@@ -369,22 +369,18 @@ fn test_all_steps() -> Result {
     Ok(())
 }
 
-/// The docs of the workspace, warnings denied, then [`check_docs`]; then each runtime crate
-/// documented on its own with `--no-deps` into an empty doc directory, the way docs.rs builds
-/// it, and checked again: the alias pages must list their methods there too.
+/// Each runtime crate documented on its own with `--no-deps` into an empty doc directory, the
+/// way docs.rs builds it, warnings denied, then [`check_docs`]: the alias pages must list their
+/// methods there. Then the whole workspace's docs, warnings denied, checked again and left in
+/// place for whoever opens them next (built last, so that they need no second build).
 fn docs() -> Result {
     let doc = root().join("target/doc");
-    let mut c = cargo();
-    c.args(["doc", "--workspace", "--no-deps"])
-        .env("RUSTDOCFLAGS", "-D warnings");
-    run("cargo doc (warnings denied)", c)?;
-    check_docs(&doc, &["informer_tokio", "informer_smol"])?;
     for (package, krate) in [
         ("informer-tokio", "informer_tokio"),
         ("informer-smol", "informer_smol"),
     ] {
-        // An empty doc directory: nothing left over from the workspace build may make the
-        // pages look complete.
+        // An empty doc directory: nothing left over from another build may make the pages
+        // look complete.
         let _ = std::fs::remove_dir_all(&doc);
         let mut c = cargo();
         c.args(["doc", "-p", package, "--no-deps"])
@@ -392,11 +388,12 @@ fn docs() -> Result {
         run(&format!("cargo doc -p {package} --no-deps (as docs.rs)"), c)?;
         check_docs(&doc, &[krate])?;
     }
-    // Leave the whole workspace's docs in place for whoever opens them next.
     let _ = std::fs::remove_dir_all(&doc);
     let mut c = cargo();
-    c.args(["doc", "--workspace", "--no-deps", "-q"]);
-    run("cargo doc (the whole workspace again)", c)
+    c.args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    run("cargo doc (warnings denied)", c)?;
+    check_docs(&doc, &["informer_tokio", "informer_smol"])
 }
 
 /// The runtime crates' type aliases and a method each one's page must list.
