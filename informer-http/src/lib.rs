@@ -49,6 +49,9 @@ pub mod client;
 pub mod api;
 
 pub use api::Api;
+
+#[cfg(test)]
+mod test_support;
 #[cfg(feature = "k8s-openapi")]
 pub use api::K8s;
 /// The writes of [`Api`] (create, replace, patch, delete), also at `api::write`.

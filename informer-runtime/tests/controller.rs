@@ -1,6 +1,7 @@
 //! End-to-end, against a real kube-apiserver (testcluster), on tokio and on smol: the writes
 //! (every verb, every typed error) and the sample controller
-//! (`informer-{tokio,smol}/examples/configmap_copier.rs`, compiled in here as they are):
+//! (`examples/configmap_copier.rs`, through `informer-{tokio,smol}/examples/configmap_copier.rs`
+//! compiled in here as they are):
 //! convergence after creates, updates and deletes of sources and targets, after an apiserver
 //! restart with a compaction (a 410 relist), and leader election between two replicas.
 
@@ -18,11 +19,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use testcluster::TestCluster;
 
-#[allow(dead_code, unused_imports)]
+// The two examples include the same shared source: once for each runtime, on purpose.
+#[allow(dead_code, unused_imports, clippy::duplicate_mod)]
 #[path = "../../informer-tokio/examples/configmap_copier.rs"]
 mod copier_tokio;
 
-#[allow(dead_code, unused_imports)]
+#[allow(dead_code, unused_imports, clippy::duplicate_mod)]
 #[path = "../../informer-smol/examples/configmap_copier.rs"]
 mod copier_smol;
 
@@ -341,7 +343,7 @@ macro_rules! scenarios {
     ($name:ident, $rt:ident, $copier:ident, $block_on:expr) => {
         mod $name {
             use super::*;
-            use $copier::{COPIED_TO, Copier, Options, TARGET_LABEL, SOURCE_LABEL};
+            use $copier::copier::{COPIED_TO, Copier, Options, TARGET_LABEL, SOURCE_LABEL};
             use $rt as rt;
 
             fn sleeper(d: Duration) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {

@@ -7,22 +7,23 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::future::{Either, join, select};
-use informer_core::protocol::{ListPage, ListRequest, WatchEvent, WatchRequest};
-use informer_http::transport::{BoxFuture as HttpFuture, BoxStream};
-use informer_http::{Backend, Client, Transport};
+use informer_core::protocol::ListRequest;
+use informer_http::{Backend, Client};
 use informer_runtime::{
     BackoffConfig, DynamicObject, Error, Failure, HandlerFns, IndexError, Informer,
     InformerBuilder, InformerOptions, NAMESPACE_INDEX, Notification, Object, ObjectOrTombstone,
     Resource, Runtime, SharedInformerFactory, index_fn,
 };
 use serde_json::json;
+use support::fake_transport::FakeTransport;
 use testcluster::{StartOptions, TestCluster};
+
+mod support;
 
 const SEED_NAMESPACES: usize = 3;
 const SEED_PER_NAMESPACE: usize = 700;
@@ -984,60 +985,6 @@ async fn index_queries_right_after_changes<E: Env>(c: Client<E::B>) {
     inf.shutdown().await;
 }
 
-/// A transport that can be paused: closing the gate ends the open watch and holds back new
-/// requests until it opens again.
-struct Gated<T> {
-    inner: T,
-    gate: Arc<Gate>,
-}
-
-#[derive(Default)]
-struct Gate {
-    closed: AtomicBool,
-    changed: event_listener::Event,
-}
-
-impl Gate {
-    fn set(&self, closed: bool) {
-        self.closed.store(closed, Ordering::SeqCst);
-        self.changed.notify(usize::MAX);
-    }
-    async fn wait(&self, closed: bool) {
-        loop {
-            let l = self.changed.listen();
-            if self.closed.load(Ordering::SeqCst) == closed {
-                return;
-            }
-            l.await;
-        }
-    }
-}
-
-impl<K: Send + 'static, T: Transport<K>> Transport<K> for Gated<T> {
-    fn list<'a>(
-        &'a self,
-        request: &'a ListRequest,
-    ) -> HttpFuture<'a, Result<ListPage<K>, Failure>> {
-        Box::pin(async move {
-            self.gate.wait(false).await;
-            self.inner.list(request).await
-        })
-    }
-
-    fn watch<'a>(
-        &'a self,
-        request: &'a WatchRequest,
-    ) -> HttpFuture<'a, Result<BoxStream<'static, WatchEvent<K>>, Failure>> {
-        Box::pin(async move {
-            self.gate.wait(false).await;
-            let events = self.inner.watch(request).await?;
-            let gate = self.gate.clone();
-            let closed = async move { gate.wait(true).await };
-            Ok(Box::pin(events.take_until(Box::pin(closed))) as BoxStream<'static, _>)
-        })
-    }
-}
-
 /// The informer is cut off; meanwhile two Secrets are deleted, one created, and etcd compacted.
 /// Reconnected, its watch from the old resourceVersion gets 410: it relists and hands the
 /// deletions it never saw to the handler as tombstones.
@@ -1057,16 +1004,15 @@ async fn relist_after_compaction_delivers_tombstones<E: Env>(c: Client<E::B>) {
             )
             .await;
     }
-    let gate = Arc::new(Gate::default());
-    let transport = Gated {
-        inner: c.api::<DynamicObject>(Resource::SECRETS, Some(&ns)),
-        gate: gate.clone(),
-    };
+    // Cutting it off ends the open watch and holds back new requests until it reconnects.
+    let transport = Arc::new(FakeTransport::forwarding(
+        c.api::<DynamicObject>(Resource::SECRETS, Some(&ns)),
+    ));
     let errors: Arc<Mutex<Vec<Failure>>> = Arc::default();
     let errs = errors.clone();
     let inf = InformerBuilder::<DynamicObject, E::R>::from_transport(
         E::R::default(),
-        Arc::new(transport),
+        transport.clone(),
         "secrets",
     )
     .backoff(fast_backoff())
@@ -1082,7 +1028,7 @@ async fn relist_after_compaction_delivers_tombstones<E: Env>(c: Client<E::B>) {
     // Past the "very short watch" second, so that ending it is a normal end and the informer
     // watches again from where it was (and meets the compaction) rather than backing off.
     sleep::<E>(Duration::from_millis(1500)).await;
-    gate.set(true);
+    transport.cut_off(true);
     delete(&c, "secrets", &ns, "s-0").await;
     delete(&c, "secrets", &ns, "s-1").await;
     c.request(
@@ -1094,7 +1040,7 @@ async fn relist_after_compaction_delivers_tombstones<E: Env>(c: Client<E::B>) {
     .unwrap();
     shared().cluster.lock().unwrap().compact().expect("compact");
     let relists = inf.metrics().relists;
-    gate.set(false);
+    transport.cut_off(false);
     let want = server_state(&c, Resource::SECRETS, &ns).await;
     eventually::<E>("store == server after relist", DEADLINE, || {
         store_state(&inf.store()) == want

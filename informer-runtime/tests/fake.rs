@@ -3,15 +3,14 @@
 
 mod support;
 use support::Env;
+use support::fake_transport::{FakeTransport, WatchSender, page};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use informer_core::protocol::{ListPage, ListRequest, WatchEvent, WatchRequest};
-use informer_http::Transport;
-use informer_http::transport::{BoxFuture, BoxStream};
+use informer_core::protocol::WatchEvent;
 use informer_runtime::{
     BackoffConfig, DynamicObject, Error, Failure, HandlerFns, InformerBuilder, Notification,
     Object, Runtime,
@@ -28,70 +27,15 @@ fn obj(name: &str, rv: u64) -> Arc<DynamicObject> {
     )
 }
 
-/// Lists answer `items` (or fail with `fail_lists` first); the first watch streams what the
-/// test sends; later watches never answer.
-struct Fake {
-    items: Vec<Arc<DynamicObject>>,
-    fail_lists: AtomicUsize,
-    hang_lists: bool,
-    watch: Mutex<Option<async_channel::Receiver<WatchEvent<DynamicObject>>>>,
+/// Lists answer `items` at resourceVersion 10; the first watch streams what the test sends
+/// through the returned sender; later watches never answer.
+fn scripted(items: Vec<Arc<DynamicObject>>) -> (FakeTransport<DynamicObject>, Sender) {
+    FakeTransport::new()
+        .list_always(items, "10")
+        .watch_channel()
 }
 
-impl Fake {
-    fn new(
-        items: Vec<Arc<DynamicObject>>,
-    ) -> (Fake, async_channel::Sender<WatchEvent<DynamicObject>>) {
-        let (tx, rx) = async_channel::unbounded();
-        (
-            Fake {
-                items,
-                fail_lists: AtomicUsize::new(0),
-                hang_lists: false,
-                watch: Mutex::new(Some(rx)),
-            },
-            tx,
-        )
-    }
-}
-
-impl Transport<DynamicObject> for Fake {
-    fn list<'a>(
-        &'a self,
-        _: &'a ListRequest,
-    ) -> BoxFuture<'a, Result<ListPage<DynamicObject>, Failure>> {
-        Box::pin(async move {
-            if self.hang_lists {
-                std::future::pending::<()>().await;
-            }
-            if self
-                .fail_lists
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-            {
-                return Err(Failure::ConnectionRefused("scripted".into()));
-            }
-            Ok(ListPage {
-                items: self.items.clone(),
-                resource_version: "10".into(),
-                continue_token: None,
-                remaining_item_count: None,
-            })
-        })
-    }
-
-    fn watch<'a>(
-        &'a self,
-        _: &'a WatchRequest,
-    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<DynamicObject>>, Failure>> {
-        Box::pin(async move {
-            let rx = self.watch.lock().unwrap().take();
-            match rx {
-                Some(rx) => Ok(Box::pin(rx) as BoxStream<'static, _>),
-                None => std::future::pending().await,
-            }
-        })
-    }
-}
+type Sender = WatchSender<DynamicObject>;
 
 on_both_runtimes!(
     wait_for_sync_times_out_and_shutdown_abandons_the_request,
@@ -107,7 +51,7 @@ on_both_runtimes!(
     a_handler_removed_mid_batch_starts_nothing_more_and_sync_waits_for_the_last_add,
 );
 
-fn builder<E: Env>(fake: Fake) -> InformerBuilder<DynamicObject, E::R> {
+fn builder<E: Env>(fake: FakeTransport<DynamicObject>) -> InformerBuilder<DynamicObject, E::R> {
     InformerBuilder::from_transport(E::R::default(), Arc::new(fake), "fake").backoff(
         BackoffConfig {
             initial: Duration::from_millis(10),
@@ -126,8 +70,8 @@ async fn eventually<E: Env>(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 async fn wait_for_sync_times_out_and_shutdown_abandons_the_request<E: Env>() {
-    let (mut fake, _tx) = Fake::new(vec![]);
-    fake.hang_lists = true;
+    let (fake, _tx) = scripted(vec![]);
+    let fake = fake.hang_lists();
     let inf = builder::<E>(fake).build().unwrap();
     inf.start().unwrap();
     assert!(matches!(
@@ -153,8 +97,8 @@ async fn wait_for_sync_times_out_and_shutdown_abandons_the_request<E: Env>() {
 /// A sync that times out says why: the last list/watch failure rides on the error (its
 /// Display and its `source()`), not only in the logs.
 async fn a_sync_timeout_carries_the_last_failure<E: Env>() {
-    let (fake, _tx) = Fake::new(vec![obj("a", 5)]);
-    fake.fail_lists.store(usize::MAX, Ordering::SeqCst);
+    let (fake, _tx) = scripted(vec![obj("a", 5)]);
+    let fake = fake.fail_lists(usize::MAX);
     let inf = builder::<E>(fake).build().unwrap();
     inf.start().unwrap();
     let err = inf
@@ -190,8 +134,8 @@ async fn a_sync_timeout_carries_the_last_failure<E: Env>() {
 }
 
 async fn failures_reach_the_hook_and_back_off<E: Env>() {
-    let (fake, _tx) = Fake::new(vec![obj("a", 5)]);
-    fake.fail_lists.store(3, Ordering::SeqCst);
+    let (fake, _tx) = scripted(vec![obj("a", 5)]);
+    let fake = fake.fail_lists(3);
     let seen: Arc<Mutex<Vec<Failure>>> = Arc::default();
     let s = seen.clone();
     let inf = builder::<E>(fake)
@@ -217,7 +161,7 @@ async fn failures_reach_the_hook_and_back_off<E: Env>() {
 }
 
 async fn event_stream_pulls_and_dropping_it_removes_the_handler<E: Env>() {
-    let (fake, tx) = Fake::new(vec![obj("a", 5), obj("b", 6)]);
+    let (fake, tx) = scripted(vec![obj("a", 5), obj("b", 6)]);
     let inf = builder::<E>(fake).build().unwrap();
     let mut stream = inf.event_stream().unwrap();
     let id = stream.id();
@@ -249,7 +193,7 @@ async fn event_stream_pulls_and_dropping_it_removes_the_handler<E: Env>() {
 }
 
 async fn watch_events_reach_handlers_and_the_store<E: Env>() {
-    let (fake, tx) = Fake::new(vec![obj("a", 5)]);
+    let (fake, tx) = scripted(vec![obj("a", 5)]);
     let inf = builder::<E>(fake).build().unwrap();
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
     let (l1, l2, l3) = (log.clone(), log.clone(), log.clone());
@@ -311,7 +255,7 @@ async fn a_handler_removed_mid_batch_starts_nothing_more_and_sync_waits_for_the_
     let items = (0..N)
         .map(|i| obj(&format!("o{i}"), i as u64 + 1))
         .collect();
-    let (fake, _tx) = Fake::new(items);
+    let (fake, _tx) = scripted(items);
     let inf = builder::<E>(fake).build().unwrap();
     let (at_stop_tx, at_stop_rx) = std::sync::mpsc::channel::<()>();
     let (go_on_tx, go_on_rx) = std::sync::mpsc::channel::<()>();
@@ -359,7 +303,7 @@ async fn a_handler_removed_mid_batch_starts_nothing_more_and_sync_waits_for_the_
 
 #[test]
 fn tokio_informer_built_outside_a_runtime_is_an_error() {
-    let (fake, _tx) = Fake::new(vec![]);
+    let (fake, _tx) = scripted(vec![]);
     let r = InformerBuilder::<DynamicObject, informer_tokio::Tokio>::from_transport(
         informer_tokio::Tokio::default(),
         Arc::new(fake),
@@ -370,7 +314,7 @@ fn tokio_informer_built_outside_a_runtime_is_an_error() {
 }
 
 async fn dropping_the_last_informer_handle_stops_it<E: Env>() {
-    let (fake, tx) = Fake::new(vec![obj("a", 5)]);
+    let (fake, tx) = scripted(vec![obj("a", 5)]);
     let inf = builder::<E>(fake).build().unwrap();
     let reg = inf.add_handler(HandlerFns::new()).unwrap();
     inf.start().unwrap();
@@ -444,7 +388,7 @@ fn factory_shares_one_informer_per_resource_namespace_and_selectors() {
 /// dead driver behind waiters that never return, nor take the executor down: the informer
 /// stops, says so, and waiters get `Stopped`.
 async fn a_panicking_transform_stops_the_informer_instead_of_hanging_it<E: Env>() {
-    let (fake, _tx) = Fake::new(vec![obj("fine", 1), obj("poison", 2)]);
+    let (fake, _tx) = scripted(vec![obj("fine", 1), obj("poison", 2)]);
     let inf = builder::<E>(fake)
         .transform(|o: Arc<DynamicObject>| {
             assert!(o.metadata.name() != "poison", "transform refuses poison");
@@ -478,7 +422,7 @@ async fn a_panicking_transform_stops_the_informer_instead_of_hanging_it<E: Env>(
 /// Events are fed one at a time, each waited for, so no handler is ever behind and coalescing
 /// cannot merge anything: the handlers must hear every change.
 async fn conformance_16_a_panicking_handler_stops_neither_the_informer_nor_the_others<E: Env>() {
-    let (fake, tx) = Fake::new(vec![obj("boom-0", 5), obj("a", 6)]);
+    let (fake, tx) = scripted(vec![obj("boom-0", 5), obj("a", 6)]);
     let inf = builder::<E>(fake).build().unwrap();
     let survived: Arc<Mutex<Vec<String>>> = Arc::default();
     let (s1, s2, s3) = (survived.clone(), survived.clone(), survived.clone());
@@ -601,7 +545,7 @@ async fn store_answers_label_selectors_with_and_without_a_label_index<E: Env>() 
         labelled("b", "api-1", "api", "front"),
     ];
     for with_index in [true, false] {
-        let (fake, tx) = Fake::new(items.clone());
+        let (fake, tx) = scripted(items.clone());
         let mut b = builder::<E>(fake);
         if with_index {
             b = b.label_index("app");
@@ -651,8 +595,8 @@ mod metrics_export {
         let snapshotter = recorder.snapshotter();
         metrics::set_global_recorder(recorder).unwrap();
         smol::block_on(async {
-            let (fake, tx) = Fake::new(vec![obj("a", 5)]);
-            fake.fail_lists.store(1, Ordering::SeqCst);
+            let (fake, tx) = scripted(vec![obj("a", 5)]);
+            let fake = fake.fail_lists(1);
             let inf = builder::<support::SmolEnv>(fake).build().unwrap();
             let reg = inf.add_handler(HandlerFns::new()).unwrap();
             inf.start().unwrap();
@@ -750,38 +694,21 @@ async fn transform_mut_edits_in_place_without_cloning<E: Env>() {
         o.metadata.edit(|m| m.labels.insert("strip", "me"));
         Arc::new(Counted(o))
     };
-    struct One(Vec<Arc<Counted>>);
-    impl Transport<Counted> for One {
-        fn list<'a>(
-            &'a self,
-            _: &'a ListRequest,
-        ) -> BoxFuture<'a, Result<ListPage<Counted>, Failure>> {
-            // Fresh objects, as a decoder hands them out.
-            let items = self
-                .0
+    let before = CLONES.load(Ordering::SeqCst);
+    let templates = [make("a"), make("b")];
+    // Fresh objects for each list, as a decoder hands them out; watches never answer.
+    let transport = FakeTransport::new().list_with(move |_| {
+        page(
+            templates
                 .iter()
                 .map(|o| Arc::new(Counted(o.0.clone())))
-                .collect();
-            Box::pin(async move {
-                Ok(ListPage {
-                    items,
-                    resource_version: "10".into(),
-                    continue_token: None,
-                    remaining_item_count: None,
-                })
-            })
-        }
-        fn watch<'a>(
-            &'a self,
-            _: &'a WatchRequest,
-        ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<Counted>>, Failure>> {
-            Box::pin(std::future::pending())
-        }
-    }
-    let before = CLONES.load(Ordering::SeqCst);
+                .collect(),
+            "10",
+        )
+    });
     let inf = InformerBuilder::<Counted, E::R>::from_transport(
         E::R::default(),
-        Arc::new(One(vec![make("a"), make("b")])),
+        Arc::new(transport),
         "counted",
     )
     .transform_mut(|o: &mut Counted| {

@@ -4,16 +4,14 @@
 
 mod support;
 use support::Env;
+use support::fake_transport::{FakeTransport, WatchSender, page};
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use informer_core::protocol::{ListPage, ListRequest, Status, WatchEvent, WatchRequest};
-use informer_http::Transport;
-use informer_http::transport::{BoxFuture, BoxStream};
+use informer_core::protocol::{Status, WatchEvent};
 use informer_runtime::{
     DynamicObject, Failure, HandlerFns, InformerBuilder, NAMESPACE_INDEX, Object, Runtime, Store,
 };
@@ -38,68 +36,16 @@ fn generation(o: &DynamicObject) -> u32 {
 
 /// Lists answer the scripted pages in order (then hang); each watch streams the next scripted
 /// channel (then hangs).
-struct Script {
-    lists: Mutex<VecDeque<ListPage<DynamicObject>>>,
-    watches: Mutex<VecDeque<async_channel::Receiver<WatchEvent<DynamicObject>>>>,
+fn script(
+    lists: Vec<(Vec<Arc<DynamicObject>>, &str)>,
+    watches: usize,
+) -> (FakeTransport<DynamicObject>, Vec<Sender>) {
+    FakeTransport::new()
+        .list_pages(lists.into_iter().map(|(items, rv)| page(items, rv)))
+        .watch_channels(watches)
 }
 
-impl Script {
-    fn new(lists: Vec<(Vec<Arc<DynamicObject>>, &str)>, watches: usize) -> (Self, Vec<Sender>) {
-        let mut senders = Vec::new();
-        let mut receivers = VecDeque::new();
-        for _ in 0..watches {
-            let (tx, rx) = async_channel::unbounded();
-            senders.push(tx);
-            receivers.push_back(rx);
-        }
-        let lists = lists
-            .into_iter()
-            .map(|(items, rv)| ListPage {
-                items,
-                resource_version: rv.into(),
-                continue_token: None,
-                remaining_item_count: None,
-            })
-            .collect();
-        (
-            Script {
-                lists: Mutex::new(lists),
-                watches: Mutex::new(receivers),
-            },
-            senders,
-        )
-    }
-}
-
-type Sender = async_channel::Sender<WatchEvent<DynamicObject>>;
-
-impl Transport<DynamicObject> for Script {
-    fn list<'a>(
-        &'a self,
-        _: &'a ListRequest,
-    ) -> BoxFuture<'a, Result<ListPage<DynamicObject>, Failure>> {
-        Box::pin(async move {
-            let page = self.lists.lock().unwrap().pop_front();
-            match page {
-                Some(p) => Ok(p),
-                None => std::future::pending().await,
-            }
-        })
-    }
-
-    fn watch<'a>(
-        &'a self,
-        _: &'a WatchRequest,
-    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<DynamicObject>>, Failure>> {
-        Box::pin(async move {
-            let rx = self.watches.lock().unwrap().pop_front();
-            match rx {
-                Some(rx) => Ok(Box::pin(rx) as BoxStream<'static, _>),
-                None => std::future::pending().await,
-            }
-        })
-    }
-}
+type Sender = WatchSender<DynamicObject>;
 
 on_both_runtimes!(
     a_read_completes_while_the_driver_is_inside_a_step,
@@ -107,7 +53,7 @@ on_both_runtimes!(
     a_handler_finds_its_change_in_the_store_while_readers_hammer_it,
 );
 
-fn builder<E: Env>(script: Script) -> InformerBuilder<DynamicObject, E::R> {
+fn builder<E: Env>(script: FakeTransport<DynamicObject>) -> InformerBuilder<DynamicObject, E::R> {
     InformerBuilder::from_transport(E::R::default(), Arc::new(script), "script")
 }
 
@@ -172,7 +118,7 @@ fn probe(
 async fn a_read_completes_while_the_driver_is_inside_a_step<E: Env>() {
     let first: Vec<_> = (0..500).map(|i| obj(&format!("a{i}"), 1, 1)).collect();
     let second: Vec<_> = (0..500).map(|i| obj(&format!("b{i}"), 2, 2)).collect();
-    let (script, watches) = Script::new(vec![(first, "1"), (second, "2")], 1);
+    let (script, watches) = script(vec![(first, "1"), (second, "2")], 1);
     let barrier = Arc::new(Barrier::new(2));
     let b = barrier.clone();
     let inf = builder::<E>(script)
@@ -235,7 +181,7 @@ async fn readers_never_see_a_mix_of_two_lists<E: Env>() {
             .collect();
         (items, ["", "1", "2", "3", "4"][g as usize])
     };
-    let (script, watches) = Script::new(vec![list(1), list(2), list(3), list(4)], 4);
+    let (script, watches) = script(vec![list(1), list(2), list(3), list(4)], 4);
     let inf = builder::<E>(script).build().unwrap();
     inf.start().unwrap();
     inf.wait_for_sync(Some(Duration::from_secs(30)))
@@ -304,7 +250,7 @@ async fn readers_never_see_a_mix_of_two_lists<E: Env>() {
 /// later one.
 async fn a_handler_finds_its_change_in_the_store_while_readers_hammer_it<E: Env>() {
     let first: Vec<_> = (0..300).map(|i| obj(&format!("o{i}"), 1, 1)).collect();
-    let (script, watches) = Script::new(vec![(first, "1")], 1);
+    let (script, watches) = script(vec![(first, "1")], 1);
     let inf = builder::<E>(script).build().unwrap();
     let store = inf.store();
     let missing = Arc::new(AtomicU64::new(0));
@@ -379,54 +325,29 @@ async fn a_handler_finds_its_change_in_the_store_while_readers_hammer_it<E: Env>
     inf.shutdown().await;
 }
 
-/// Records how many objects readers saw when the informer asked for a watch.
-struct WatchSees {
-    script: Script,
-    store: std::sync::OnceLock<Store<DynamicObject>>,
-    at_watch: Mutex<Option<usize>>,
-}
-
-impl Transport<DynamicObject> for WatchSees {
-    fn list<'a>(
-        &'a self,
-        request: &'a ListRequest,
-    ) -> BoxFuture<'a, Result<ListPage<DynamicObject>, Failure>> {
-        self.script.list(request)
-    }
-
-    fn watch<'a>(
-        &'a self,
-        request: &'a WatchRequest,
-    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<DynamicObject>>, Failure>> {
-        let seen = self.store.get().map(|s| s.list().len());
-        self.at_watch
-            .lock()
-            .unwrap()
-            .get_or_insert(seen.unwrap_or(usize::MAX));
-        self.script.watch(request)
-    }
-}
-
 /// A first list of 2,000 objects: the watch it starts is asked for before the list is
 /// published (the driver publishes a large step after a yield that lets the request go out
 /// first), so the transport is called while readers still see an empty cache. Run on one
 /// executor thread, where the order is the driver's alone.
 async fn a_large_lists_watch_is_requested_before_the_list_is_published<R: Runtime + Default>() {
     let items: Vec<_> = (0..2000).map(|i| obj(&format!("a{i}"), 1, 1)).collect();
-    let (script, _watches) = Script::new(vec![(items, "1")], 1);
-    let transport = Arc::new(WatchSees {
-        script,
-        store: std::sync::OnceLock::new(),
-        at_watch: Mutex::new(None),
+    let (transport, _watches) = script(vec![(items, "1")], 1);
+    // How many objects readers saw when the informer asked for the watch.
+    let store = Arc::new(std::sync::OnceLock::<Store<DynamicObject>>::new());
+    let at_watch: Arc<Mutex<Option<usize>>> = Arc::default();
+    let (s, at) = (store.clone(), at_watch.clone());
+    let transport = transport.on_watch(move |_| {
+        let seen = s.get().map(|s| s.list().len());
+        at.lock().unwrap().get_or_insert(seen.unwrap_or(usize::MAX));
     });
     let inf = InformerBuilder::<DynamicObject, R>::from_transport(
         R::default(),
-        transport.clone(),
+        Arc::new(transport),
         "script",
     )
     .build()
     .unwrap();
-    let _ = transport.store.set(inf.store());
+    let _ = store.set(inf.store());
     inf.start().unwrap();
     inf.wait_for_sync(Some(Duration::from_secs(30)))
         .await
@@ -434,13 +355,13 @@ async fn a_large_lists_watch_is_requested_before_the_list_is_published<R: Runtim
     assert_eq!(inf.store().list().len(), 2000);
     // The watch is requested once the step that applied the list has started it.
     for _ in 0..1500 {
-        if transport.at_watch.lock().unwrap().is_some() {
+        if at_watch.lock().unwrap().is_some() {
             break;
         }
         R::default().sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
-        *transport.at_watch.lock().unwrap(),
+        *at_watch.lock().unwrap(),
         Some(0),
         "the watch was requested after the list was published"
     );

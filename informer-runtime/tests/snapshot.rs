@@ -4,18 +4,14 @@
 
 mod support;
 use support::Env;
+use support::fake_transport::{FakeTransport, WatchSender};
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use informer_core::protocol::{ListPage, ListRequest, WatchEvent, WatchRequest};
+use informer_core::protocol::WatchEvent;
 use informer_core::snapshot::{Snapshot, SnapshotError, peek_identity};
-use informer_http::Transport;
-use informer_http::transport::{BoxFuture, BoxStream};
-use informer_runtime::{
-    DynamicObject, Error, Failure, InformerBuilder, Object, Runtime, SnapshotLoad,
-};
+use informer_runtime::{DynamicObject, Error, InformerBuilder, Object, Runtime, SnapshotLoad};
 use serde_json::json;
 
 fn obj(name: &str, rv: u64) -> Arc<DynamicObject> {
@@ -29,62 +25,16 @@ fn obj(name: &str, rv: u64) -> Arc<DynamicObject> {
     )
 }
 
-/// Lists answer `items` at rv 5 and are counted; the first watch streams what the test sends
-/// (its resourceVersion recorded); later watches never answer.
-struct Fake {
-    items: Vec<Arc<DynamicObject>>,
-    lists: AtomicUsize,
-    watch_rvs: Mutex<Vec<String>>,
-    watch: Mutex<Option<async_channel::Receiver<WatchEvent<DynamicObject>>>>,
-}
-
+/// Lists answer `items` at rv 5 (the transport counts them); the first watch streams what the
+/// test sends (the transport records its resourceVersion); later watches never answer.
 fn fake(
     items: Vec<Arc<DynamicObject>>,
-) -> (Arc<Fake>, async_channel::Sender<WatchEvent<DynamicObject>>) {
-    let (tx, rx) = async_channel::unbounded();
-    (
-        Arc::new(Fake {
-            items,
-            lists: AtomicUsize::new(0),
-            watch_rvs: Mutex::default(),
-            watch: Mutex::new(Some(rx)),
-        }),
-        tx,
-    )
-}
-
-impl Transport<DynamicObject> for Fake {
-    fn list<'a>(
-        &'a self,
-        _: &'a ListRequest,
-    ) -> BoxFuture<'a, Result<ListPage<DynamicObject>, Failure>> {
-        Box::pin(async move {
-            self.lists.fetch_add(1, Ordering::SeqCst);
-            Ok(ListPage {
-                items: self.items.clone(),
-                resource_version: "5".into(),
-                continue_token: None,
-                remaining_item_count: None,
-            })
-        })
-    }
-
-    fn watch<'a>(
-        &'a self,
-        req: &'a WatchRequest,
-    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<DynamicObject>>, Failure>> {
-        Box::pin(async move {
-            self.watch_rvs
-                .lock()
-                .unwrap()
-                .push(req.resource_version.clone());
-            let rx = self.watch.lock().unwrap().take();
-            match rx {
-                Some(rx) => Ok(Box::pin(rx) as BoxStream<'static, _>),
-                None => std::future::pending().await,
-            }
-        })
-    }
+) -> (
+    Arc<FakeTransport<DynamicObject>>,
+    WatchSender<DynamicObject>,
+) {
+    let (f, tx) = FakeTransport::new().list_always(items, "5").watch_channel();
+    (Arc::new(f), tx)
 }
 
 on_both_runtimes!(
@@ -176,7 +126,7 @@ async fn periodic_and_on_demand_snapshots_then_a_restart_resumes_without_listing
     assert_eq!((w.resource_version.as_str(), w.objects), ("7", 3));
     assert_eq!(on_disk(&path).unwrap().0, "7");
     first.shutdown().await;
-    assert_eq!(f.lists.load(Ordering::SeqCst), 1);
+    assert_eq!(f.lists(), 1);
     // Atomic writes leave nothing but the file.
     let names: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -208,11 +158,11 @@ async fn periodic_and_on_demand_snapshots_then_a_restart_resumes_without_listing
         .collect();
     names.sort();
     assert_eq!(names, ["b", "c", "d"]);
-    eventually::<E>("watching", || !f2.watch_rvs.lock().unwrap().is_empty()).await;
-    assert_eq!(*f2.watch_rvs.lock().unwrap(), ["7"]);
+    eventually::<E>("watching", || !f2.watch_resource_versions().is_empty()).await;
+    assert_eq!(f2.watch_resource_versions(), ["7"]);
     tx2.send(WatchEvent::Added(obj("e", 8))).await.unwrap();
     eventually::<E>("event after resume", || second.store().len() == 4).await;
-    assert_eq!(f2.lists.load(Ordering::SeqCst), 0, "resumed without a list");
+    assert_eq!(f2.lists(), 0, "resumed without a list");
     second.shutdown().await;
     assert_eq!(on_disk(&path).unwrap().0, "8", "written at shutdown");
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,15 +1,14 @@
 //! The `tracing` events an operator relies on: list, relist, watch, list/watch failure,
 //! backoff, handler panic.
 
+mod support;
+
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use informer_core::protocol::{ListPage, ListRequest, WatchEvent, WatchRequest};
-use informer_http::Transport;
-use informer_http::transport::{BoxFuture, BoxStream};
-use informer_runtime::{BackoffConfig, DynamicObject, Failure, HandlerFns, InformerBuilder};
+use informer_runtime::{BackoffConfig, DynamicObject, HandlerFns, InformerBuilder};
+use support::fake_transport::FakeTransport;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
@@ -44,50 +43,21 @@ impl Subscriber for Capture {
     fn exit(&self, _: &Id) {}
 }
 
-/// Lists fail `fail` times, then answer one object; watches never answer.
-struct Flaky(AtomicUsize);
-
-impl Transport<DynamicObject> for Flaky {
-    fn list<'a>(
-        &'a self,
-        _: &'a ListRequest,
-    ) -> BoxFuture<'a, Result<ListPage<DynamicObject>, Failure>> {
-        Box::pin(async move {
-            if self
-                .0
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-            {
-                return Err(Failure::ConnectionRefused("scripted".into()));
-            }
-            let obj: DynamicObject = serde_json::from_value(serde_json::json!({
-                "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "5"}
-            }))
-            .unwrap();
-            Ok(ListPage {
-                items: vec![Arc::new(obj)],
-                resource_version: "5".into(),
-                continue_token: None,
-                remaining_item_count: None,
-            })
-        })
-    }
-
-    fn watch<'a>(
-        &'a self,
-        _: &'a WatchRequest,
-    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<DynamicObject>>, Failure>> {
-        Box::pin(std::future::pending())
-    }
-}
-
 #[test]
 fn list_relist_watch_failure_backoff_and_panic_are_traced() {
     tracing::subscriber::set_global_default(Capture).unwrap();
+    // Lists fail twice, then answer one object; watches never answer.
+    let obj: DynamicObject = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "5"}
+    }))
+    .unwrap();
+    let flaky = FakeTransport::new()
+        .list_always(vec![Arc::new(obj)], "5")
+        .fail_lists(2);
     smol::block_on(async {
         let inf = InformerBuilder::<DynamicObject, informer_smol::Smol>::from_transport(
             informer_smol::Smol,
-            Arc::new(Flaky(AtomicUsize::new(2))),
+            Arc::new(flaky),
             "flaky",
         )
         .backoff(BackoffConfig {

@@ -1,71 +1,14 @@
-//! A ConfigMap informer with the built-in namespace index and an `app` label index: prints
-//! what its handler sees, then answers a few index queries, and keeps watching for
-//! `INFORMER_EXAMPLE_SECS` seconds (default 10).
+//! A ConfigMap informer with indices, on smol. The example is `examples/configmaps.rs` at the
+//! top of the repository, shared with informer-tokio's: this file only picks the runtime.
 //!
-//! Needs a cluster: `KUBECONFIG` (or `~/.kube/config`, or in-cluster). Try it with
-//! `cargo xtask cluster up`, then `KUBECONFIG=… cargo run -p informer-smol --example smol_configmaps`.
-//! `informer-tokio/examples/configmaps.rs` is this file with one `use` line changed.
+//! `KUBECONFIG=… cargo run -p informer-smol --example smol_configmaps`.
 
-use std::sync::Arc;
-use std::time::Duration;
+/// The runtime crate the shared source is written against.
+use informer_smol as runtime;
 
-use informer_smol::{
-    Config, DynamicObject, HandlerFns, Informer, NAMESPACE_INDEX, Object, Resource, block_on,
-    client, index_fn, sleep,
-};
+#[path = "../../examples/configmaps.rs"]
+mod configmaps;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    block_on(run())?
-}
-
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let client = client(Config::infer()?)?;
-    let informer = Informer::<DynamicObject>::builder_for(&client, Resource::CONFIGMAPS)
-        .index(
-            "app",
-            index_fn(|cm: &DynamicObject| cm.label("app").map(Into::into).into_iter().collect()),
-        )
-        .resync(Duration::from_secs(60))
-        .on_watch_error(|e| eprintln!("watch error (retrying): {e}"))
-        .build()?;
-    let handler = informer.add_handler(
-        HandlerFns::new()
-            .on_add(|cm: Arc<DynamicObject>, initial| {
-                if !initial {
-                    println!("added   {}/{}", cm.namespace().unwrap_or(""), cm.name())
-                }
-            })
-            .on_update(|old: Arc<DynamicObject>, new: Arc<DynamicObject>| {
-                if old.resource_version() != new.resource_version() {
-                    println!("updated {}/{}", new.namespace().unwrap_or(""), new.name())
-                }
-            })
-            .on_delete(|gone| {
-                let cm = gone.object();
-                println!("deleted {}/{}", cm.namespace().unwrap_or(""), cm.name())
-            }),
-    )?;
-    informer.start()?;
-    handler.wait_for_sync(Some(Duration::from_secs(60))).await?;
-
-    let store = informer.store();
-    println!("{} ConfigMaps cached", store.len());
-    for ns in store.list_index_values(NAMESPACE_INDEX)? {
-        println!(
-            "  namespace {ns}: {}",
-            store.by_index(NAMESPACE_INDEX, &ns)?.len()
-        );
-    }
-    for app in store.list_index_values("app")? {
-        println!("  app={app}: {:?}", store.index_keys("app", &app)?);
-    }
-
-    let secs = std::env::var("INFORMER_EXAMPLE_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10);
-    sleep(Duration::from_secs(secs)).await;
-    println!("{:?}", informer.metrics());
-    informer.shutdown().await;
-    Ok(())
+    configmaps::main()
 }

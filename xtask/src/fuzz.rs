@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::{Result, cargo, root, run};
+use crate::{Result, cargo, record, root, run};
 
 /// The targets, in the order they run.
 pub const TARGETS: &[&str] = &[
@@ -102,62 +102,121 @@ pub fn replay() -> Result {
 }
 
 /// Runs each target for `secs` seconds; a crash is saved as a regression and fails the run.
+///
+/// libFuzzer runs on one thread: the targets run [`jobs`] at a time, each on a core of its
+/// own, so that every target still gets its `secs` of a core while the run takes a fraction
+/// of the time. Each target's lines are printed when it ends, in the order of `targets`.
 pub fn fuzz(targets: &[&'static str], secs: u64) -> Result<Vec<Outcome>> {
     ensure_cargo_fuzz()?;
     let mut c = fuzz_cmd();
     c.args(["fuzz", "build", "-O"]);
     run("cargo fuzz build -O (RUSTC_BOOTSTRAP=1)", c)?;
     let root = root();
+    let jobs = jobs().min(targets.len()).max(1);
+    eprintln!(
+        "\n==> fuzz {} targets for {secs} s each, {jobs} at a time",
+        targets.len()
+    );
+    let queue = std::sync::Mutex::new(targets.iter().copied().enumerate());
+    let done: std::sync::Mutex<Vec<(usize, &'static str, Result<Ran>)>> = Default::default();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                loop {
+                    let next = queue.lock().unwrap().next();
+                    let Some((i, target)) = next else { break };
+                    let ran = run_target(&root, target, secs);
+                    done.lock().unwrap().push((i, target, ran));
+                }
+            });
+        }
+    });
+    let mut done = done.into_inner().unwrap();
+    done.sort_by_key(|(i, ..)| *i);
     let mut outcomes = Vec::new();
-    for &target in targets {
-        let corpus = root.join("fuzz/corpus").join(target);
-        std::fs::create_dir_all(&corpus).map_err(|e| format!("{}: {e}", corpus.display()))?;
-        let artifacts = root.join("fuzz/artifacts").join(target);
-        std::fs::create_dir_all(&artifacts).map_err(|e| format!("{}: {e}", artifacts.display()))?;
-        let mut c = fuzz_cmd();
-        c.args(["fuzz", "run", "-O", target])
-            .arg(&corpus)
-            .arg(root.join("fuzz/seeds").join(target))
-            .arg("--")
-            .arg(format!("-max_total_time={secs}"))
-            .arg("-rss_limit_mb=2048")
-            .arg("-max_len=65536")
-            .arg("-print_final_stats=1")
-            .arg(format!("-artifact_prefix={}/", artifacts.display()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+    let mut failure = None;
+    for (_, target, ran) in done {
+        let ran = ran?;
         eprintln!("\n==> fuzz {target} for {secs} s");
-        let start = Instant::now();
-        let out = c
-            .output()
-            .map_err(|e| format!("fuzz {target}: cannot start: {e}"))?;
-        let log = String::from_utf8_lossy(&out.stderr);
-        let runs = log
-            .lines()
-            .rev()
-            .filter_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
-            .find_map(|n| n.trim().parse().ok())
-            .unwrap_or(0);
-        let elapsed = start.elapsed().as_secs_f64();
-        eprintln!("<== fuzz {target}: {runs} executions in {elapsed:.1} s");
-        if !out.status.success() {
+        record(&format!("fuzz {target}"), ran.took);
+        let elapsed = ran.took.as_secs_f64();
+        eprintln!(
+            "<== fuzz {target}: {} executions in {elapsed:.1} s",
+            ran.runs
+        );
+        if !ran.status.success() && failure.is_none() {
+            let artifacts = root.join("fuzz/artifacts").join(target);
             let saved = save_crashes(target, &artifacts, &root)?;
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            let tail: Vec<&str> = ran.log.lines().rev().take(40).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
-            return Err(format!(
+            failure = Some(format!(
                 "fuzz {target} found a failure ({}); saved as regressions: {}\n{}",
-                out.status,
+                ran.status,
                 saved.join(", "),
                 tail.join("\n")
             ));
         }
         outcomes.push(Outcome {
             target,
-            runs,
+            runs: ran.runs,
             secs: elapsed,
         });
     }
-    Ok(outcomes)
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(outcomes),
+    }
+}
+
+/// Targets fuzzed at once: the machine's cores.
+fn jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// How one target's run went.
+struct Ran {
+    status: std::process::ExitStatus,
+    /// libFuzzer's output.
+    log: String,
+    runs: u64,
+    took: std::time::Duration,
+}
+
+/// Fuzzes `target` for `secs` seconds from its corpus and seeds.
+fn run_target(root: &Path, target: &str, secs: u64) -> Result<Ran> {
+    let corpus = root.join("fuzz/corpus").join(target);
+    std::fs::create_dir_all(&corpus).map_err(|e| format!("{}: {e}", corpus.display()))?;
+    let artifacts = root.join("fuzz/artifacts").join(target);
+    std::fs::create_dir_all(&artifacts).map_err(|e| format!("{}: {e}", artifacts.display()))?;
+    let mut c = fuzz_cmd();
+    c.args(["fuzz", "run", "-O", target])
+        .arg(&corpus)
+        .arg(root.join("fuzz/seeds").join(target))
+        .arg("--")
+        .arg(format!("-max_total_time={secs}"))
+        .arg("-rss_limit_mb=2048")
+        .arg("-max_len=65536")
+        .arg("-print_final_stats=1")
+        .arg(format!("-artifact_prefix={}/", artifacts.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let start = Instant::now();
+    let out = c
+        .output()
+        .map_err(|e| format!("fuzz {target}: cannot start: {e}"))?;
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    let runs = log
+        .lines()
+        .rev()
+        .filter_map(|l| l.strip_prefix("stat::number_of_executed_units:"))
+        .find_map(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    Ok(Ran {
+        status: out.status,
+        log,
+        runs,
+        took: start.elapsed(),
+    })
 }
 
 /// Moves libFuzzer's crash, timeout and OOM artifacts into `fuzz/regressions/<target>/`.

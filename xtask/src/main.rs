@@ -1,11 +1,13 @@
 //! Project automation for informer-rs: `cargo xtask` (or `cargo xtask help`) lists every
 //! command (see [`HELP`]).
 
+mod acyclic;
 mod bench_e2e;
 mod cluster;
 mod demo;
 mod fuzz;
 mod peers;
+mod suites;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -19,6 +21,8 @@ fn main() -> ExitCode {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match args.as_slice() {
         ["test-all"] => test_all(),
+        ["acyclic"] => acyclic::check(true),
+        ["tests", rest @ ..] => tests(rest),
         ["nostd"] => nostd(),
         ["docs"] => docs(),
         ["package"] => package(),
@@ -57,13 +61,22 @@ const HELP: &str = "\
 usage: cargo xtask <command>
 
 checks
-  test-all        everything CI runs: cargo fmt --check; clippy -D warnings (which also
-                  rejects std APIs newer than rust-version); msrv; package; each published
+  test-all        everything CI runs: cargo fmt --check; the module-circle check; clippy
+                  -D warnings (which also rejects std APIs newer than rust-version); msrv; package; each published
                   crate checked on its own; the no_std proof build; the benchmark peers'
                   sources parsed (not built); every test, including
                   the end-to-end suite against a real kube-apiserver; docs with warnings
                   denied; the fuzz seeds and saved crashes replayed, each fuzz target
                   for 10 s
+  acyclic         no module import circle in any library crate: under every module, its
+                  children must form a DAG under: code in A's subtree names an item in B's
+                  (files read with syn; cfg(test) code left out); prints each circle with
+                  the lines behind it. test-all fails only for the crates in
+                  ACYCLIC_CRATES (xtask/src/acyclic.rs) and warns for the others
+  tests [CARGO TEST ARGS]
+                  the test binaries of `cargo test ARGS` (default --workspace --all-targets)
+                  built, then run the way test-all runs them: INFORMER_TEST_JOBS at a time
+                  (default 2), longest first, each one's output printed when it ends
   nostd           build informer-core into a #![no_std] staticlib (fails on any std use)
   docs            cargo doc (warnings denied), then check that links resolve and the
                   runtime crates' Informer pages show their methods
@@ -160,9 +173,44 @@ fn outcome(status: ExitStatus) -> String {
     format!("failed ({status})")
 }
 
+/// Every step's name and duration so far, for the slowest steps printed at the end of test-all.
+static STEPS: std::sync::Mutex<Vec<(String, Duration)>> = std::sync::Mutex::new(Vec::new());
+
+/// Notes that `step` took `took` (see [`STEPS`]).
+fn record(step: &str, took: Duration) {
+    STEPS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((step.to_string(), took));
+}
+
+/// The `n` slowest of `steps`, slowest first (the earlier of equal ones first).
+fn slowest(steps: &[(String, Duration)], n: usize) -> Vec<(String, Duration)> {
+    let mut sorted = steps.to_vec();
+    sorted.sort_by_key(|s| std::cmp::Reverse(s.1));
+    sorted.truncate(n);
+    sorted
+}
+
+/// Prints the ten slowest steps recorded so far.
+fn print_slowest_steps() {
+    let steps = STEPS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if steps.is_empty() {
+        return;
+    }
+    eprintln!(
+        "
+the ten slowest steps:"
+    );
+    for (step, took) in slowest(&steps, 10) {
+        eprintln!("  {:>7.1} s  {step}", took.as_secs_f64());
+    }
+}
+
 /// Prints the end of a step: `<== step: ok in 12.3 s`, or an error saying how it failed.
 fn finish(step: &str, status: ExitStatus, start: Instant) -> Result {
     let how = outcome(status);
+    record(step, start.elapsed());
     eprintln!("<== {step}: {how} in {}", secs(start.elapsed()));
     if status.success() {
         Ok(())
@@ -182,11 +230,37 @@ fn run(step: &str, mut cmd: Command) -> Result {
     finish(step, status, start)
 }
 
+/// `cargo xtask tests [ARGS]`: test-all's run of test binaries, for `cargo test ARGS`.
+fn tests(args: &[&str]) -> Result {
+    let args: Vec<&str> = if args.is_empty() {
+        vec!["--workspace", "--all-targets"]
+    } else {
+        args.to_vec()
+    };
+    let mut totals = Totals::default();
+    let binaries = suites::build(&format!("cargo test {} --no-run", args.join(" ")), &args)?;
+    let result = suites::run_all(binaries, suites::jobs(), &mut totals);
+    print_slowest_steps();
+    println!("{} passed, {} failed", totals.passed, totals.failed);
+    result
+}
+
 fn test_all() -> Result {
     let start = Instant::now();
+    let result = test_all_steps();
+    print_slowest_steps();
+    match &result {
+        Ok(()) => eprintln!("\ntest-all: every step passed in {}", secs(start.elapsed())),
+        Err(_) => eprintln!("\ntest-all: failed after {}", secs(start.elapsed())),
+    }
+    result
+}
+
+fn test_all_steps() -> Result {
     let mut c = cargo();
     c.args(["fmt", "--all", "--", "--check"]);
     run("cargo fmt --check", c)?;
+    acyclic::check(false)?;
 
     let mut c = cargo();
     c.args([
@@ -236,55 +310,53 @@ fn test_all() -> Result {
     eprintln!("\n==> {step}");
     let t = Instant::now();
     cluster::main(&["build"])?;
+    record(step, t.elapsed());
     eprintln!("<== {step}: ok in {}", secs(t.elapsed()));
     // The benchmark peers (client-go, kube-rs) take minutes to build: only parsed here (gofmt
     // comes with the Go the apiserver build installed).
     peers::check_sources()?;
 
+    // Every test binary, built first, then run several at a time (see suites.rs): the
+    // workspace's, kube-rs's client test (its feature is heavy to compile, so off in the
+    // workspace build) and the metrics export (an optional feature the workspace run does
+    // not turn on).
     let mut totals = Totals::default();
-    let mut c = cargo();
-    c.args(["test", "--workspace", "--all-targets"]);
-    run_counting("cargo test --workspace --all-targets", c, &mut totals)?;
-
-    // kube-rs is heavy to compile: its feature is off in the workspace build and tested once
-    // here, against a real apiserver.
-    let mut c = cargo();
-    c.args([
-        "test",
-        "-p",
-        "informer-tokio",
-        "--features",
-        "kube",
-        "--test",
-        "kube_client",
-    ]);
-    run_counting(
-        "cargo test -p informer-tokio --features kube",
-        c,
-        &mut totals,
+    let mut binaries = suites::build(
+        "cargo test --workspace --all-targets --no-run",
+        &["--workspace", "--all-targets"],
     )?;
+    binaries.extend(suites::build(
+        "cargo test -p informer-tokio --features kube --test kube_client --no-run",
+        &[
+            "-p",
+            "informer-tokio",
+            "--features",
+            "kube",
+            "--test",
+            "kube_client",
+        ],
+    )?);
+    binaries.extend(
+        suites::build(
+            "cargo test -p informer-runtime --features metrics --test fake --no-run",
+            &[
+                "-p",
+                "informer-runtime",
+                "--features",
+                "metrics",
+                "--test",
+                "fake",
+            ],
+        )?
+        .into_iter()
+        .map(|b| b.with_args("(--features metrics) metrics_export", &["metrics_export"])),
+    );
+    suites::run_all(binaries, suites::jobs(), &mut totals)?;
 
     let mut c = cargo();
     c.args(["test", "--workspace", "--doc"]);
     run_counting("cargo test --doc", c, &mut totals)?;
 
-    // Optional features the workspace test run does not turn on.
-    let mut c = cargo();
-    c.args([
-        "test",
-        "-p",
-        "informer-runtime",
-        "--features",
-        "metrics",
-        "--test",
-        "fake",
-        "metrics_export",
-    ]);
-    run_counting(
-        "cargo test -p informer-runtime --features metrics (export)",
-        c,
-        &mut totals,
-    )?;
     // The fuzz crate (own workspace): its seeds and every saved crash replayed, then each
     // target briefly.
     fuzz::replay()?;
@@ -293,27 +365,22 @@ fn test_all() -> Result {
     docs()?;
 
     fuzz::print_summary(&fuzzed);
-    eprintln!("\ntest-all: every step passed in {}", secs(start.elapsed()));
     println!("{} passed, {} failed", totals.passed, totals.failed);
     Ok(())
 }
 
-/// The docs of the workspace, warnings denied, then [`check_docs`]; then each runtime crate
-/// documented on its own with `--no-deps` into an empty doc directory, the way docs.rs builds
-/// it, and checked again: the alias pages must list their methods there too.
+/// Each runtime crate documented on its own with `--no-deps` into an empty doc directory, the
+/// way docs.rs builds it, warnings denied, then [`check_docs`]: the alias pages must list their
+/// methods there. Then the whole workspace's docs, warnings denied, checked again and left in
+/// place for whoever opens them next (built last, so that they need no second build).
 fn docs() -> Result {
     let doc = root().join("target/doc");
-    let mut c = cargo();
-    c.args(["doc", "--workspace", "--no-deps"])
-        .env("RUSTDOCFLAGS", "-D warnings");
-    run("cargo doc (warnings denied)", c)?;
-    check_docs(&doc, &["informer_tokio", "informer_smol"])?;
     for (package, krate) in [
         ("informer-tokio", "informer_tokio"),
         ("informer-smol", "informer_smol"),
     ] {
-        // An empty doc directory: nothing left over from the workspace build may make the
-        // pages look complete.
+        // An empty doc directory: nothing left over from another build may make the pages
+        // look complete.
         let _ = std::fs::remove_dir_all(&doc);
         let mut c = cargo();
         c.args(["doc", "-p", package, "--no-deps"])
@@ -321,11 +388,12 @@ fn docs() -> Result {
         run(&format!("cargo doc -p {package} --no-deps (as docs.rs)"), c)?;
         check_docs(&doc, &[krate])?;
     }
-    // Leave the whole workspace's docs in place for whoever opens them next.
     let _ = std::fs::remove_dir_all(&doc);
     let mut c = cargo();
-    c.args(["doc", "--workspace", "--no-deps", "-q"]);
-    run("cargo doc (the whole workspace again)", c)
+    c.args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    run("cargo doc (warnings denied)", c)?;
+    check_docs(&doc, &["informer_tokio", "informer_smol"])
 }
 
 /// The runtime crates' type aliases and a method each one's page must list.
@@ -504,6 +572,7 @@ fn package() -> Result {
         .filter(|l| l.trim_start().starts_with("warning"))
         .count();
     if out.status.success() && warnings > 0 {
+        record(step, start.elapsed());
         let how = format!("failed ({warnings} cargo warning(s) above)");
         eprintln!("<== {step}: {how} in {}", secs(start.elapsed()));
         return Err(format!("{step}: {how}"));
@@ -548,6 +617,7 @@ fn msrv() -> Result {
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout)
         .map_err(|e| format!("{step}: cargo metadata output: {e}"))?;
     let problems = msrv_problems(&meta)?;
+    record(step, start.elapsed());
     if problems.is_empty() {
         eprintln!("<== {step}: ok in {}", secs(start.elapsed()));
         Ok(())
@@ -854,8 +924,9 @@ fn print_core_comparison(rows: &[serde_json::Value], before: &str, after: &str) 
 
 #[cfg(test)]
 mod tests {
-    use super::{Totals, msrv_problems, outcome, parse_rust_version};
+    use super::{Totals, msrv_problems, outcome, parse_rust_version, slowest};
     use serde_json::json;
+    use std::time::Duration;
 
     #[test]
     fn outcomes_read_like_words() {
@@ -902,6 +973,18 @@ mod tests {
             problems,
             ["informer-core 1.0.0 (rust-version 1.85) needs new 1.0.0 (rust-version 1.88.0)"]
         );
+    }
+
+    #[test]
+    fn the_slowest_steps_come_first_at_most_n() {
+        let steps: Vec<(String, Duration)> =
+            [("fmt", 1), ("clippy", 70), ("e2e", 300), ("doc", 70)]
+                .iter()
+                .map(|(n, s)| (n.to_string(), Duration::from_secs(*s)))
+                .collect();
+        let names: Vec<String> = slowest(&steps, 3).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["e2e", "clippy", "doc"]);
+        assert_eq!(slowest(&steps, 10).len(), 4);
     }
 
     #[test]

@@ -1,88 +1,21 @@
 use super::*;
-use crate::backend::HttpResponse;
-use crate::client::Client;
-use crate::config::Config;
 use crate::config::{Auth, Secret};
 use crate::decode::DecodeError;
 use crate::resource::Resource;
-use crate::transport::{BoxFuture, Transport};
-use bytes::Bytes;
-use futures_util::stream::{self, StreamExt};
+use crate::test_support::{Canned, Scripted, run};
+use futures_util::stream::StreamExt;
 use informer_core::object::DynamicObject;
 use informer_core::protocol::DecodeKind;
-use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::time::Duration;
 
-struct Canned {
-    status: u16,
-    headers: Vec<(&'static str, String)>,
-    chunks: Vec<Vec<u8>>,
-    /// End the body with a transport error after the chunks.
-    fail_after: Option<Failure>,
-}
-
-#[derive(Default)]
-struct Scripted {
-    answers: Mutex<VecDeque<Result<Canned, Failure>>>,
-    seen: Mutex<Vec<http::Request<Bytes>>>,
-}
-
-impl Backend for Scripted {
-    fn send(&self, request: http::Request<Bytes>) -> BoxFuture<'_, Result<HttpResponse, Failure>> {
-        self.seen.lock().unwrap().push(request);
-        let answer = self
-            .answers
-            .lock()
-            .unwrap()
-            .pop_front()
-            .expect("unexpected request");
-        Box::pin(async move {
-            let c = answer?;
-            let mut headers = http::HeaderMap::new();
-            for (k, v) in c.headers {
-                headers.insert(k, v.parse().unwrap());
-            }
-            let mut items: Vec<Result<Bytes, Failure>> =
-                c.chunks.into_iter().map(|b| Ok(Bytes::from(b))).collect();
-            if let Some(f) = c.fail_after {
-                items.push(Err(f));
-            }
-            Ok(HttpResponse {
-                status: http::StatusCode::from_u16(c.status).unwrap(),
-                headers,
-                body: Box::pin(stream::iter(items)),
-            })
-        })
-    }
-}
-
 fn client(answers: Vec<Result<Canned, Failure>>) -> Client<Scripted> {
-    let mut cfg = Config::new("https://example:6443");
-    cfg.auth = Auth::Token(Secret::new("tok".into()));
-    Client::new(
-        Scripted {
-            answers: Mutex::new(answers.into()),
-            seen: Mutex::default(),
-        },
-        cfg,
-    )
-}
-
-fn ok(chunks: Vec<&str>) -> Result<Canned, Failure> {
-    Ok(Canned {
-        status: 200,
-        headers: vec![],
-        chunks: chunks.into_iter().map(|c| c.as_bytes().to_vec()).collect(),
-        fail_after: None,
+    Scripted::client(answers, |cfg| {
+        cfg.auth = Auth::Token(Secret::new("tok".into()));
     })
 }
 
-fn run<F: Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
-        .block_on(f)
+fn ok(chunks: Vec<&str>) -> Result<Canned, Failure> {
+    Ok(Canned::chunks(chunks))
 }
 
 async fn drain(
@@ -111,7 +44,7 @@ fn list_sends_the_request_and_decodes_the_page() {
     assert_eq!(page.items[0].kind.as_deref(), Some("ConfigMap"));
     assert_eq!(page.items[0].api_version.as_deref(), Some("v1"));
     assert_eq!(page.continue_token.as_deref(), Some("c2"));
-    let seen = c.backend().seen.lock().unwrap();
+    let seen = c.backend().seen();
     assert_eq!(seen[0].uri(), "/api/v1/namespaces/n/configmaps?limit=1");
     assert_eq!(seen[0].headers()["authorization"], "Bearer tok");
     assert!(seen[0].headers()["authorization"].is_sensitive());
@@ -183,7 +116,7 @@ fn watch_streams_events_whatever_the_chunking() {
         }
     ));
     assert_eq!(
-        c.backend().seen.lock().unwrap()[0].uri(),
+        c.backend().seen()[0].uri(),
         "/api/v1/configmaps?watch=true&resourceVersion=0&allowWatchBookmarks=true"
     );
 }
@@ -321,7 +254,7 @@ fn streaming_list_against_a_scripted_server() {
     };
     let evs = run(async { drain(api.watch(&req).await.unwrap()).await });
     assert_eq!(
-        c.backend().seen.lock().unwrap()[0].uri(),
+        c.backend().seen()[0].uri(),
         "/api/v1/namespaces/n/pods?watch=true&resourceVersion=&resourceVersionMatch=NotOlderThan\
          &allowWatchBookmarks=true&sendInitialEvents=true&timeoutSeconds=60"
     );

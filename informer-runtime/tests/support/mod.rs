@@ -1,8 +1,11 @@
 //! The two runtimes and helpers shared by the tests that drive the public informer through
 //! the real transports; the scripted server they drive it against is
-//! `testcluster::scripted` (shared with informer-http's tests).
+//! `testcluster::scripted` (shared with informer-http's tests). The tests that need no server
+//! at all use the in-memory transport of [`fake_transport`].
 
 #![allow(dead_code)] // each test file uses its part
+
+pub mod fake_transport;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

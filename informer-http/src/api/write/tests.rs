@@ -1,62 +1,24 @@
 use super::*;
-use crate::backend::HttpResponse;
-use crate::client::Client;
-use crate::config::Config;
 use crate::resource::Resource;
-use crate::transport::BoxFuture;
-use bytes::Bytes;
-use futures_util::stream;
+use crate::test_support::{Canned, Scripted, run};
 use informer_core::object::DynamicObject;
-use std::collections::VecDeque;
 
 type Answer = (u16, Vec<(&'static str, &'static str)>, String);
 
-#[derive(Default)]
-struct Scripted {
-    answers: Mutex<VecDeque<Answer>>,
-    seen: Mutex<Vec<http::Request<Bytes>>>,
-}
-
-impl Backend for Scripted {
-    fn send(&self, request: http::Request<Bytes>) -> BoxFuture<'_, Result<HttpResponse, Failure>> {
-        self.seen.lock().unwrap().push(request);
-        let (code, headers, body) = self
-            .answers
-            .lock()
-            .unwrap()
-            .pop_front()
-            .expect("unexpected request");
-        Box::pin(async move {
-            let mut h = http::HeaderMap::new();
-            for (k, v) in headers {
-                h.insert(k, v.parse().unwrap());
-            }
-            Ok(HttpResponse {
-                status: http::StatusCode::from_u16(code).unwrap(),
-                headers: h,
-                body: Box::pin(stream::iter(vec![Ok(Bytes::from(body))])),
-            })
-        })
-    }
-}
-
 fn api(answers: Vec<Answer>) -> Api<DynamicObject, Scripted> {
-    let c = Client::new(
-        Scripted {
-            answers: Mutex::new(answers.into()),
-            seen: Mutex::default(),
-        },
-        Config::new("https://example:6443"),
-    );
-    c.api(Resource::CONFIGMAPS, Some("ns"))
+    let answers = answers.into_iter().map(|(code, headers, body)| {
+        let c = headers
+            .into_iter()
+            .fold(Canned::new(code, body), |c, (k, v)| c.header(k, v));
+        Ok(c)
+    });
+    Scripted::client(answers, |_| {}).api(Resource::CONFIGMAPS, Some("ns"))
 }
 
 fn seen(api: &Api<DynamicObject, Scripted>) -> Vec<(String, String, Option<String>, String)> {
     api.client()
         .backend()
-        .seen
-        .lock()
-        .unwrap()
+        .seen()
         .iter()
         .map(|r| {
             (
@@ -69,13 +31,6 @@ fn seen(api: &Api<DynamicObject, Scripted>) -> Vec<(String, String, Option<Strin
             )
         })
         .collect()
-}
-
-fn run<F: Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
-        .block_on(f)
 }
 
 const CM: &str = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"7"},"data":{"k":"v"}}"#;
