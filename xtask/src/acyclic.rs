@@ -31,10 +31,13 @@ use syn::visit::Visit;
 
 use crate::{Result, cargo, outcome, record, secs};
 
-/// Crates whose circles fail `cargo xtask test-all`: those that had none when the check was
-/// written. The others' circles are printed as warnings; add a crate here once its last circle
-/// is gone.
+/// Crates whose circles fail `cargo xtask test-all`: every library crate of the workspace
+/// (informer-core, informer-http and informer-runtime lost their last circles in issue 38's
+/// restructure). A crate not listed only has its circles printed as warnings.
 pub const ACYCLIC_CRATES: &[&str] = &[
+    "informer-core",
+    "informer-http",
+    "informer-runtime",
     "informer-tokio",
     "informer-smol",
     "testcluster",
