@@ -380,7 +380,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
 impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
     /// Writes the cache to the snapshot file now (see
     /// [`InformerBuilder::snapshot`](crate::InformerBuilder::snapshot)). Fails with
-    /// [`Error::NoSnapshotFile`] without one, and with [`SnapshotError::NotSynced`] before
+    /// [`Error::NoSnapshotFile`] without one, and with [`SnapshotError::NotSynced`](informer_core::snapshot::SnapshotError::NotSynced) before
     /// the informer has synced.
     pub async fn write_snapshot(&self) -> Result<SnapshotWritten, Error> {
         self.shared().write_snapshot().await

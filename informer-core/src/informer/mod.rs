@@ -155,6 +155,7 @@ impl<K> fmt::Debug for SharedIndexInformer<K> {
     }
 }
 
+/// Building: before start.
 impl<K: Object + 'static> SharedIndexInformer<K> {
     /// An informer that has not started.
     pub fn new(config: InformerConfig) -> Self {
@@ -188,46 +189,11 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.pipeline.add_index(name, func)
     }
 
-    /// Registers a handler asking for a resync every `resync` (0: never). Added after start,
-    /// it first gets one `Add` per cached object (flagged `in_initial_list`), then live
-    /// notifications.
-    pub fn add_handler(&mut self, resync: Duration, now: Instant) -> (HandlerId, ResyncPeriods) {
-        let r = self.pipeline.add_handler(resync, now);
-        self.apply_reflector_outputs();
-        r
-    }
-
-    /// Removes a handler: it gets nothing new. Returns whether it was registered.
-    pub fn remove_handler(&mut self, id: HandlerId) -> bool {
-        self.pipeline.remove_handler(id)
-    }
-
-    /// Starts listing and watching, and the resync check timer.
-    pub fn start(&mut self, now: Instant) {
-        if self.started {
-            return;
-        }
-        self.started = true;
-        self.pipeline.start(now);
-        match self.resume.take() {
-            Some(Resume::Snapshot(snapshot)) => {
-                self.reflector.resume_at(snapshot.resource_version);
-                self.populate_resumed(snapshot.items);
-            }
-            Some(Resume::At(rv)) => {
-                self.reflector.resume_at(rv.clone());
-                self.awaiting = Some(Awaiting {
-                    resource_version: rv,
-                    held: VecDeque::new(),
-                });
-            }
-            None => {}
-        }
-        // The reflector's outputs are drained after every input (apply_reflector_outputs), so
-        // the drain rule always holds here.
-        let applied = self.reflector.start(now);
-        debug_assert!(applied.is_ok());
-        self.apply_reflector_outputs();
+    /// Removes an index of the cache, the namespace index included (see
+    /// [`Indexer::remove_index`]): a runtime whose readers query copies of the cache saves the
+    /// buckets' memory in its own.
+    pub fn remove_index(&mut self, name: &str) -> Result<(), IndexError> {
+        self.pipeline.remove_index(name)
     }
 
     /// Resumes from a snapshot (a warm restart) instead of listing.
@@ -259,6 +225,64 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         }
         self.resume = Some(from);
         true
+    }
+
+    /// Starts (`true`) or stops recording every change applied to the cache, for
+    /// [`take_changes`](Self::take_changes): a runtime that keeps copies of the cache for
+    /// readers (`shared::Views`, feature `spin`) replays them there, so readers
+    /// never wait for a step. Off by default.
+    pub fn record_changes(&mut self, on: bool) {
+        self.pipeline.record_changes(on)
+    }
+}
+
+/// Inputs: what happened. After each, drain the outputs.
+impl<K: Object + 'static> SharedIndexInformer<K> {
+    /// Starts listing and watching, and the resync check timer.
+    pub fn start(&mut self, now: Instant) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        self.pipeline.start(now);
+        match self.resume.take() {
+            Some(Resume::Snapshot(snapshot)) => {
+                self.reflector.resume_at(snapshot.resource_version);
+                self.populate_resumed(snapshot.items);
+            }
+            Some(Resume::At(rv)) => {
+                self.reflector.resume_at(rv.clone());
+                self.awaiting = Some(Awaiting {
+                    resource_version: rv,
+                    held: VecDeque::new(),
+                });
+            }
+            None => {}
+        }
+        // The reflector's outputs are drained after every input (apply_reflector_outputs), so
+        // the drain rule always holds here.
+        let applied = self.reflector.start(now);
+        debug_assert!(applied.is_ok());
+        self.apply_reflector_outputs();
+    }
+
+    /// What the transport observed for request `id` (see [`Input`] for what a request yields).
+    /// Inputs for a request that was superseded are ignored.
+    pub fn handle_input(&mut self, now: Instant, id: RequestId, input: Input<K>) {
+        let applied = self.reflector.handle_input(now, id, input);
+        debug_assert!(
+            applied.is_ok(),
+            "reflector outputs are drained after every input"
+        );
+        self.apply_reflector_outputs();
+    }
+
+    /// The clock reached `now`: ends an expired backoff, runs a due resync check.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let applied = self.reflector.handle_timeout(now);
+        debug_assert!(applied.is_ok());
+        self.pipeline.handle_timeout(now);
+        self.apply_reflector_outputs();
     }
 
     /// The snapshot announced with [`Resume::At`] finished loading: `Some` with its objects,
@@ -294,59 +318,18 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         true
     }
 
-    /// Whether the informer started with [`Resume::At`] and awaits the snapshot's objects.
-    pub fn awaiting_snapshot(&self) -> bool {
-        self.awaiting.is_some()
-    }
-
-    /// A snapshot's objects into the empty store and to the handlers (no DeltaFIFO round
-    /// trip): the same notifications and store as a Replace of these items. They were
-    /// transformed when they were cached: only their keys are checked.
-    fn populate_resumed(&mut self, items: Vec<Arc<K>>) {
-        let Self {
-            pipeline, outputs, ..
-        } = self;
-        pipeline.populate_admitted(items, |o| key_is_valid(outputs, o));
-    }
-
-    /// A snapshot of the cache for a warm restart: every cached object (shared, not copied)
-    /// and the resourceVersion they are the state at. `None` before the informer has synced.
-    /// The cache is always consistent with [`last_sync_resource_version`](Self::last_sync_resource_version)
-    /// between inputs, so any moment is a good one.
-    pub fn snapshot(&self) -> Option<Snapshot<K>> {
-        let rv = self.reflector.last_sync_resource_version();
-        if !self.has_synced() || rv.is_empty() {
-            return None;
-        }
-        Some(Snapshot {
-            resource_version: rv.into(),
-            items: self.pipeline.indexer().list().cloned().collect(),
-        })
-    }
-
-    /// Stops: the request in flight is abandoned and no new one is issued. The cache and the
-    /// handlers' pending notifications stay.
-    pub fn stop(&mut self) {
-        self.reflector.stop();
-    }
-
-    /// What the transport observed for request `id` (see [`Input`] for what a request yields).
-    /// Inputs for a request that was superseded are ignored.
-    pub fn handle_input(&mut self, now: Instant, id: RequestId, input: Input<K>) {
-        let applied = self.reflector.handle_input(now, id, input);
-        debug_assert!(
-            applied.is_ok(),
-            "reflector outputs are drained after every input"
-        );
+    /// Registers a handler asking for a resync every `resync` (0: never). Added after start,
+    /// it first gets one `Add` per cached object (flagged `in_initial_list`), then live
+    /// notifications.
+    pub fn add_handler(&mut self, resync: Duration, now: Instant) -> (HandlerId, ResyncPeriods) {
+        let r = self.pipeline.add_handler(resync, now);
         self.apply_reflector_outputs();
+        r
     }
 
-    /// The clock reached `now`: ends an expired backoff, runs a due resync check.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        let applied = self.reflector.handle_timeout(now);
-        debug_assert!(applied.is_ok());
-        self.pipeline.handle_timeout(now);
-        self.apply_reflector_outputs();
+    /// Removes a handler: it gets nothing new. Returns whether it was registered.
+    pub fn remove_handler(&mut self, id: HandlerId) -> bool {
+        self.pipeline.remove_handler(id)
     }
 
     /// Handler `id` finished the notification it was given.
@@ -355,6 +338,15 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.apply_reflector_outputs();
     }
 
+    /// Stops: the request in flight is abandoned and no new one is issued. The cache and the
+    /// handlers' pending notifications stay.
+    pub fn stop(&mut self) {
+        self.reflector.stop();
+    }
+}
+
+/// Outputs: what to do, and when to come back.
+impl<K: Object + 'static> SharedIndexInformer<K> {
     /// The next output, `None` when there is nothing to do until the next input.
     #[must_use = "outputs must be drained after every input"]
     pub fn poll(&mut self) -> Option<Output> {
@@ -395,26 +387,6 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         }
     }
 
-    /// The cache.
-    pub fn indexer(&self) -> &Indexer<K> {
-        self.pipeline.indexer()
-    }
-
-    /// Removes an index of the cache, the namespace index included (see
-    /// [`Indexer::remove_index`]): a runtime whose readers query copies of the cache saves the
-    /// buckets' memory in its own.
-    pub fn remove_index(&mut self, name: &str) -> Result<(), IndexError> {
-        self.pipeline.remove_index(name)
-    }
-
-    /// Starts (`true`) or stops recording every change applied to the cache, for
-    /// [`take_changes`](Self::take_changes): a runtime that keeps copies of the cache for
-    /// readers (`shared::Views`, feature `spin`) replays them there, so readers
-    /// never wait for a step. Off by default.
-    pub fn record_changes(&mut self, on: bool) {
-        self.pipeline.record_changes(on)
-    }
-
     /// Whether cache changes were recorded and not yet taken.
     pub fn has_changes(&self) -> bool {
         self.pipeline.indexer().has_changes()
@@ -433,39 +405,28 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     pub(crate) fn take_journaled(&mut self, into: &mut Vec<crate::cache::indexer::Journaled<K>>) {
         self.pipeline.take_journaled(into)
     }
+}
 
-    /// The registered handlers, in the order they were added.
-    pub fn handlers(&self) -> impl Iterator<Item = HandlerId> + '_ {
-        self.pipeline.processor().handlers()
+/// State: what the informer holds and where it stands.
+impl<K: Object + 'static> SharedIndexInformer<K> {
+    /// The cache.
+    pub fn indexer(&self) -> &Indexer<K> {
+        self.pipeline.indexer()
     }
 
-    /// Notifications pending for handler `id`: at most one per key it must still hear about
-    /// (0 when unknown).
-    pub fn pending(&self, id: HandlerId) -> usize {
-        self.pipeline.processor().pending(id)
-    }
-
-    /// Whether the informer was started and not stopped.
-    pub fn is_running(&self) -> bool {
-        self.reflector.is_running()
-    }
-
-    /// When the backoff in progress ends (after a failure, before the next list or watch);
-    /// `None` when not backing off.
-    pub fn backing_off_until(&self) -> Option<Instant> {
-        self.reflector.backing_off_until()
-    }
-
-    /// Whether the informer is watching with nothing else under way (no list, no backoff):
-    /// the quiet moment at which the consistency check compares (see
-    /// [`consistency`](crate::informer::consistency)).
-    pub fn is_watching(&self) -> bool {
-        self.awaiting.is_none() && self.reflector.is_watching()
-    }
-
-    /// The id of the list or watch in flight, if any.
-    pub fn in_flight(&self) -> Option<RequestId> {
-        self.reflector.in_flight()
+    /// A snapshot of the cache for a warm restart: every cached object (shared, not copied)
+    /// and the resourceVersion they are the state at. `None` before the informer has synced.
+    /// The cache is always consistent with [`last_sync_resource_version`](Self::last_sync_resource_version)
+    /// between inputs, so any moment is a good one.
+    pub fn snapshot(&self) -> Option<Snapshot<K>> {
+        let rv = self.reflector.last_sync_resource_version();
+        if !self.has_synced() || rv.is_empty() {
+            return None;
+        }
+        Some(Snapshot {
+            resource_version: rv.into(),
+            items: self.pipeline.indexer().list().cloned().collect(),
+        })
     }
 
     /// Whether the first full list has been applied and handed to the handlers.
@@ -488,6 +449,45 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
         self.reflector.last_sync_resource_version()
     }
 
+    /// The registered handlers, in the order they were added.
+    pub fn handlers(&self) -> impl Iterator<Item = HandlerId> + '_ {
+        self.pipeline.processor().handlers()
+    }
+
+    /// Notifications pending for handler `id`: at most one per key it must still hear about
+    /// (0 when unknown).
+    pub fn pending(&self, id: HandlerId) -> usize {
+        self.pipeline.processor().pending(id)
+    }
+
+    /// Whether the informer was started and not stopped.
+    pub fn is_running(&self) -> bool {
+        self.reflector.is_running()
+    }
+
+    /// Whether the informer is watching with nothing else under way (no list, no backoff):
+    /// the quiet moment at which the consistency check compares (see
+    /// [`consistency`]).
+    pub fn is_watching(&self) -> bool {
+        self.awaiting.is_none() && self.reflector.is_watching()
+    }
+
+    /// Whether the informer started with [`Resume::At`] and awaits the snapshot's objects.
+    pub fn awaiting_snapshot(&self) -> bool {
+        self.awaiting.is_some()
+    }
+
+    /// The id of the list or watch in flight, if any.
+    pub fn in_flight(&self) -> Option<RequestId> {
+        self.reflector.in_flight()
+    }
+
+    /// When the backoff in progress ends (after a failure, before the next list or watch);
+    /// `None` when not backing off.
+    pub fn backing_off_until(&self) -> Option<Instant> {
+        self.reflector.backing_off_until()
+    }
+
     /// `obj` as the cache would hold it: passed through the transform (see
     /// [`set_transform`](Self::set_transform)), if any. For comparing a server's copy with the
     /// cached one (the [consistency check](crate::informer::consistency)).
@@ -496,6 +496,18 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
             Some(t) => t(obj),
             None => obj,
         }
+    }
+}
+
+impl<K: Object + 'static> SharedIndexInformer<K> {
+    /// A snapshot's objects into the empty store and to the handlers (no DeltaFIFO round
+    /// trip): the same notifications and store as a Replace of these items. They were
+    /// transformed when they were cached: only their keys are checked.
+    fn populate_resumed(&mut self, items: Vec<Arc<K>>) {
+        let Self {
+            pipeline, outputs, ..
+        } = self;
+        pipeline.populate_admitted(items, |o| key_is_valid(outputs, o));
     }
 
     /// Applies the transform, then checks that the object can be keyed; a refused object is

@@ -80,7 +80,7 @@ pub trait Object {
     }
 
     /// Whether this type holds an object's metadata only, as
-    /// [`PartialObjectMetadata`](crate::object::PartialObjectMetadata) does: a client then asks the
+    /// [`PartialObjectMetadata`] does: a client then asks the
     /// server for that representation instead of whole objects. `false` by default.
     fn metadata_only() -> bool
     where

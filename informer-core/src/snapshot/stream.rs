@@ -289,7 +289,7 @@ impl<K: SnapshotCodec> SnapshotStream<K> {
     /// nothing against the snapshot yet (`None` once it has: another resource, selectors or
     /// codec, a malformed table of shared strings, an object that does not decode). Not
     /// checked until [`finish`](Self::finish) (the checksum): good for starting a watch while
-    /// the body is read ([`SharedIndexInformer::resume_at`](crate::SharedIndexInformer::resume_at)),
+    /// the body is read ([`Resume::At`](crate::informer::Resume::At)),
     /// never for applying anything.
     pub fn resource_version(&self) -> Option<&str> {
         match (&self.failed, &self.framing) {
