@@ -18,8 +18,12 @@
 //! test asserts that the informers received 429s (their watch-error hook and metrics count them
 //! by kind).
 //!
-//! `INFORMER_SOAK_SECS` sets the duration (default 120; `cargo xtask soak --minutes N`); the
-//! summary (faults injected by kind, relists, convergence times, RSS) is printed at the end.
+//! `INFORMER_SOAK_SECS` sets the duration (`cargo xtask soak --minutes N`). Without it (`cargo
+//! test`, `cargo xtask test-all`), the soak ends at the first quiet point by which every kind
+//! of fault has been injected at least once (each proxy fault, a reset of every connection, an
+//! apiserver restart, a compaction, a burst that made each informer meet a 429), and at the
+//! latest at the first quiet point after 120 s. The summary (faults injected by kind, relists,
+//! convergence times, RSS) is printed at the end.
 
 mod support;
 
@@ -122,12 +126,24 @@ impl FaultProxy {
                     continue; // the apiserver is restarting: the client sees a reset
                 };
                 let fault = if on.load(Ordering::SeqCst) {
-                    match rng.below(10) {
-                        0 => Fault::Reset(rng.below(20_000)),
-                        1 => Fault::Stall(rng.below(20_000)),
-                        2 => Fault::HalfClose(rng.below(20_000)),
-                        3 => Fault::Split,
-                        _ => Fault::None,
+                    // Each kind once first, in turn, so that even a short soak meets them
+                    // all; then at random.
+                    let kinds = [
+                        Fault::Reset(rng.below(20_000)),
+                        Fault::Stall(rng.below(20_000)),
+                        Fault::HalfClose(rng.below(20_000)),
+                        Fault::Split,
+                    ];
+                    let met = faults.lock().unwrap().clone();
+                    match kinds.iter().find(|k| !met.contains_key(k.name())) {
+                        Some(&unmet) => unmet,
+                        None => match rng.below(10) {
+                            0 => Fault::Reset(rng.below(20_000)),
+                            1 => Fault::Stall(rng.below(20_000)),
+                            2 => Fault::HalfClose(rng.below(20_000)),
+                            3 => Fault::Split,
+                            _ => Fault::None,
+                        },
                     }
                 } else {
                     Fault::None
@@ -469,10 +485,10 @@ fn quantile(xs: &[f64], q: f64) -> f64 {
 
 #[test]
 fn soak_against_the_real_apiserver_through_a_fault_proxy() {
-    let secs: u64 = std::env::var("INFORMER_SOAK_SECS")
+    let fixed: Option<u64> = std::env::var("INFORMER_SOAK_SECS")
         .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(120);
+        .and_then(|s| s.parse().ok());
+    let secs = fixed.unwrap_or(120);
     let mut tc = TestCluster::start_with(
         StartOptions::new()
             .apiserver_arg("--max-requests-inflight=6")
@@ -655,12 +671,39 @@ fn soak_against_the_real_apiserver_through_a_fault_proxy() {
         }
         max_rss = max_rss.max(rss_kib());
         rounds += 1;
+        // Without a set duration: done once every kind of fault has been met.
+        let met_429 = probes.iter().all(|(_, p)| {
+            (p.metrics)()
+                .watch_errors_by_kind
+                .get("too_many_requests")
+                .is_some_and(|&n| n > 0)
+        });
+        let faults = proxy.faults.lock().unwrap().clone();
+        let every_proxy_fault = ["reset", "stall", "half_close", "split_writes", "reset_all"]
+            .iter()
+            .all(|k| faults.get(k).is_some_and(|&n| n > 0));
+        if fixed.is_none()
+            && every_proxy_fault
+            && restarts > 0
+            && compactions > 0
+            && burst_429 > 0
+            && met_429
+        {
+            println!(
+                "every kind of fault met after {rounds} quiet point(s), {:.0} s",
+                t0.elapsed().as_secs_f64()
+            );
+            break;
+        }
     }
     tokio_stop.store(true, Ordering::SeqCst);
     smol_stop.store(true, Ordering::SeqCst);
     let faults = proxy.faults.lock().unwrap().clone();
     let injected: u64 = faults.values().sum::<u64>() + restarts + compactions + bursts;
-    println!("soak summary ({secs} s, {rounds} quiet points, {writes} writes):");
+    println!(
+        "soak summary ({:.0} s of at most {secs} s, {rounds} quiet points, {writes} writes):",
+        t0.elapsed().as_secs_f64()
+    );
     println!(
         "  faults injected: {injected} (proxy {faults:?}, apiserver restarts {restarts}, compactions {compactions}, bursts of slow lists {bursts})"
     );

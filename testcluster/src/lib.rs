@@ -619,7 +619,7 @@ impl TestCluster {
                     return Ok(cluster);
                 }
                 Err(e) => {
-                    cluster.kill_all();
+                    cluster.kill_all(false);
                     let port_clash = matches!(&e, Error::Exited { log_tail, .. }
                         if log_tail.contains("address already in use"));
                     if !port_clash {
@@ -997,18 +997,26 @@ impl TestCluster {
     }
 
     fn stop_proc(&self, p: Proc, name: &str) {
+        self.end_proc(p, name, "TERM", STOP_GRACE);
+    }
+
+    /// Sends `sig` and waits up to `grace` for the process to go, then kills it (SIGKILL) and
+    /// waits for it.
+    fn end_proc(&self, p: Proc, name: &str, sig: &str, grace: Duration) {
         match p {
             Proc::Child(mut c) => {
                 if let Ok(None) = c.try_wait() {
-                    signal(c.id(), "TERM");
+                    signal(c.id(), sig);
                     let start = Instant::now();
-                    while start.elapsed() < STOP_GRACE {
+                    while start.elapsed() < grace {
                         if let Ok(Some(_)) = c.try_wait() {
                             return;
                         }
-                        sleep(Duration::from_millis(50));
+                        sleep(Duration::from_millis(20));
                     }
-                    eprintln!("testcluster: {name} ignored SIGTERM; killing it");
+                    if sig != "KILL" {
+                        eprintln!("testcluster: {name} ignored SIG{sig}; killing it");
+                    }
                     let _ = c.kill();
                 }
                 let _ = c.wait();
@@ -1018,26 +1026,38 @@ impl TestCluster {
                 if !pid_alive_with(pid, &dir) {
                     return;
                 }
-                signal(pid, "TERM");
+                signal(pid, sig);
                 let start = Instant::now();
-                while start.elapsed() < STOP_GRACE {
+                while start.elapsed() < grace {
                     if !pid_alive_with(pid, &dir) {
                         return;
                     }
-                    sleep(Duration::from_millis(50));
+                    sleep(Duration::from_millis(20));
                 }
-                eprintln!("testcluster: {name} (pid {pid}) ignored SIGTERM; killing it");
+                if sig != "KILL" {
+                    eprintln!("testcluster: {name} (pid {pid}) ignored SIG{sig}; killing it");
+                }
                 signal(pid, "KILL");
+                while pid_alive_with(pid, &dir) && start.elapsed() < grace + STOP_GRACE {
+                    sleep(Duration::from_millis(20));
+                }
             }
         }
     }
 
-    fn kill_all(&mut self) {
+    /// Stops both processes: gracefully (SIGTERM, [`STOP_GRACE`]) when the cluster lives on,
+    /// at once (SIGKILL) when it is being thrown away with its data.
+    fn kill_all(&mut self, graceful: bool) {
+        let (sig, grace) = if graceful {
+            ("TERM", STOP_GRACE)
+        } else {
+            ("KILL", STOP_GRACE)
+        };
         if let Some(p) = self.apiserver.take() {
-            self.stop_proc(p, "kube-apiserver");
+            self.end_proc(p, "kube-apiserver", sig, grace);
         }
         if let Some(p) = self.etcd.take() {
-            self.stop_proc(p, "etcd");
+            self.end_proc(p, "etcd", sig, grace);
         }
     }
 
@@ -1195,7 +1215,9 @@ impl Drop for TestCluster {
         if self.detached {
             return;
         }
-        self.kill_all();
+        // Its data goes with it: nothing to shut down gracefully (a kube-apiserver draining
+        // its clients' requests can take the whole grace period).
+        self.kill_all(false);
         let _ = fs::remove_dir_all(&self.dir);
         if let Some(mut w) = self.watchdog.take() {
             let _ = w.kill();
