@@ -546,10 +546,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     fn apply_reflector_outputs(&mut self) {
         while let Some(out) = self.reflector.poll() {
             match out {
-                reflector::Output::Request { id, request } => {
-                    self.outputs.push_back(Output::Request { id, request })
-                }
-                reflector::Output::Error(f) => self.outputs.push_back(Output::WatchError(f)),
+                reflector::Output::Runtime(o) => self.outputs.push_back(o),
                 reflector::Output::Store(op) => match &mut self.awaiting {
                     Some(a) => a.held.push_back(op),
                     None => self.apply_store_op(op),

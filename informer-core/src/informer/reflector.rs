@@ -66,7 +66,8 @@
 //!   800 ms, ×2 per failure, capped at 30 s, each delay stretched by a random factor in
 //!   `[1, 2)`; back to 800 ms when the previous backoff began more than 2 min ago. As in
 //!   client-go's `BackoffUntil`, every relist after the first goes through the backoff.
-//! - Every failure (including the ones retried at once) is reported as [`Output::Error`].
+//! - Every failure (including the ones retried at once) is reported as a watch error
+//!   ([`Output::Runtime`] with [`WatchError`](super::Output::WatchError)).
 //! - Unlike client-go, a watch still open [`watch_deadline_grace`](ReflectorConfig::watch_deadline_grace)
 //!   after its `timeoutSeconds` is presumed hung (a half-open connection): it is reported,
 //!   abandoned (a new request replaces it) and re-opened from the last resourceVersion; a
@@ -218,22 +219,17 @@ pub enum StoreOp<K> {
     Deleted(Arc<K>),
 }
 
-/// What the Reflector asks of its driver.
+/// What the Reflector asks of its driver: what the informer itself hands its runtime, as is
+/// (a request to perform, a watch error), or a change to apply to the store.
 #[derive(Debug)]
 pub enum Output<K> {
-    /// Perform this request and feed its results back tagged with `id`. Any request handed out
-    /// earlier is abandoned: stop it; its late results are ignored.
-    Request {
-        /// The id to tag the results with.
-        id: RequestId,
-        /// The list or watch to perform.
-        request: Request,
-    },
+    /// For the runtime: [`Request`](super::Output::Request) (perform it and feed its results
+    /// back tagged with its id; any request handed out earlier is abandoned) or
+    /// [`WatchError`](super::Output::WatchError) (a list or watch failed, for the watch-error
+    /// handler; the Reflector has already decided how to recover).
+    Runtime(super::Output),
     /// Apply this to the store.
     Store(StoreOp<K>),
-    /// A list or watch failed: report it to the watch-error handler (client-go
-    /// `WatchErrorHandler`). The Reflector has already decided how to recover.
-    Error(Failure),
 }
 
 /// What to do when a backoff expires.
@@ -803,12 +799,12 @@ impl<K: Object> Reflector<K> {
     fn issue(&mut self, request: Request) -> RequestId {
         self.next_id = self.next_id.wrapping_add(1);
         let id = RequestId(self.next_id);
-        self.push(Output::Request { id, request });
+        self.push(Output::Runtime(super::Output::Request { id, request }));
         id
     }
 
     fn report(&mut self, failure: Failure) {
-        self.push(Output::Error(failure));
+        self.push(Output::Runtime(super::Output::WatchError(failure)));
     }
 
     /// client-go `relistResourceVersion`.

@@ -2,6 +2,7 @@
 //! tests against a model API server live in `crate::sim`.
 
 use super::*;
+use crate::informer::Output as Runtime;
 use crate::object::{DynamicObject, ObjectMetaParts};
 use alloc::string::ToString;
 use alloc::vec;
@@ -37,7 +38,7 @@ fn drain(r: &mut R) -> Vec<Output<DynamicObject>> {
 fn requests(outs: &[Output<DynamicObject>]) -> Vec<(RequestId, Request)> {
     outs.iter()
         .filter_map(|o| match o {
-            Output::Request { id, request } => Some((*id, request.clone())),
+            Output::Runtime(Runtime::Request { id, request }) => Some((*id, request.clone())),
             _ => None,
         })
         .collect()
@@ -52,7 +53,7 @@ fn request(outs: &[Output<DynamicObject>]) -> (RequestId, Request) {
 
 fn request_opt(outs: &[Output<DynamicObject>]) -> Option<Request> {
     outs.iter().find_map(|o| match o {
-        Output::Request { request, .. } => Some(request.clone()),
+        Output::Runtime(Runtime::Request { request, .. }) => Some(request.clone()),
         _ => None,
     })
 }
@@ -74,7 +75,7 @@ fn watch_req(req: &Request) -> &WatchRequest {
 fn errors(outs: &[Output<DynamicObject>]) -> Vec<Failure> {
     outs.iter()
         .filter_map(|o| match o {
-            Output::Error(f) => Some(f.clone()),
+            Output::Runtime(Runtime::WatchError(f)) => Some(f.clone()),
             _ => None,
         })
         .collect()
@@ -671,7 +672,10 @@ fn conformance_21_very_short_watch_is_an_error_and_backs_off() {
     r.handle_input(at(999), wid, Input::StreamEnd).unwrap();
     let outs = drain(&mut r);
     assert_eq!(errors(&outs), vec![Failure::VeryShortWatch]);
-    assert!(outs.iter().all(|o| !matches!(o, Output::Request { .. })));
+    assert!(
+        outs.iter()
+            .all(|o| !matches!(o, Output::Runtime(Runtime::Request { .. })))
+    );
     let t = r.poll_timeout().unwrap();
     assert!(t >= at(999 + 800) && t < at(999 + 1600), "{t:?}");
     let (_, outs) = fire(&mut r);
@@ -892,7 +896,8 @@ fn streaming_list_applies_one_replace_at_initial_events_end() {
         other => panic!("expected one replace, got {other:?}"),
     }
     assert!(
-        outs.iter().all(|o| !matches!(o, Output::Request { .. })),
+        outs.iter()
+            .all(|o| !matches!(o, Output::Runtime(Runtime::Request { .. }))),
         "same stream"
     );
     assert_eq!(r.last_sync_resource_version(), "9");
@@ -1082,7 +1087,7 @@ fn random_inputs_never_panic() {
             let outs = drain(&mut r);
             assert!(outs.len() <= MAX_OUTPUTS_PER_INPUT, "{outs:?}");
             for o in outs {
-                if let Output::Request { id, .. } = o {
+                if let Output::Runtime(Runtime::Request { id, .. }) = o {
                     last_id = id;
                 }
             }
@@ -1295,7 +1300,7 @@ fn conformance_22_429_retry_after_is_the_delay_for_ten_in_a_row_then_the_backoff
         .unwrap();
     let outs = drain(&mut r);
     let Some((wid, _)) = outs.iter().find_map(|o| match o {
-        Output::Request { id, request } => Some((*id, request.clone())),
+        Output::Runtime(Runtime::Request { id, request }) => Some((*id, request.clone())),
         _ => None,
     }) else {
         panic!("a watch after the list: {outs:?}");
@@ -1313,7 +1318,7 @@ fn an_input_before_the_outputs_are_drained_is_refused_and_handed_back() {
     assert_eq!(err, Undrained { input: () });
     assert!(r.handle_timeout(at(0)).is_err());
     let id = match r.poll() {
-        Some(Output::Request { id, .. }) => id,
+        Some(Output::Runtime(Runtime::Request { id, .. })) => id,
         other => panic!("{other:?}"),
     };
     r.handle_input(at(1), id, Input::ListPage(page(vec![], "3", None)))
