@@ -62,12 +62,13 @@ usage: cargo xtask <command>
 
 checks
   test-all        everything CI runs: cargo fmt --check; the module-circle check; clippy
-                  -D warnings (which also rejects std APIs newer than rust-version); msrv; package; each published
-                  crate checked on its own; the no_std proof build; the benchmark peers'
-                  sources parsed (not built); every test, including
-                  the end-to-end suite against a real kube-apiserver; docs with warnings
-                  denied; the fuzz seeds and saved crashes replayed, each fuzz target
-                  for 10 s
+                  -D warnings (which also rejects std APIs newer than rust-version); msrv;
+                  package; each published crate checked on its own; the no_std proof
+                  build; the benchmark peers' sources parsed (not built); every test,
+                  including the end-to-end suites against a real kube-apiserver (the test
+                  binaries run two at a time, as `cargo xtask tests` runs them); docs with
+                  warnings denied; the fuzz seeds and saved crashes replayed, each fuzz
+                  target for 10 s (one per core at a time); then the ten slowest steps
   acyclic         no module import circle in any library crate: under every module, its
                   children must form a DAG under: code in A's subtree names an item in B's
                   (files read with syn; cfg(test) code left out); prints each circle with
@@ -114,7 +115,8 @@ chaos
                   fault proxy (resets, stalls, half-closes, split writes), with apiserver
                   restarts, compactions, 429s and writers; checks every quiet point and
                   prints a summary (faults, relists, convergence, RSS); default 2 minutes
-                  (test-all runs the 2-minute soak as part of the tests)
+                  (test-all runs the soak as part of the tests, until every kind of fault
+                  has been met, at most 2 minutes)
 
 fuzzing
   fuzz [--secs N] [TARGET]
