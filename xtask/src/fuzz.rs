@@ -93,13 +93,12 @@ fn fuzz_cmd() -> Command {
     c
 }
 
-/// Replays the seeds and every saved crash through the targets (plain `cargo test` of the fuzz
-/// crate, no libFuzzer).
-pub fn replay() -> Result {
-    let mut c = cargo();
-    c.args(["test", "--manifest-path", "fuzz/Cargo.toml", "--lib"]);
-    run("fuzz: replay seeds and saved crashes", c)
-}
+/// The step that replays the seeds and every saved crash through the targets: a plain `cargo
+/// test` of the fuzz crate (no libFuzzer) with these arguments; test-all runs it among its test
+/// jobs.
+pub const REPLAY_STEP: &str = "fuzz: replay seeds and saved crashes";
+/// See [`REPLAY_STEP`].
+pub const REPLAY_ARGS: [&str; 4] = ["test", "--manifest-path", "fuzz/Cargo.toml", "--lib"];
 
 /// Runs each target for `secs` seconds; a crash is saved as a regression and fails the run.
 ///

@@ -75,9 +75,11 @@ checks
                   the lines behind it. test-all fails only for the crates in
                   ACYCLIC_CRATES (xtask/src/acyclic.rs) and warns for the others
   tests [CARGO TEST ARGS]
-                  the test binaries of `cargo test ARGS` (default --workspace --all-targets)
-                  built, then run the way test-all runs them: INFORMER_TEST_JOBS at a time
-                  (default 2), longest first, each one's output printed when it ends
+                  the test binaries of `cargo test ARGS` built, then run the way test-all
+                  runs them: INFORMER_TEST_JOBS at a time (default 2), longest first, each
+                  one's output printed when it ends; without arguments, all of test-all's
+                  tests (the workspace's binaries, the kube and metrics feature tests, the
+                  doc tests, the fuzz crate's replay)
   nostd           build informer-core into a #![no_std] staticlib (fails on any std use)
   docs            cargo doc (warnings denied), then check that links resolve and the
                   runtime crates' Informer pages show their methods
@@ -232,15 +234,61 @@ fn run(step: &str, mut cmd: Command) -> Result {
     finish(step, status, start)
 }
 
-/// `cargo xtask tests [ARGS]`: test-all's run of test binaries, for `cargo test ARGS`.
+/// test-all's test jobs: every test binary, built first (see suites.rs): the workspace's,
+/// kube-rs's client test (its feature is heavy to compile, so off in the workspace build) and
+/// the metrics export (an optional feature the workspace run does not turn on); then the doc
+/// tests, and the fuzz crate's (its own workspace and target directory) replay of its seeds and
+/// every saved crash.
+fn test_jobs() -> Result<Vec<suites::Binary>> {
+    let mut binaries = suites::build(
+        "cargo test --workspace --all-targets --no-run",
+        &["--workspace", "--all-targets"],
+    )?;
+    binaries.extend(suites::build(
+        "cargo test -p informer-tokio --features kube --test kube_client --no-run",
+        &[
+            "-p",
+            "informer-tokio",
+            "--features",
+            "kube",
+            "--test",
+            "kube_client",
+        ],
+    )?);
+    binaries.extend(
+        suites::build(
+            "cargo test -p informer-runtime --features metrics --test fake --no-run",
+            &[
+                "-p",
+                "informer-runtime",
+                "--features",
+                "metrics",
+                "--test",
+                "fake",
+            ],
+        )?
+        .into_iter()
+        .map(|b| b.with_args("(--features metrics) metrics_export", &["metrics_export"])),
+    );
+    // The doc tests, and the fuzz crate (its own workspace and target directory): its seeds
+    // and every saved crash replayed.
+    binaries.push(suites::Binary::cargo(
+        "cargo test --workspace --doc",
+        &["test", "--workspace", "--doc"],
+    ));
+    binaries.push(suites::Binary::cargo(fuzz::REPLAY_STEP, &fuzz::REPLAY_ARGS));
+    Ok(binaries)
+}
+
+/// `cargo xtask tests [ARGS]`: test-all's run of test binaries, for `cargo test ARGS`; without
+/// arguments, test-all's test jobs.
 fn tests(args: &[&str]) -> Result {
-    let args: Vec<&str> = if args.is_empty() {
-        vec!["--workspace", "--all-targets"]
-    } else {
-        args.to_vec()
-    };
     let mut totals = Totals::default();
-    let binaries = suites::build(&format!("cargo test {} --no-run", args.join(" ")), &args)?;
+    let binaries = if args.is_empty() {
+        test_jobs()?
+    } else {
+        suites::build(&format!("cargo test {} --no-run", args.join(" ")), args)?
+    };
     let result = suites::run_all(binaries, suites::jobs(), &mut totals);
     print_slowest_steps();
     println!("{} passed, {} failed", totals.passed, totals.failed);
@@ -318,50 +366,10 @@ fn test_all_steps() -> Result {
     // comes with the Go the apiserver build installed).
     peers::check_sources()?;
 
-    // Every test binary, built first, then run several at a time (see suites.rs): the
-    // workspace's, kube-rs's client test (its feature is heavy to compile, so off in the
-    // workspace build) and the metrics export (an optional feature the workspace run does
-    // not turn on).
     let mut totals = Totals::default();
-    let mut binaries = suites::build(
-        "cargo test --workspace --all-targets --no-run",
-        &["--workspace", "--all-targets"],
-    )?;
-    binaries.extend(suites::build(
-        "cargo test -p informer-tokio --features kube --test kube_client --no-run",
-        &[
-            "-p",
-            "informer-tokio",
-            "--features",
-            "kube",
-            "--test",
-            "kube_client",
-        ],
-    )?);
-    binaries.extend(
-        suites::build(
-            "cargo test -p informer-runtime --features metrics --test fake --no-run",
-            &[
-                "-p",
-                "informer-runtime",
-                "--features",
-                "metrics",
-                "--test",
-                "fake",
-            ],
-        )?
-        .into_iter()
-        .map(|b| b.with_args("(--features metrics) metrics_export", &["metrics_export"])),
-    );
-    suites::run_all(binaries, suites::jobs(), &mut totals)?;
+    suites::run_all(test_jobs()?, suites::jobs(), &mut totals)?;
 
-    let mut c = cargo();
-    c.args(["test", "--workspace", "--doc"]);
-    run_counting("cargo test --doc", c, &mut totals)?;
-
-    // The fuzz crate (own workspace): its seeds and every saved crash replayed, then each
-    // target briefly.
-    fuzz::replay()?;
+    // Each fuzz target briefly.
     let fuzzed = fuzz::fuzz(fuzz::TARGETS, FUZZ_SECS_IN_TEST_ALL)?;
 
     docs()?;
@@ -510,36 +518,6 @@ impl Totals {
             }
         }
     }
-}
-
-/// Like [`run`], passing stdout through while summing the test counts in it.
-fn run_counting(step: &str, mut cmd: Command, totals: &mut Totals) -> Result {
-    use std::io::{BufRead, BufReader, Write};
-    eprintln!("\n==> {step}");
-    let start = Instant::now();
-    let mut child = cmd
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{step}: cannot start: {e}"))?;
-    if let Some(out) = child.stdout.take() {
-        let stdout = std::io::stdout();
-        for line in BufReader::new(out)
-            .lines()
-            .map_while(std::result::Result::ok)
-        {
-            totals.add_line(&line);
-            let _ = writeln!(stdout.lock(), "{line}");
-        }
-    }
-    let status = child
-        .wait()
-        .map_err(|e| format!("{step}: cannot wait: {e}"))?;
-    finish(step, status, start).map_err(|e| {
-        format!(
-            "{e}; {} passed, {} failed so far",
-            totals.passed, totals.failed
-        )
-    })
 }
 
 /// The crates published to the registry (every other member has `publish = false`).

@@ -1,5 +1,7 @@
 //! test-all's run of the workspace's test binaries: built by one `cargo test --no-run`, then run
-//! by xtask several at a time, longest first, instead of one after another by `cargo test`.
+//! by xtask several at a time, longest first, instead of one after another by `cargo test`
+//! (the doc tests and the fuzz crate's replay, cargo commands that build as they run, are jobs
+//! of the same pool).
 //!
 //! Each binary that needs a kube-apiserver starts its own (testcluster); none shares a cluster,
 //! a port or a file with another, so binaries can overlap: most of their time is spent waiting
@@ -41,7 +43,9 @@ const PRIOR: &[(&str, f64)] = &[
     ("informer-http tests/oidc.rs", 15.0),
     ("informer-runtime tests/readers.rs", 12.0),
     ("informer-runtime tests/snapshot.rs", 12.0),
+    ("cargo test --workspace --doc", 20.0),
     ("informer-tokio tests/kube_client.rs", 11.0),
+    ("fuzz: replay seeds and saved crashes", 10.0),
     ("informer-http tests/blocking_example.rs", 7.0),
     ("informer-http tests/proxy.rs", 6.0),
 ];
@@ -57,9 +61,34 @@ pub struct Binary {
     version: String,
     /// Arguments for the test harness (a filter, say).
     args: Vec<String>,
+    /// A cargo command rather than a test binary.
+    is_cargo: bool,
 }
 
 impl Binary {
+    /// A cargo command run as one of the jobs (in the workspace's directory), named `name`:
+    /// the doc tests, say, which cargo compiles as it runs them.
+    pub fn cargo(name: &str, args: &[&str]) -> Binary {
+        Binary {
+            name: name.to_string(),
+            exe: PathBuf::from(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())),
+            package_dir: root(),
+            package: String::new(),
+            version: String::new(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            is_cargo: true,
+        }
+    }
+
+    /// How test-all names the step: `test <binary>`, or the cargo command's name.
+    fn step(&self) -> String {
+        if self.is_cargo {
+            self.name.clone()
+        } else {
+            format!("test {}", self.name)
+        }
+    }
+
     /// The same binary run with these harness arguments, named with `note` after its name.
     pub fn with_args(mut self, note: &str, args: &[&str]) -> Binary {
         self.name = format!("{} {note}", self.name);
@@ -132,6 +161,7 @@ fn binaries_in(json_lines: &str) -> Vec<Binary> {
             package,
             version,
             args: Vec::new(),
+            is_cargo: false,
         });
     }
     out
@@ -250,7 +280,7 @@ pub fn run_all(binaries: Vec<Binary>, jobs: usize, totals: &mut Totals) -> Resul
             let status = running[i]
                 .child
                 .try_wait()
-                .map_err(|e| format!("test {}: cannot wait: {e}", running[i].binary.name))?;
+                .map_err(|e| format!("{}: cannot wait: {e}", running[i].binary.step()))?;
             let Some(status) = status else {
                 i += 1;
                 continue;
@@ -262,7 +292,7 @@ pub fn run_all(binaries: Vec<Binary>, jobs: usize, totals: &mut Totals) -> Resul
                 let _ = f.read_to_string(&mut text);
             }
             let _ = std::fs::remove_file(&r.log);
-            let step = format!("test {}", r.binary.name);
+            let step = r.binary.step();
             eprintln!("\n==> {step}");
             // The binary's own output (stdout and stderr, in order), then its end.
             print!("{text}");
@@ -326,10 +356,10 @@ fn spawn(binary: Binary, logs: &Path) -> Result<Running> {
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err);
-    eprintln!("--> test {} (started)", binary.name);
+    eprintln!("--> {} (started)", binary.step());
     let child = c
         .spawn()
-        .map_err(|e| format!("test {}: cannot start: {e}", binary.name))?;
+        .map_err(|e| format!("{}: cannot start: {e}", binary.step()))?;
     Ok(Running {
         binary,
         child,
@@ -382,6 +412,7 @@ mod tests {
             package: String::new(),
             version: String::new(),
             args: Vec::new(),
+            is_cargo: false,
         };
         let known: BTreeMap<String, f64> = [("a".to_string(), 5.0), ("c".to_string(), 50.0)].into();
         let order: Vec<String> = schedule(vec![bin("a"), bin("b"), bin("c"), bin("d")], &known)
