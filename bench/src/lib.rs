@@ -24,6 +24,9 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
 use informer_core::object::DynamicObject;
+use informer_core::protocol::{Failure, ListPage, ListRequest, WatchEvent, WatchRequest};
+use informer_tokio::http::Transport;
+use informer_tokio::http::transport::{BoxFuture, BoxStream};
 
 /// A transform dropping `metadata.managedFields` (about a quarter of a small ConfigMap).
 pub fn strip_managed_fields(obj: Arc<DynamicObject>) -> Arc<DynamicObject> {
@@ -335,4 +338,73 @@ impl tracing::Subscriber for StderrLog {
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// A transport without a server, for the benches that need none: lists answer the scripted
+/// pages in order (and then never answer); the first watches stream the scripted channels in
+/// order (later ones never answer).
+pub struct Script {
+    lists: std::sync::Mutex<std::collections::VecDeque<ListPage<DynamicObject>>>,
+    watches: std::sync::Mutex<
+        std::collections::VecDeque<async_channel::Receiver<WatchEvent<DynamicObject>>>,
+    >,
+}
+
+impl Script {
+    /// A transport answering `lists`, then streaming `watches`, each once, in order.
+    pub fn new(
+        lists: impl IntoIterator<Item = ListPage<DynamicObject>>,
+        watches: impl IntoIterator<Item = async_channel::Receiver<WatchEvent<DynamicObject>>>,
+    ) -> Script {
+        Script {
+            lists: std::sync::Mutex::new(lists.into_iter().collect()),
+            watches: std::sync::Mutex::new(watches.into_iter().collect()),
+        }
+    }
+}
+
+impl Transport<DynamicObject> for Script {
+    fn list<'a>(
+        &'a self,
+        _: &'a ListRequest,
+    ) -> BoxFuture<'a, Result<ListPage<DynamicObject>, Failure>> {
+        Box::pin(async move {
+            let page = self
+                .lists
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .pop_front();
+            match page {
+                Some(p) => Ok(p),
+                None => std::future::pending().await,
+            }
+        })
+    }
+
+    fn watch<'a>(
+        &'a self,
+        _: &'a WatchRequest,
+    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<DynamicObject>>, Failure>> {
+        Box::pin(async move {
+            let rx = self
+                .watches
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .pop_front();
+            match rx {
+                Some(rx) => Ok(Box::pin(rx) as BoxStream<'static, _>),
+                None => std::future::pending().await,
+            }
+        })
+    }
+}
+
+/// A complete list page of `items` at resourceVersion `rv`.
+pub fn page(items: Vec<Arc<DynamicObject>>, rv: &str) -> ListPage<DynamicObject> {
+    ListPage {
+        items,
+        resource_version: rv.into(),
+        continue_token: None,
+        remaining_item_count: None,
+    }
 }

@@ -15,54 +15,12 @@
 //! machine's other work beside it: compare runs of one invocation.
 
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use informer_bench::Usage;
-use informer_tokio::core::protocol::{Failure, ListPage, ListRequest, WatchEvent, WatchRequest};
-use informer_tokio::http::Transport;
-use informer_tokio::http::transport::{BoxFuture, BoxStream};
+use informer_bench::{Script, Usage, page};
+use informer_tokio::core::protocol::WatchEvent;
 use informer_tokio::{DynamicObject, HandlerFns, Informer, InformerBuilder, Tokio};
-
-/// Lists `items` at resourceVersion 1; the first watch streams `events`, later ones hang.
-struct Scripted {
-    items: Vec<Arc<DynamicObject>>,
-    events: Mutex<Option<Vec<WatchEvent<DynamicObject>>>>,
-}
-
-impl Transport<DynamicObject> for Scripted {
-    fn list<'a>(
-        &'a self,
-        _: &'a ListRequest,
-    ) -> BoxFuture<'a, Result<ListPage<DynamicObject>, Failure>> {
-        Box::pin(async move {
-            Ok(ListPage {
-                items: self.items.clone(),
-                resource_version: "1".into(),
-                continue_token: None,
-                remaining_item_count: None,
-            })
-        })
-    }
-
-    fn watch<'a>(
-        &'a self,
-        _: &'a WatchRequest,
-    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<DynamicObject>>, Failure>> {
-        let events = self.events.lock().unwrap_or_else(|e| e.into_inner()).take();
-        Box::pin(async move {
-            match events {
-                Some(events) => {
-                    let stream: BoxStream<'static, WatchEvent<DynamicObject>> =
-                        Box::pin(futures_util::stream::iter(events));
-                    Ok(stream)
-                }
-                None => std::future::pending().await,
-            }
-        })
-    }
-}
 
 fn config_map(i: usize, rv: usize) -> Arc<DynamicObject> {
     Arc::new(
@@ -106,10 +64,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ran = Arc::new(AtomicUsize::new(0));
         let (on_add, on_update) = (ran.clone(), ran.clone());
         rt.block_on(async {
-            let transport = Arc::new(Scripted {
-                items,
-                events: Mutex::new(Some(watch)),
-            });
+            let (tx, rx) = async_channel::unbounded();
+            for event in watch {
+                tx.try_send(event)?;
+            }
+            let transport = Arc::new(Script::new([page(items, "1")], [rx]));
             let informer: Informer<DynamicObject> =
                 InformerBuilder::from_transport(Tokio::default(), transport, "bench").build()?;
             let handler = informer.add_handler(

@@ -28,14 +28,12 @@
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use informer_tokio::core::protocol::{ListPage, ListRequest, Status, WatchEvent, WatchRequest};
-use informer_tokio::http::Transport;
-use informer_tokio::http::transport::{BoxFuture, BoxStream};
+use informer_bench::{Script, page};
+use informer_tokio::core::protocol::{Status, WatchEvent};
 use informer_tokio::{DynamicObject, Failure, InformerBuilder, Store, Tokio};
 
 struct Counting;
@@ -105,50 +103,6 @@ fn config_map(id: usize, rv: u64) -> Arc<DynamicObject> {
         team = id % 17,
     );
     Arc::new(serde_json::from_str(&json).expect("valid ConfigMap JSON"))
-}
-
-/// Lists answer the scripted pages in order; the first watch streams the channel; later ones
-/// never answer.
-struct Script {
-    lists: Mutex<VecDeque<ListPage<DynamicObject>>>,
-    watches: Mutex<VecDeque<async_channel::Receiver<WatchEvent<DynamicObject>>>>,
-}
-
-impl Transport<DynamicObject> for Script {
-    fn list<'a>(
-        &'a self,
-        _: &'a ListRequest,
-    ) -> BoxFuture<'a, Result<ListPage<DynamicObject>, Failure>> {
-        Box::pin(async move {
-            let page = self.lists.lock().unwrap().pop_front();
-            match page {
-                Some(p) => Ok(p),
-                None => std::future::pending().await,
-            }
-        })
-    }
-
-    fn watch<'a>(
-        &'a self,
-        _: &'a WatchRequest,
-    ) -> BoxFuture<'a, Result<BoxStream<'static, WatchEvent<DynamicObject>>, Failure>> {
-        Box::pin(async move {
-            let rx = self.watches.lock().unwrap().pop_front();
-            match rx {
-                Some(rx) => Ok(Box::pin(rx) as BoxStream<'static, _>),
-                None => std::future::pending().await,
-            }
-        })
-    }
-}
-
-fn page(items: Vec<Arc<DynamicObject>>, rv: &str) -> ListPage<DynamicObject> {
-    ListPage {
-        items,
-        resource_version: rv.into(),
-        continue_token: None,
-        remaining_item_count: None,
-    }
 }
 
 fn thread_cpu() -> Duration {
@@ -279,10 +233,7 @@ fn main() {
         let heap_before = HEAP.load(Relaxed);
         // The first page's vector is allocated from here on, so that whether the informer
         // frees it or keeps it, the heap below counts it as the informer leaves it.
-        let script = Script {
-            lists: Mutex::new(VecDeque::from([page(first.clone(), "1"), second])),
-            watches: Mutex::new(VecDeque::from([idle_rx, watch_rx])),
-        };
+        let script = Script::new([page(first.clone(), "1"), second], [idle_rx, watch_rx]);
         let inf = InformerBuilder::from_transport(Tokio::default(), Arc::new(script), "bench")
             .label_index("bucket")
             .build()
