@@ -1123,6 +1123,12 @@ impl<K> Processor<K> {
         max: usize,
         out: &mut Vec<Notification<K>>,
     ) -> usize {
+        // Every handler caught up (the common case after an input that brought no change, such
+        // as a bookmark or a timer): nothing to look up. A runtime asks this of each of its
+        // handlers after every input.
+        if self.all_caught_up() {
+            return 0;
+        }
         let Some(i) = self.position(id) else {
             return 0;
         };
