@@ -76,6 +76,13 @@ fn an_informer_on_a_kube_client_syncs_and_sees_changes() {
             waited += 1;
         }
         assert_eq!(informer.store().len(), 6);
+        // The store shows a change before its handler runs (the contract: published first,
+        // then handed over), so the handler's count may still lag here by a moment.
+        let mut waited = 0;
+        while adds.load(Ordering::SeqCst) < 6 && waited < 600 {
+            informer_tokio::sleep(Duration::from_millis(50)).await;
+            waited += 1;
+        }
         assert!(adds.load(Ordering::SeqCst) >= 6);
         informer.shutdown().await;
 
