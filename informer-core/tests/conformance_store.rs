@@ -1,4 +1,5 @@
-//! CONFORMANCE 1–10: Indexer and DeltaFIFO behaviour (client-go `tools/cache` as reference).
+//! CONFORMANCE 1–10, 26, 27 and 29: Indexer, DeltaFIFO and delivery-order behaviour (client-go
+//! `tools/cache` as reference).
 
 mod common;
 
@@ -7,11 +8,16 @@ use std::sync::Arc;
 
 use common::*;
 use informer_core::cache::indexer::{IndexValues, NAMESPACE_INDEX, index_fn};
+use informer_core::cache::pipeline::{DeliveryOrder, Pipeline};
+use informer_core::informer::Notification;
+use informer_core::object::Object;
+use informer_core::time::Instant;
 use informer_core::{
-    cache::fifo::DeltaFifo, cache::fifo::DeltaType, cache::indexer::IndexError,
-    cache::indexer::Indexer, object::DynamicObject, object::Key, object::KeyRef,
-    object::ObjectOrTombstone,
+    cache::fifo::DeltaFifo, cache::fifo::DeltaFifoOptions, cache::fifo::DeltaType,
+    cache::indexer::IndexError, cache::indexer::Indexer, object::DynamicObject, object::Key,
+    object::KeyRef, object::ObjectOrTombstone,
 };
+use std::time::Duration;
 
 fn keys<'a>(it: impl Iterator<Item = &'a Arc<DynamicObject>>) -> BTreeSet<String> {
     it.map(|o| Key::of(&**o).to_string()).collect()
@@ -285,6 +291,11 @@ fn conformance_07_delete_of_unknown_key_is_dropped() {
     assert_eq!(fifo.len(), 2);
 }
 
+/// The informer's DeltaFIFO options: `Replaced` deltas for a relist (CONFORMANCE 29).
+const REPLACED: DeltaFifoOptions = DeltaFifoOptions {
+    emit_delta_type_replaced: true,
+};
+
 /// CONFORMANCE 8: replace queues `Replaced` for listed objects and tombstones for queued or
 /// known keys missing from the list (newest queued state, else stored state), without
 /// duplicating tombstones on repeated empty replaces.
@@ -294,7 +305,7 @@ fn conformance_08_replace_queues_replaced_and_tombstones() {
     store.add(obj("ns", "kept", 1));
     store.add(obj("ns", "gone-known", 2));
     store.add(obj("ns", "gone-queued", 3));
-    let mut fifo = DeltaFifo::new();
+    let mut fifo = DeltaFifo::with_options(REPLACED);
     fifo.update(obj("ns", "gone-queued", 4), &store);
     fifo.add(obj("ns", "gone-new", 5), &store);
 
@@ -379,4 +390,108 @@ fn conformance_10_has_synced_after_initial_batch() {
     fifo.replace(vec![], &store);
     assert!(fifo.has_synced());
     assert!(!fifo.pop().unwrap().in_initial_list);
+}
+
+/// Every notification a pipeline's handler gets until idle, as `kind name rv`.
+fn heard(p: &mut Pipeline<DynamicObject>) -> Vec<String> {
+    let mut got = Vec::new();
+    while p.process_one() {}
+    while let Some((id, n)) = p.poll_notification() {
+        got.push(match &n {
+            Notification::Add { obj, .. } => format!("add {}", obj.name()),
+            Notification::Update { new, .. } => format!("update {}", new.name()),
+            Notification::Delete(d) => {
+                format!(
+                    "delete {} tombstone={}",
+                    d.object().name(),
+                    d.is_tombstone()
+                )
+            }
+        });
+        p.handler_done(id);
+    }
+    got
+}
+
+/// `[a, b, c]` populated, then a relist `[b (changed), d]`: what the handler hears of the
+/// relist, with the deletions (in the cache's order) sorted among themselves.
+fn relist_heard(mut p: Pipeline<DynamicObject>) -> Vec<String> {
+    p.add_handler(Duration::ZERO, Instant::ZERO);
+    p.start(Instant::ZERO);
+    p.populate(vec![
+        obj("ns", "a", 1),
+        obj("ns", "b", 2),
+        obj("ns", "c", 3),
+    ]);
+    assert_eq!(heard(&mut p).len(), 3);
+    p.replace(vec![obj("ns", "b", 4), obj("ns", "d", 5)]);
+    assert!(p.fifo().is_empty(), "applied at once: nothing left queued");
+    assert_eq!(p.indexer().len(), 2, "the store holds the whole new list");
+    let mut got = heard(&mut p);
+    let first_delete = got.iter().position(|n| n.starts_with("delete")).unwrap();
+    got[first_delete..first_delete + 2].sort();
+    got
+}
+
+/// CONFORMANCE 26: client-go 1.36's order (RealFIFO, `InOrderInformers`), the default: a
+/// relist's deletions (tombstones for the cached keys it lacks) reach the handlers before its
+/// objects, each key once, and the whole relist is applied in the call that brings it. A
+/// resync is applied at once too: nothing is queued, and the handler due hears one update per
+/// cached object. (Before, every pipeline delivered the listed objects first.)
+#[test]
+fn conformance_26_in_order_relists_delete_first() {
+    let p = Pipeline::new(Duration::ZERO);
+    assert_eq!(p.order(), DeliveryOrder::InOrder, "the default");
+    assert_eq!(
+        relist_heard(p),
+        [
+            "delete a tombstone=true",
+            "delete c tombstone=true",
+            "update b",
+            "add d"
+        ]
+    );
+
+    let mut p: Pipeline<DynamicObject> = Pipeline::new(Duration::from_secs(1));
+    p.add_handler(Duration::from_secs(1), Instant::ZERO);
+    p.start(Instant::ZERO);
+    p.populate(vec![obj("ns", "a", 1), obj("ns", "b", 2)]);
+    heard(&mut p);
+    p.handle_timeout(Instant::ZERO + Duration::from_secs(1));
+    assert!(p.fifo().is_empty(), "a resync queues nothing");
+    let mut got = heard(&mut p);
+    got.sort();
+    assert_eq!(got, ["update a", "update b"]);
+}
+
+/// CONFORMANCE 27: client-go's older DeltaFIFO order, on request: a relist's objects first,
+/// in list order, then its deletions.
+#[test]
+fn conformance_27_delta_fifo_order_on_request_deletes_last() {
+    let p = Pipeline::with_order(Duration::ZERO, DeliveryOrder::DeltaFifo);
+    assert_eq!(
+        relist_heard(p),
+        [
+            "update b",
+            "add d",
+            "delete a tombstone=true",
+            "delete c tombstone=true"
+        ]
+    );
+}
+
+/// CONFORMANCE 29: as client-go's `DeltaFIFOOptions.EmitDeltaTypeReplaced`, a plain DeltaFIFO
+/// queues `Sync` for each listed object (client-go's default, for consumers older than
+/// `Replaced`) and `Replaced` when asked, which the informer's own FIFO is. (Before, only
+/// `Replaced` existed.)
+#[test]
+fn conformance_29_a_delta_fifo_replace_emits_sync_unless_replaced_is_asked() {
+    let store = Indexer::new();
+    let mut plain = DeltaFifo::new();
+    assert!(!plain.options().emit_delta_type_replaced);
+    plain.replace(vec![obj("ns", "a", 1)], &store);
+    assert_eq!(kinds(&plain, "ns/a"), [(DeltaType::Sync, 1)]);
+    let mut replaced = DeltaFifo::with_options(REPLACED);
+    replaced.replace(vec![obj("ns", "a", 1)], &store);
+    assert_eq!(kinds(&replaced, "ns/a"), [(DeltaType::Replaced, 1)]);
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use event_listener::Event;
 use informer_core::cache::indexer::{IndexFunc, LabelIndex, label_index_name};
 use informer_core::informer::reflector::{BackoffConfig, ReflectorConfig};
-use informer_core::informer::{InformerConfig, Transform};
+use informer_core::informer::{DeliveryOrder, InformerConfig, Transform};
 use informer_core::object::selector::Labels;
 use informer_core::protocol::{Failure, Selectors};
 use informer_core::views::Publisher;
@@ -170,6 +170,15 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     pub fn resync(mut self, period: Duration) -> Self {
         self.config.resync_check_period = period;
         self.default_resync = period;
+        self
+    }
+
+    /// In which order changes reach the cache and the handlers: client-go 1.36's in-order
+    /// delivery ([`DeliveryOrder::InOrder`], the default: a relist's deletions before its
+    /// objects) or client-go's older DeltaFIFO order ([`DeliveryOrder::DeltaFifo`]), for a
+    /// controller ported from a client-go that still used it. See [`DeliveryOrder`].
+    pub fn delivery_order(mut self, order: DeliveryOrder) -> Self {
+        self.config.order = order;
         self
     }
 

@@ -118,10 +118,11 @@ pub use informer_core::impl_object;
 pub use informer_core::informer::reflector::{BackoffConfig, ReflectorConfig};
 pub use informer_core::protocol::Failure;
 pub use informer_core::{
-    cache::indexer::IndexError, informer::HandlerId, informer::Notification, object::DynamicObject,
-    object::Key, object::KeyRef, object::Object, object::ObjectOrTombstone,
-    object::PartialObjectMetadata, object::Tombstone, object::selector::Labels,
-    object::selector::Selector, object::selector::SelectorError, snapshot::SnapshotCodec,
+    cache::indexer::IndexError, informer::DeliveryOrder, informer::HandlerId,
+    informer::Notification, object::DynamicObject, object::Key, object::KeyRef, object::Object,
+    object::ObjectOrTombstone, object::PartialObjectMetadata, object::Tombstone,
+    object::selector::Labels, object::selector::Selector, object::selector::SelectorError,
+    snapshot::SnapshotCodec,
 };
 pub use informer_http::{Config, HasResource, Resource};
 
@@ -139,10 +140,10 @@ macro_rules! runtime_crate_api {
         pub use informer_http as http;
         pub use informer_http::ClientError;
         pub use $crate::{
-            BackoffConfig, BoxFuture, CacheSync, Config, ConsistencyCheck, Divergence,
-            DynamicObject, Error, EventHandler, Failure, HandlerFns, HandlerId, HasResource,
-            IndexError, IndexFunc, IndexValues, InformerOptions, Key, KeyRef, LabelIndex, Labels,
-            Metrics, NAMESPACE_INDEX, Notification, Object, ObjectOrTombstone,
+            BackoffConfig, BoxFuture, CacheSync, Config, ConsistencyCheck, DeliveryOrder,
+            Divergence, DynamicObject, Error, EventHandler, Failure, HandlerFns, HandlerId,
+            HasResource, IndexError, IndexFunc, IndexValues, InformerOptions, Key, KeyRef,
+            LabelIndex, Labels, Metrics, NAMESPACE_INDEX, Notification, Object, ObjectOrTombstone,
             PartialObjectMetadata, ReflectorConfig, Resource, Runtime, Selector, SelectorError,
             SnapshotCodec, SnapshotLoad, SnapshotWritten, SpawnError, Store, Tombstone,
             WatchErrorHook, impl_object, index_fn, label_index_name,

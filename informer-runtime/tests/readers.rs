@@ -11,9 +11,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use informer_core::protocol::{Status, WatchEvent};
+use informer_core::protocol::{ListPage, Status, WatchEvent};
 use informer_runtime::{
-    DynamicObject, Failure, HandlerFns, InformerBuilder, NAMESPACE_INDEX, Object, Runtime, Store,
+    DeliveryOrder, DynamicObject, Failure, HandlerFns, InformerBuilder, NAMESPACE_INDEX, Object,
+    Runtime, Store,
 };
 use serde_json::json;
 
@@ -51,6 +52,7 @@ on_both_runtimes!(
     a_read_completes_while_the_driver_is_inside_a_step,
     readers_never_see_a_mix_of_two_lists,
     a_handler_finds_its_change_in_the_store_while_readers_hammer_it,
+    conformance_28_a_relist_reaches_handlers_only_once_the_cache_moved_whole,
 );
 
 fn builder<E: Env>(script: FakeTransport<DynamicObject>) -> InformerBuilder<DynamicObject, E::R> {
@@ -386,4 +388,104 @@ fn a_large_lists_watch_is_requested_before_the_list_is_published_on_smol() {
         a_large_lists_watch_is_requested_before_the_list_is_published::<informer_smol::Smol>(),
     )
     .unwrap();
+}
+
+/// A notification, with the store's keys and resourceVersions as the handler saw them.
+type Heard = (String, Vec<String>);
+
+/// CONFORMANCE 26–28 through the runtime: a relist (here after a 410, in two pages) moves the
+/// cache readers see from the old list to the new one in one step, before any handler hears
+/// of it (client-go 1.36's atomic relists), whichever the order; the handler then hears its
+/// deletions first in client-go 1.36's order (`InOrder`, the default) and last in the older
+/// DeltaFIFO order. Every notification of the relist finds the whole new list in the store.
+async fn conformance_28_a_relist_reaches_handlers_only_once_the_cache_moved_whole<E: Env>() {
+    for order in [None, Some(DeliveryOrder::DeltaFifo)] {
+        let first = vec![obj("a", 1, 1), obj("b", 2, 1), obj("c", 3, 1)];
+        let second = [obj("b", 4, 2), obj("d", 5, 2)];
+        let pages = [
+            page(first, "3"),
+            ListPage {
+                continue_token: Some("next".into()),
+                ..page(vec![second[0].clone()], "5")
+            },
+            page(vec![second[1].clone()], "5"),
+        ];
+        let script = FakeTransport::new().list_pages(pages).watch_channels(1);
+        let (script, watches) = script;
+        let mut b = builder::<E>(script);
+        if let Some(order) = order {
+            b = b.delivery_order(order);
+        }
+        let inf = b.build().unwrap();
+        // Each notification, with the store's keys and resourceVersions as the handler saw them.
+        let heard: Arc<Mutex<Vec<Heard>>> = Arc::default();
+        let store = inf.store();
+        let seen = move || {
+            let mut v: Vec<String> = store
+                .list()
+                .iter()
+                .map(|o| format!("{}@{}", o.name(), o.resource_version().unwrap()))
+                .collect();
+            v.sort();
+            v
+        };
+        let (h1, h2, h3) = (heard.clone(), heard.clone(), heard.clone());
+        let (s1, s2, s3) = (seen.clone(), seen.clone(), seen);
+        inf.add_handler(
+            HandlerFns::new()
+                .on_add(move |o: Arc<DynamicObject>, _| {
+                    h1.lock().unwrap().push((format!("add {}", o.name()), s1()))
+                })
+                .on_update(move |_, n: Arc<DynamicObject>| {
+                    h2.lock()
+                        .unwrap()
+                        .push((format!("update {}", n.name()), s2()))
+                })
+                .on_delete(move |d| {
+                    let what = format!("delete {} {}", d.object().name(), d.is_tombstone());
+                    h3.lock().unwrap().push((what, s3()))
+                }),
+        )
+        .unwrap();
+        inf.start().unwrap();
+        inf.wait_for_sync(Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        while heard.lock().unwrap().len() < 3 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "initial adds");
+            E::R::default().sleep(Duration::from_millis(2)).await;
+        }
+        heard.lock().unwrap().clear();
+        watches[0].send(expired()).await.unwrap();
+        while heard.lock().unwrap().len() < 4 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "{order:?}: relist");
+            E::R::default().sleep(Duration::from_millis(2)).await;
+        }
+        let heard = heard.lock().unwrap().clone();
+        let whole = ["b@4", "d@5"];
+        for (what, store) in &heard {
+            assert_eq!(
+                store, &whole,
+                "{order:?}: {what} heard before the cache moved whole"
+            );
+        }
+        let mut what: Vec<&str> = heard.iter().map(|(w, _)| w.as_str()).collect();
+        // The deletions come in the cache's order (a hash map's): sorted here.
+        let (deletions, rest) = match order {
+            None => what.split_at_mut(2),
+            Some(_) => {
+                let (rest, deletions) = what.split_at_mut(2);
+                (deletions, rest)
+            }
+        };
+        deletions.sort();
+        assert_eq!(
+            deletions,
+            ["delete a true", "delete c true"],
+            "{order:?}: {heard:?}"
+        );
+        assert_eq!(rest, ["update b", "add d"], "{order:?}: {heard:?}");
+        inf.shutdown().await;
+    }
 }

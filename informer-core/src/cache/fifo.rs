@@ -95,6 +95,8 @@ impl<K: Object + 'static> KnownObjects<K> for Indexer<K> {
 /// Unlike client-go there is no lock and no blocking `Pop`: the owner calls [`pop`](Self::pop)
 /// and processes the result.
 pub struct DeltaFifo<K> {
+    /// What a `replace` queues for a listed object.
+    listed_as: DeltaType,
     /// The oldest queued key and its deltas, kept outside `items`/`queue`: with a consumer that
     /// keeps up (the driver pops after every input) each key passes through this slot alone, so
     /// the common case costs no hashing and no queue insert. Everything in `items` is newer.
@@ -108,6 +110,7 @@ pub struct DeltaFifo<K> {
 impl<K> Default for DeltaFifo<K> {
     fn default() -> Self {
         DeltaFifo {
+            listed_as: DeltaType::Sync,
             head: None,
             items: HashMap::default(),
             queue: VecDeque::new(),
@@ -130,10 +133,41 @@ impl<K> fmt::Debug for DeltaFifo<K> {
     }
 }
 
+/// How a [`DeltaFifo`] is built (client-go `DeltaFIFOOptions`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeltaFifoOptions {
+    /// client-go's `EmitDeltaTypeReplaced`: whether [`replace`](DeltaFifo::replace) queues
+    /// `Replaced` for each listed object. When false (client-go's default for a plain
+    /// DeltaFIFO, kept there for consumers written before `Replaced` existed) it queues `Sync`.
+    /// The informer's own FIFO sets it: `Replaced` is how it tells a relisted object from a
+    /// periodic resync (CONFORMANCE 12).
+    pub emit_delta_type_replaced: bool,
+}
+
 impl<K: Object> DeltaFifo<K> {
-    /// An empty FIFO.
+    /// An empty FIFO with client-go's default options: a `replace` queues `Sync` for each
+    /// listed object (see [`DeltaFifoOptions`]).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty FIFO with these options.
+    pub fn with_options(options: DeltaFifoOptions) -> Self {
+        DeltaFifo {
+            listed_as: if options.emit_delta_type_replaced {
+                DeltaType::Replaced
+            } else {
+                DeltaType::Sync
+            },
+            ..Self::default()
+        }
+    }
+
+    /// The options this FIFO was built with.
+    pub fn options(&self) -> DeltaFifoOptions {
+        DeltaFifoOptions {
+            emit_delta_type_replaced: self.listed_as == DeltaType::Replaced,
+        }
     }
 
     /// Queues `Added` for `obj`.
@@ -171,8 +205,8 @@ impl<K: Object> DeltaFifo<K> {
 
     /// Replaces the queue's view with a full list (client-go `Replace`, CONFORMANCE 8).
     ///
-    /// Queues `Replaced` for every listed object, then a `Deleted` tombstone for every key that
-    /// is queued or known but not listed. A queued key's tombstone carries its newest queued
+    /// Queues `Replaced` (or `Sync`, see [`DeltaFifoOptions`]) for every listed object, then a
+    /// `Deleted` tombstone for every key that is queued or known but not listed. A queued key's tombstone carries its newest queued
     /// state; a known key's, the stored one. Because trailing deletes merge, repeated empty
     /// replaces do not queue a second tombstone for the same key. The first call marks the FIFO
     /// populated and records how many keys must be popped before [`has_synced`](Self::has_synced).
@@ -210,7 +244,7 @@ impl<K: Object> DeltaFifo<K> {
 
         for obj in list {
             let key = self.key_for(obj.key_ref(), known);
-            self.queue_action(key, DeltaType::Replaced, ObjectOrTombstone::Object(obj));
+            self.queue_action(key, self.listed_as, ObjectOrTombstone::Object(obj));
         }
         for t in tombstones {
             let key = t.key.clone();

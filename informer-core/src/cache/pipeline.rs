@@ -4,7 +4,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::time::Duration;
 
-use crate::cache::fifo::{Delta, DeltaFifo, DeltaType};
+use crate::cache::fifo::{Delta, DeltaFifo, DeltaFifoOptions, DeltaType};
 #[cfg(any(test, feature = "spin"))]
 use crate::cache::indexer::Journaled;
 use crate::cache::indexer::{Change, IndexError, IndexFunc, Indexer, Stored};
@@ -17,9 +17,10 @@ use crate::time::Instant;
 ///
 /// Inputs are what a reflector produces ([`replace`](Self::replace), [`added`](Self::added),
 /// [`modified`](Self::modified), [`deleted`](Self::deleted)) and time
-/// ([`handle_timeout`](Self::handle_timeout)); they queue deltas in the [`DeltaFifo`].
-/// [`process_one`](Self::process_one) pops one key's deltas and applies client-go's
-/// `HandleDeltas`: update the [`Indexer`], then hand notifications to the [`Processor`].
+/// ([`handle_timeout`](Self::handle_timeout)); each is applied as client-go's `HandleDeltas`
+/// applies a delta (update the [`Indexer`], then hand notifications to the [`Processor`]),
+/// at once or, in [`DeliveryOrder::DeltaFifo`] behind deltas already queued, through the
+/// [`DeltaFifo`], which [`process_one`](Self::process_one) pops one key at a time.
 /// Notifications come out of [`poll_notification`](Self::poll_notification).
 ///
 /// The loop a driver runs: after every input, call `process_one` until it returns false and
@@ -27,17 +28,53 @@ use crate::time::Instant;
 /// reporting [`handler_done`](Self::handler_done)); then wait for the next input or
 /// [`poll_timeout`](Self::poll_timeout).
 ///
+/// # Order and atomicity
+///
+/// With [`DeliveryOrder::InOrder`] (the default, client-go 1.36's) nothing is ever queued: a
+/// watch event, a relist and a resync are each applied to the store, and handed to the
+/// processor, within the call that brings them, in the order they arrive; a relist's deletions
+/// come before its listed objects. With [`DeliveryOrder::DeltaFifo`] (client-go before 1.33) a
+/// relist or resync that finds deltas queued joins them in the DeltaFIFO, per key, and reaches
+/// the store as `process_one` pops it; otherwise it too is applied at once, listed objects
+/// first and deletions last.
+///
 /// # Differences from client-go
 ///
 /// - Handler queues are bounded by coalescing per key (see [`Processor`]).
 /// - A `Deleted` delta whose key is not in the store is dropped instead of notified: no handler
 ///   can hold that key, since every handler's view is a fold of the store's changes.
 pub struct Pipeline<K> {
+    order: DeliveryOrder,
     indexer: Indexer<K>,
     fifo: DeltaFifo<K>,
     processor: Processor<K>,
     started: bool,
     next_resync_check: Option<Instant>,
+}
+
+/// In which order an informer's changes reach its store and handlers, chiefly a relist's
+/// (client-go's `InOrderInformers` feature gate: off before 1.33, on by default in 1.33, locked
+/// on in 1.36).
+///
+/// Either way a handler hears every change of one object in the order the server made them,
+/// and the cache moves from the old list to the new one in one step (see
+/// [`SharedIndexInformer`](crate::informer::SharedIndexInformer)); what differs is the order
+/// across objects within a relist, and whether changes queued behind one another are grouped
+/// per key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DeliveryOrder {
+    /// client-go 1.36's order (its `RealFIFO`, with atomic relists and resyncs): every change
+    /// in the order it arrived, nothing grouped per key; a relist's deletions (tombstones, for
+    /// every cached key it lacks, in the cache's order) first, then its objects in list order.
+    /// After a watch disruption a handler hears that an object is gone before it hears of the
+    /// objects that replaced it (a pod deleted and another one created in its place under
+    /// another name: no moment with both).
+    #[default]
+    InOrder,
+    /// client-go's order before 1.33 (its `DeltaFIFO`): a relist's objects first, in list order,
+    /// then its deletions; changes queued behind a relist or resync are grouped with the key's
+    /// earlier deltas, at the key's first place in the queue.
+    DeltaFifo,
 }
 
 /// How far ahead a pass over many objects reads what it will need of them (their keys): far
@@ -57,15 +94,29 @@ enum Listed {
 }
 
 impl<K: Object + 'static> Pipeline<K> {
-    /// A pipeline whose resync check runs every `resync_check_period` (0: no resyncs).
+    /// A pipeline whose resync check runs every `resync_check_period` (0: no resyncs), in
+    /// [`DeliveryOrder::InOrder`].
     pub fn new(resync_check_period: Duration) -> Self {
+        Self::with_order(resync_check_period, DeliveryOrder::InOrder)
+    }
+
+    /// A pipeline delivering in `order`.
+    pub fn with_order(resync_check_period: Duration, order: DeliveryOrder) -> Self {
         Pipeline {
+            order,
             indexer: Indexer::new(),
-            fifo: DeltaFifo::new(),
+            fifo: DeltaFifo::with_options(DeltaFifoOptions {
+                emit_delta_type_replaced: true,
+            }),
             processor: Processor::new(resync_check_period),
             started: false,
             next_resync_check: None,
         }
+    }
+
+    /// The order it delivers in.
+    pub fn order(&self) -> DeliveryOrder {
+        self.order
     }
 
     /// The store.
@@ -128,15 +179,20 @@ impl<K: Object + 'static> Pipeline<K> {
         self.started
     }
 
-    /// A full list arrived (all pages): queue `Replaced` deltas and tombstones.
+    /// A full list arrived (all pages).
     ///
-    /// A relist while nothing is queued (the FIFO was populated and is empty: every relist of
-    /// a running informer whose watch broke, and the relist after a warm restart's 410) is
-    /// applied at once instead, as [`added`](Self::added) applies a watch event: each listed
-    /// object as its `Replaced` delta would be, in list order, then each stored object the
-    /// list lacks deleted with a tombstone (`DeletedFinalStateUnknown`), which is the FIFO's
-    /// order. The same store changes and notifications as queueing and popping, without a
-    /// FIFO entry per object (a relist of 100k objects built a 100k-key FIFO).
+    /// In [`DeliveryOrder::InOrder`] it is applied at once, after anything queued before it:
+    /// each stored object the list lacks deleted with a tombstone (`DeletedFinalStateUnknown`),
+    /// then each listed object as client-go's `Replaced` delta is handled (an add, an update, or
+    /// for an unchanged resourceVersion a resync). The first list, into an empty store, is a
+    /// [`populate`](Self::populate).
+    ///
+    /// In [`DeliveryOrder::DeltaFifo`] it queues `Replaced` deltas and tombstones in the
+    /// DeltaFIFO. A relist while nothing is queued (the FIFO was populated and is empty: every
+    /// relist of a running informer whose watch broke, and the relist after a warm restart's
+    /// 410) is applied at once instead, in the FIFO's order: each listed object, in list order,
+    /// then each tombstone. The same store changes and notifications as queueing and popping,
+    /// without a FIFO entry per object (a relist of 100k objects built a 100k-key FIFO).
     pub fn replace(&mut self, items: Vec<Arc<K>>) {
         self.replace_admitted(items, |_| true);
     }
@@ -155,11 +211,24 @@ impl<K: Object + 'static> Pipeline<K> {
             // handler's replay) whichever way a first list comes in.
             self.indexer.reserve(items.len());
         }
-        if self.fifo.has_synced() && self.fifo.is_empty() {
-            self.replace_now(items, admit);
-        } else {
-            items.retain(|o| admit(o));
-            self.fifo.replace(items, &self.indexer);
+        match self.order {
+            DeliveryOrder::InOrder => {
+                // What is queued came before the list (only a `DeltaFifo` pipeline queues, so
+                // nothing is): applied first, then the list in one go.
+                while self.process_next() {}
+                if self.fifo.mark_populated() {
+                    self.populate_now(items, admit);
+                } else {
+                    self.replace_now(items, admit);
+                }
+            }
+            DeliveryOrder::DeltaFifo if self.fifo.has_synced() && self.fifo.is_empty() => {
+                self.replace_now(items, admit)
+            }
+            DeliveryOrder::DeltaFifo => {
+                items.retain(|o| admit(o));
+                self.fifo.replace(items, &self.indexer);
+            }
         }
     }
 
@@ -222,6 +291,11 @@ impl<K: Object + 'static> Pipeline<K> {
             }
         }
         drop(listed);
+        let deletions_first = self.order == DeliveryOrder::InOrder;
+        if deletions_first {
+            self.delete_missing(tombstones);
+            tombstones = Vec::new();
+        }
         // An object listed unchanged stays as cached, and its update is a resync: for the
         // very object stored, which needs nothing else, only when some handler is due for one.
         let syncing = self.processor.any_syncing();
@@ -237,6 +311,11 @@ impl<K: Object + 'static> Pipeline<K> {
                 .upsert_hashed(hash, obj, Stored::UnlessSameState);
             self.notify_upsert(key, DeltaType::Replaced, old, stored, false);
         }
+        self.delete_missing(tombstones);
+    }
+
+    /// A relist's deletions: each stored key the list lacks, with its tombstone.
+    fn delete_missing(&mut self, tombstones: Vec<Tombstone<K>>) {
         for t in tombstones {
             if self.indexer.delete_key(t.key.as_ref_parts()).is_some() {
                 let key = t.key.clone();
@@ -263,15 +342,17 @@ impl<K: Object + 'static> Pipeline<K> {
     }
 
     /// [`populate`](Self::populate) with the objects `admit` accepts (the others dropped).
-    pub(crate) fn populate_admitted(
-        &mut self,
-        items: Vec<Arc<K>>,
-        mut admit: impl FnMut(&K) -> bool,
-    ) {
+    pub(crate) fn populate_admitted(&mut self, items: Vec<Arc<K>>, admit: impl FnMut(&K) -> bool) {
         if !self.indexer.is_empty() || !self.fifo.mark_populated() {
             self.replace_admitted(items, admit);
             return;
         }
+        self.populate_now(items, admit);
+    }
+
+    /// The body of [`populate`](Self::populate), into an empty store whose FIFO was just
+    /// marked populated.
+    fn populate_now(&mut self, items: Vec<Arc<K>>, mut admit: impl FnMut(&K) -> bool) {
         // Handlers get the whole list before they can read any of it.
         self.processor.reserve(items.len());
         // One allocation each for the store's table and its journal, not a dozen growths (in
@@ -517,9 +598,32 @@ impl<K: Object + 'static> Pipeline<K> {
             _ => return,
         }
         if self.processor.should_resync(now) {
-            self.fifo.resync(&self.indexer);
+            match self.order {
+                DeliveryOrder::InOrder => self.resync_now(),
+                DeliveryOrder::DeltaFifo => self.fifo.resync(&self.indexer),
+            }
         }
         self.arm_resync_check(now);
+    }
+
+    /// A resync applied at once, after anything queued: a `Sync` of every stored object, as
+    /// `HandleDeltas` handles one (an update from the object to itself, for the handlers due).
+    /// The store is not written: the object it would store is the one it holds.
+    fn resync_now(&mut self) {
+        while self.process_next() {}
+        let Self {
+            indexer, processor, ..
+        } = self;
+        for (key, obj) in indexer.iter() {
+            processor.distribute_key(
+                key.clone(),
+                Notification::Update {
+                    old: obj.clone(),
+                    new: obj.clone(),
+                },
+                true,
+            );
+        }
     }
 
     fn arm_resync_check(&mut self, now: Instant) {
@@ -632,12 +736,13 @@ mod tests {
     /// of an unchanged object only to the handlers due for one).
     #[test]
     fn a_relist_applied_at_once_is_the_relist_through_the_fifo() {
+        let fifo_order = || Pipeline::with_order(Duration::ZERO, DeliveryOrder::DeltaFifo);
         for seed in 0..200u64 {
             let mut rng = SplitMix64::new(seed);
             let handlers = 1 + rng.below(3) as usize;
             let keys = 1 + rng.below(40) as usize;
-            let mut straight: Pipeline<SimObject> = Pipeline::new(Duration::ZERO);
-            let mut queued: Pipeline<SimObject> = Pipeline::new(Duration::ZERO);
+            let mut straight: Pipeline<SimObject> = fifo_order();
+            let mut queued: Pipeline<SimObject> = fifo_order();
             for _ in 0..handlers {
                 straight.add_handler(Duration::ZERO, Instant::ZERO);
                 queued.add_handler(Duration::ZERO, Instant::ZERO);
@@ -709,6 +814,100 @@ mod tests {
                     store(&queued),
                     "seed {seed} round {round}"
                 );
+            }
+        }
+    }
+
+    /// In [`DeliveryOrder::InOrder`] a relist is what client-go 1.36's RealFIFO makes of it
+    /// (`Replace`: a `Deleted` tombstone for every known key the list lacks, then `Replaced`
+    /// for every listed object, each popped and handled on its own): the same store, and every
+    /// handler hears the same notifications in the same order. The model below is that queue,
+    /// one delta at a time, through the same `HandleDeltas`.
+    #[test]
+    fn an_in_order_relist_is_the_real_fifos_replace() {
+        for seed in 0..200u64 {
+            let mut rng = SplitMix64::new(seed);
+            let handlers = 1 + rng.below(3) as usize;
+            let keys = 1 + rng.below(40) as usize;
+            let mut straight: Pipeline<SimObject> = Pipeline::new(Duration::ZERO);
+            let mut model: Pipeline<SimObject> = Pipeline::new(Duration::ZERO);
+            for _ in 0..handlers {
+                straight.add_handler(Duration::ZERO, Instant::ZERO);
+                model.add_handler(Duration::ZERO, Instant::ZERO);
+            }
+            let mut rv = 1;
+            let mut list: Vec<Arc<SimObject>> = (0..keys)
+                .filter(|_| rng.chance(0.7))
+                .map(|i| {
+                    rv += 1;
+                    obj(i % 3, i, rv)
+                })
+                .collect();
+            straight.populate(list.clone());
+            model.populate(list.clone());
+            assert_eq!(drain(&mut straight, handlers), drain(&mut model, handlers));
+            for round in 0..3 {
+                let before = list.clone();
+                list.clear();
+                for i in 0..keys {
+                    if rng.chance(0.3) {
+                        continue;
+                    }
+                    let kept = before
+                        .iter()
+                        .find(|o| o.name == alloc::format!("o{i}"))
+                        .filter(|_| rng.chance(0.5));
+                    list.push(match kept {
+                        Some(o) => Arc::new((**o).clone()),
+                        None => {
+                            rv += 1;
+                            obj(i % 3, i, rv)
+                        }
+                    });
+                }
+                straight.replace(list.clone());
+                assert!(straight.fifo().is_empty(), "seed {seed}: nothing queued");
+                // The RealFIFO: deletions for the known keys not listed, then the list.
+                let listed: Vec<Key> = list.iter().map(|o| Key::of(&**o)).collect();
+                let mut deltas: Vec<(Key, Delta<SimObject>)> = Vec::new();
+                for (key, stored) in model.indexer().iter() {
+                    if !listed.contains(key) {
+                        let t = Tombstone {
+                            key: key.clone(),
+                            obj: stored.clone(),
+                        };
+                        deltas.push((
+                            key.clone(),
+                            Delta {
+                                kind: DeltaType::Deleted,
+                                object: ObjectOrTombstone::Tombstone(t),
+                            },
+                        ));
+                    }
+                }
+                for (key, o) in listed.into_iter().zip(&list) {
+                    deltas.push((
+                        key,
+                        Delta {
+                            kind: DeltaType::Replaced,
+                            object: ObjectOrTombstone::Object(o.clone()),
+                        },
+                    ));
+                }
+                for (key, delta) in deltas {
+                    model.handle_delta(&key, delta, false);
+                }
+                let a = drain(&mut straight, handlers);
+                let b = drain(&mut model, handlers);
+                assert_eq!(a, b, "seed {seed} round {round}");
+                if let Some(first_add) = a[0].iter().position(|n| !n.starts_with("delete")) {
+                    assert!(
+                        a[0][first_add..].iter().all(|n| !n.starts_with("delete")),
+                        "seed {seed} round {round}: deletions first: {:?}",
+                        a[0]
+                    );
+                }
+                assert_eq!(store(&straight), store(&model), "seed {seed} round {round}");
             }
         }
     }

@@ -21,6 +21,7 @@ use reflector::{Reflector, ReflectorConfig, StoreOp};
 pub mod consistency;
 pub mod reflector;
 
+pub use crate::cache::pipeline::DeliveryOrder;
 pub use crate::cache::processor::{HandlerId, Notification, ResyncPeriods};
 
 #[cfg(test)]
@@ -40,6 +41,9 @@ pub struct InformerConfig {
     /// `defaultEventHandlerResyncPeriod`); 0: no handler ever resyncs. A handler added before
     /// start with a shorter period lowers it.
     pub resync_check_period: Duration,
+    /// In which order changes reach the cache and the handlers: client-go 1.36's
+    /// ([`DeliveryOrder::InOrder`], the default) or its older DeltaFIFO order.
+    pub order: DeliveryOrder,
 }
 
 /// What the informer asks of its runtime, besides running handlers (whose notifications a
@@ -161,7 +165,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     pub fn new(config: InformerConfig) -> Self {
         SharedIndexInformer {
             reflector: Reflector::new(config.reflector),
-            pipeline: Pipeline::new(config.resync_check_period),
+            pipeline: Pipeline::with_order(config.resync_check_period, config.order),
             transform: None,
             outputs: VecDeque::new(),
             started: false,

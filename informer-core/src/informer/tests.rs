@@ -1188,7 +1188,7 @@ fn a_relist_refuses_unstorable_keys_as_it_applies_the_list() {
     );
     assert_eq!(
         d.for_handler(h),
-        ["update b 2->4", "add c 5", "delete gone tombstone"]
+        ["delete gone tombstone", "update b 2->4", "add c 5"]
     );
     let mut keys: Vec<String> = inf.indexer().list_keys().map(|k| k.to_string()).collect();
     keys.sort();

@@ -37,6 +37,7 @@ use core::fmt;
 use core::time::Duration;
 
 use crate::cache::processor::{HandlerId, Notification};
+use crate::informer::DeliveryOrder;
 use crate::informer::consistency;
 use crate::informer::reflector::ReflectorConfig;
 use crate::informer::{InformerConfig, Output, Resume, SharedIndexInformer};
@@ -82,6 +83,8 @@ pub struct SimConfig {
     pub remove_one: bool,
     /// Upper bound of the time between two compactions.
     pub compaction_every: Duration,
+    /// The informer's delivery order.
+    pub order: DeliveryOrder,
     /// Record a trace of every step.
     pub trace: bool,
     /// A warm restart during the busy phase, if any.
@@ -130,6 +133,12 @@ impl SimConfig {
             handlers_late: (0..n_late).map(|_| resync(&mut r)).collect(),
             remove_one: r.chance(0.3),
             compaction_every: Duration::from_secs(pick(&mut r, &[3, 20, 60, 60])),
+            // Drawn last: the seeds' other parameters are what they were before it existed.
+            order: if r.chance(0.5) {
+                DeliveryOrder::InOrder
+            } else {
+                DeliveryOrder::DeltaFifo
+            },
             trace: false,
             restart: Restart::from_seed(seed),
         }
@@ -467,6 +476,7 @@ impl Sim {
                 ..ReflectorConfig::default()
             },
             resync_check_period: cfg.resync_check_period,
+            order: cfg.order,
         });
         if cfg.transform {
             inf.set_transform(alloc::boxed::Box::new(|o: Arc<SimObject>| {
