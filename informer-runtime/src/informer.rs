@@ -71,8 +71,13 @@ use crate::sync::CacheSync;
 ///   carries the last state the cache held (a tombstone when a relist found it gone). So the
 ///   fold of a handler's notifications is always a valid view of the collection, and equals the
 ///   cache once the informer is quiet and the handler has caught up.
-/// - No order across objects: keys are delivered in the order their first pending change
-///   arrived. A handler that is behind may hold, between two notifications, a view combining
+/// - A relist reaches a handler only once the cache holds the whole new list (client-go 1.36's
+///   atomic relists, CONFORMANCE 28). In the default [`DeliveryOrder::InOrder`](crate::DeliveryOrder::InOrder) (client-go
+///   1.36's) its deletions come first, then its objects in list order; in
+///   [`DeliveryOrder::DeltaFifo`](crate::DeliveryOrder::DeltaFifo) (client-go before 1.33) its objects first (CONFORMANCE 26,
+///   27; chosen with [`delivery_order`](crate::InformerBuilder::delivery_order)).
+/// - No order across objects beyond that: keys are delivered in the order their first pending
+///   change arrived. A handler that is behind may hold, between two notifications, a view combining
 ///   states of different objects that the cache never held at the same instant.
 /// - Nothing is lost: every change made to the cache after the handler was added reaches it,
 ///   as that state or a later one of the same object, unless the handler is removed or the
