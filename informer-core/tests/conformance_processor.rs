@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use informer_core::cache::processor::MINIMUM_RESYNC_PERIOD;
 use informer_core::cache::pipeline::DeliveryOrder;
+use informer_core::cache::processor::MINIMUM_RESYNC_PERIOD;
 use informer_core::{cache::pipeline::Pipeline, informer::Notification, time::Instant};
 
 fn at(secs: u64) -> Instant {

@@ -768,12 +768,26 @@ fn bench_core(compare: bool) -> Result {
     let report = env::temp_dir().join(format!("informer-bench-core-{}.jsonl", std::process::id()));
     let _ = std::fs::remove_file(&report);
     let load_before = load_average();
-    for (bench, what) in [
-        ("pipeline", "core pipeline benchmark (system allocator)"),
-        ("pipeline_mimalloc", "core pipeline benchmark (mimalloc)"),
+    for (bench, batch, what) in [
+        (
+            "pipeline",
+            "1",
+            "core pipeline benchmark (system allocator)",
+        ),
+        (
+            "pipeline",
+            "64",
+            "the same, handlers fed after each batch of 64 events (client-go's batch processing)",
+        ),
+        (
+            "pipeline_mimalloc",
+            "1",
+            "core pipeline benchmark (mimalloc)",
+        ),
     ] {
         let mut c = cargo();
         c.args(["bench", "-p", "informer-core", "--bench", bench]);
+        c.env("INFORMER_BENCH_BATCH", batch);
         if compare {
             c.env("INFORMER_BENCH_REPORT", &report);
         }
@@ -815,7 +829,16 @@ fn print_core_comparison(rows: &[serde_json::Value], before: &str, after: &str) 
                 v["gomaxprocs"].as_u64().unwrap_or(0)
             )
         } else {
-            format!("informer-rs, {}", v["allocator"].as_str().unwrap_or("?"))
+            let batch = v["batch"].as_u64().unwrap_or(1);
+            let fed = if batch > 1 {
+                format!(", fed per {batch}")
+            } else {
+                String::new()
+            };
+            format!(
+                "informer-rs, {}{fed}",
+                v["allocator"].as_str().unwrap_or("?")
+            )
         }
     };
     let peer = rows

@@ -330,14 +330,32 @@ fn feed<K: Object + 'static>(
     counts: &mut [Counts],
 ) {
     // Draining keeps the chunk's buffer for the harness to free outside the timing.
-    for ev in chunk.drain(..) {
+    let every = batch();
+    for (i, ev) in chunk.drain(..).enumerate() {
         match ev {
             Event::Added(o) => p.added(o),
             Event::Modified(o) => p.modified(o),
             Event::Deleted(o) => p.deleted(o),
         }
-        drain(p, counts);
+        if (i + 1) % every == 0 {
+            drain(p, counts);
+        }
     }
+    drain(p, counts);
+}
+
+/// `INFORMER_BENCH_BATCH=N`: the handlers are fed after every N events instead of after each
+/// (1, the default: what the runtime's driver does). N > 1 is client-go's batch processing
+/// (`InOrderInformersBatchProcess`): a batch of deltas applied to the store, then the handlers.
+/// Here it costs more than it saves: a handler fed after each event is idle when the next one
+/// comes and takes the processor's straight path; fed after a batch, it has a queue, and every
+/// event goes through the per-key coalescing table (figures in docs/BENCHMARKS.md).
+fn batch() -> usize {
+    std::env::var("INFORMER_BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1)
 }
 
 /// How the initial list is applied (`INFORMER_BENCH_FIRST_LIST`).
@@ -709,6 +727,12 @@ fn run<K: Object + 'static>(
         n_del,
     } = stream;
     for (i, c) in counts.iter().enumerate() {
+        if batch() > 1 {
+            // Coalesced within a batch: what a handler heard still folds to the cache.
+            assert_eq!((c.adds - c.deletes) as usize, cached, "handler {i}: its view");
+            assert!(c.updates as usize <= n_mod, "handler {i} updates");
+            continue;
+        }
         assert_eq!(c.adds as usize, objects + n_add, "handler {i} adds");
         assert_eq!(c.updates as usize, n_mod, "handler {i} updates");
         assert_eq!(c.deletes as usize, n_del, "handler {i} deletes");
@@ -765,7 +789,11 @@ fn run<K: Object + 'static>(
         mib(relist_peak),
     );
     let ev_per_s = events as f64 / total.as_secs_f64();
-    println!("{title} (handlers fed by {:?})", delivery());
+    println!(
+        "{title} (handlers fed by {:?}, after every {} event(s))",
+        delivery(),
+        batch()
+    );
     println!("  objects: {objects}, decoded {per_object:.0} B each on the heap");
     println!(
         "  initial replace: {:.1} ms ({:.0} ns/object), peak heap {:.1} MiB (first list: {:?})",
@@ -836,9 +864,10 @@ fn run<K: Object + 'static>(
         (total.as_nanos() as f64 / events as f64) / bare_ns
     );
     write_report(&format!(
-        "{{\"bench\":\"informer-rs\",\"allocator\":\"{ALLOCATOR}\",\"workload\":\"{workload}\",\
+        "{{\"bench\":\"informer-rs\",\"allocator\":\"{ALLOCATOR}\",\"batch\":{},\"workload\":\"{workload}\",\
          \"objects\":{objects},\"events\":{events},\"wall_s\":{},\"cpu_s\":{},\
          \"replace_s\":{},\"peak_rss_kb\":{rss},\"floor_s\":{},\"bare_s\":{}}}",
+        batch(),
         total.as_secs_f64(),
         total_cpu.as_secs_f64(),
         replace_time.as_secs_f64(),
