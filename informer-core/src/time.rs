@@ -45,3 +45,56 @@ impl Sub<Instant> for Instant {
         self.saturating_duration_since(rhs)
     }
 }
+
+/// A wall-clock time, `since_unix_epoch` after 1970-01-01T00:00:00Z, as RFC 3339 in UTC with
+/// `fraction_digits` digits of fraction (0: `metav1.Time`, `2006-01-02T15:04:05Z`; 6:
+/// `metav1.MicroTime`, `2006-01-02T15:04:05.000000Z`; at most 9).
+pub fn rfc3339(since_unix_epoch: Duration, fraction_digits: u32) -> alloc::string::String {
+    let secs = since_unix_epoch.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let mut out = alloc::format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+    );
+    let digits = fraction_digits.min(9);
+    if digits > 0 {
+        let frac = since_unix_epoch.subsec_nanos() / 10u32.pow(9 - digits);
+        out.push_str(&alloc::format!(".{frac:0width$}", width = digits as usize));
+    }
+    out.push('Z');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_kubernetes_times() {
+        let t = Duration::new(1_700_000_000, 123_456_789);
+        assert_eq!(rfc3339(t, 0), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339(t, 6), "2023-11-14T22:13:20.123456Z");
+        assert_eq!(rfc3339(Duration::ZERO, 0), "1970-01-01T00:00:00Z");
+        // A leap day, and the end of a century not a leap year's February.
+        assert_eq!(
+            rfc3339(Duration::from_secs(951_782_400), 0),
+            "2000-02-29T00:00:00Z"
+        );
+        assert_eq!(
+            rfc3339(Duration::from_secs(4_107_542_400), 0),
+            "2100-03-01T00:00:00Z"
+        );
+    }
+}

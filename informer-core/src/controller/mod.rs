@@ -2,5 +2,6 @@
 //! [work queue](workqueue) (client-go `workqueue`) and [leader election](leaderelection)
 //! (client-go `leaderelection` over a Lease).
 
+pub mod events;
 pub mod leaderelection;
 pub mod workqueue;
