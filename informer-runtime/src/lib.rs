@@ -94,11 +94,14 @@ mod snapshot_file;
 #[doc = include_str!("../../docs/CONFORMANCE.md")]
 pub mod conformance {}
 
+pub mod events;
+
 pub use builder::InformerBuilder;
 pub use consistency::{ConsistencyCheck, Divergence};
 pub use controller::{Action, OwnerReference, WorkQueue, Workers, owner_keys, owner_references};
 pub use driver::WatchErrorHook;
 pub use error::Error;
+pub use events::{EventType, Recorder, Reporter};
 pub use factory::{InformerOptions, SharedInformerFactory};
 pub use handler::{EventHandler, HandlerFns, HandlerRegistration};
 pub use informer::Informer;
@@ -164,8 +167,8 @@ macro_rules! runtime_crate_api {
         #[doc = concat!("A shared informer factory on ", $name, ".")]
         pub type SharedInformerFactory = $crate::SharedInformerFactory<$rt, Backend>;
         pub use $crate::{
-            Action, LeaderElectionConfig, LeaderElectionError, Leadership, OwnerReference,
-            WorkQueue, owner_keys, owner_references,
+            Action, EventType, LeaderElectionConfig, LeaderElectionError, Leadership,
+            OwnerReference, Recorder, Reporter, WorkQueue, events, owner_keys, owner_references,
         };
         #[doc = concat!("Reconcile workers on ", $name, ".")]
         pub type Workers<K = Key> = $crate::Workers<K, $rt>;

@@ -278,6 +278,7 @@ scenarios!(
     warm_restart_after_compaction_relists_with_tombstones,
     warm_restart_refuses_truncated_and_foreign_snapshots,
     warm_restart_through_the_factory_and_at_the_last_drop,
+    events_are_written_counted_and_grouped,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1684,4 +1685,81 @@ async fn warm_restart_refuses_truncated_and_foreign_snapshots<E: Env>(c: Client<
     assert_eq!(narrowed.metrics().lists, 1);
     narrowed.shutdown().await;
     let _ = std::fs::remove_file(&file);
+}
+
+/// The event recorder against the API server: an event about a ConfigMap is created with its
+/// involvedObject and reporter; the same event again bumps that Event's `count` (one object,
+/// not three); another reason is another Event; the writes happen off the caller's path.
+async fn events_are_written_counted_and_grouped<E: Env>(c: Client<E::B>) {
+    use informer_runtime::events::{EventType, Recorder, Reporter, reference_to};
+    let ns = format!("events-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    put_cm(&c, &ns, "subject", &[]).await;
+    let cm: DynamicObject = c
+        .api::<DynamicObject>(Resource::CONFIGMAPS, Some(&ns))
+        .get("subject")
+        .await
+        .unwrap();
+    let recorder = Recorder::new(
+        &E::R::default(),
+        c.clone(),
+        Reporter {
+            controller: "greeter.example.com".into(),
+            instance: "replica-1".into(),
+        },
+    )
+    .unwrap();
+    let about = reference_to(&Resource::CONFIGMAPS, &cm);
+    for _ in 0..3 {
+        assert!(recorder.publish(
+            about.clone(),
+            EventType::Warning,
+            "FailedSync",
+            "Reconcile",
+            "could not sync"
+        ));
+    }
+    assert!(recorder.publish(about, EventType::Normal, "Synced", "Reconcile", "done"));
+    let t0 = Instant::now();
+    while recorder.written() < 4 {
+        assert_eq!(recorder.failed(), 0, "no write fails");
+        assert!(
+            t0.elapsed() < DEADLINE,
+            "events written: {}",
+            recorder.written()
+        );
+        sleep::<E>(Duration::from_millis(20)).await;
+    }
+    let events = c.api::<DynamicObject>(Resource::EVENTS, Some(&ns));
+    let list = events.list_page(&ListRequest::default()).await.unwrap();
+    let mut seen: Vec<(String, u64)> = list
+        .items
+        .iter()
+        .map(|e| {
+            let v = serde_json::to_value(&**e).unwrap();
+            assert_eq!(v["involvedObject"]["uid"], cm.uid().unwrap(), "{v}");
+            assert_eq!(v["involvedObject"]["kind"], "ConfigMap");
+            assert_eq!(v["reportingComponent"], "greeter.example.com");
+            assert_eq!(v["reportingInstance"], "replica-1");
+            assert_eq!(v["source"]["component"], "greeter.example.com");
+            assert!(v["lastTimestamp"].as_str().unwrap().ends_with('Z'));
+            (
+                format!(
+                    "{} {}",
+                    v["type"].as_str().unwrap(),
+                    v["reason"].as_str().unwrap()
+                ),
+                v["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("Normal Synced".to_string(), 1),
+            ("Warning FailedSync".to_string(), 3)
+        ]
+    );
+    assert_eq!((recorder.dropped(), recorder.spam()), (0, 0));
 }
