@@ -48,6 +48,10 @@ pub mod client;
 // 6. Resources.
 pub mod api;
 
+// 7. Manifests (on resources alone).
+#[cfg(feature = "crd")]
+pub mod crd;
+
 pub use api::Api;
 
 #[cfg(test)]
