@@ -95,7 +95,7 @@ impl Row {
 /// second where a hot loop would make thousands.
 fn short_timeouts() -> ReflectorConfig {
     ReflectorConfig {
-        min_watch_timeout: Duration::from_secs(1),
+        test_min_watch_timeout: Some(Duration::from_secs(1)),
         watch_deadline_grace: Some(Duration::from_secs(1)),
         list_deadline: Some(Duration::from_secs(2)),
         backoff: BackoffConfig {
