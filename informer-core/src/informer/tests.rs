@@ -379,7 +379,10 @@ fn conformance_26_add_handler_on_a_stopped_informer_is_an_error() {
         Err(HandlerError::Stopped)
     );
     assert_eq!(inf.handlers().collect::<Vec<_>>(), vec![before, running]);
-    assert!(drain(&mut inf).notes.is_empty(), "no replay for a refused handler");
+    assert!(
+        drain(&mut inf).notes.is_empty(),
+        "no replay for a refused handler"
+    );
     // Removing still works on a stopped informer.
     assert_eq!(inf.remove_handler(running), Ok(true));
     let shown = alloc::format!("{}", HandlerError::Stopped);

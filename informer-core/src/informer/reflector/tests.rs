@@ -431,7 +431,10 @@ fn conformance_28_min_watch_timeout_below_5_minutes_is_raised_to_5_minutes() {
             seed,
             ..ReflectorConfig::default()
         });
-        assert!((1..2).contains(&t), "test-only zero is one second: timeout {t}");
+        assert!(
+            (1..2).contains(&t),
+            "test-only zero is one second: timeout {t}"
+        );
     }
 }
 
