@@ -34,7 +34,7 @@ fn informer<E: Env>(
     let f = failures.clone();
     let informer =
         InformerBuilder::<DynamicObject, E::R>::new(E::R::default(), &client, Resource::CONFIGMAPS)
-            .on_watch_error(move |e| f.lock().unwrap().push(e.clone()))
+            .on_watch_error(move |e| f.lock().unwrap().push(e.failure().clone()))
             .build()
             .unwrap();
     (informer, failures)
@@ -135,7 +135,7 @@ async fn run_row<E: Env>(row: Row) -> Ran {
         transport,
         "configmaps",
     )
-    .on_watch_error(move |e| f.lock().unwrap().push(e.clone()))
+    .on_watch_error(move |e| f.lock().unwrap().push(e.failure().clone()))
     .reflector_config(short_timeouts())
     .build()
     .unwrap();
