@@ -642,6 +642,36 @@ mod metrics_export {
                 value("informer_handler_pending", true),
                 Some(DebugValue::Gauge(_))
             ));
+            assert!(
+                matches!(
+                    value("informer_last_sync_resource_version", false),
+                    Some(DebugValue::Gauge(v)) if v.into_inner() == 11.0
+                ),
+                "the resourceVersion readers see, as a number"
+            );
+            // The handler's latency, from the event's arrival to its handler done: recorded
+            // right after the delivered count moves.
+            let t0 = Instant::now();
+            let mut snapshot = snapshot;
+            loop {
+                let latencies = snapshot.iter().find_map(|(key, .., v)| {
+                    let k = key.key();
+                    let ours = k.name() == "informer_handler_latency_seconds"
+                        && k.labels().any(|l| l.key() == "informer" && l.value() == "fake")
+                        && k.labels().any(|l| l.key() == "handler" && l.value() == "0");
+                    match v {
+                        DebugValue::Histogram(values) if ours => Some(values.len()),
+                        _ => None,
+                    }
+                });
+                assert!(latencies.is_some(), "the histogram is registered");
+                if latencies > Some(0) {
+                    break;
+                }
+                assert!(t0.elapsed() < Duration::from_secs(10), "no latency recorded");
+                std::thread::sleep(Duration::from_millis(5));
+                snapshot = snapshotter.snapshot().into_vec();
+            }
             inf.shutdown().await;
         });
     }
