@@ -210,6 +210,10 @@ impl<K: Object + 'static> Inbox<K> {
                         }
                     }
                 }
+                // The queue depth as this handler's end leaves it (the driver sets it too,
+                // after each step).
+                #[cfg(feature = "metrics")]
+                self.stats.pending.set(core.pending(self.id));
             } else {
                 // Their changes may not be in the store yet: the driver hands the next one
                 // over once they are.

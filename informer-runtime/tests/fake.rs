@@ -657,7 +657,8 @@ mod metrics_export {
                 let latencies = snapshot.iter().find_map(|(key, .., v)| {
                     let k = key.key();
                     let ours = k.name() == "informer_handler_latency_seconds"
-                        && k.labels().any(|l| l.key() == "informer" && l.value() == "fake")
+                        && k.labels()
+                            .any(|l| l.key() == "informer" && l.value() == "fake")
                         && k.labels().any(|l| l.key() == "handler" && l.value() == "0");
                     match v {
                         DebugValue::Histogram(values) if ours => Some(values.len()),
@@ -668,7 +669,10 @@ mod metrics_export {
                 if latencies > Some(0) {
                     break;
                 }
-                assert!(t0.elapsed() < Duration::from_secs(10), "no latency recorded");
+                assert!(
+                    t0.elapsed() < Duration::from_secs(10),
+                    "no latency recorded"
+                );
                 std::thread::sleep(Duration::from_millis(5));
                 snapshot = snapshotter.snapshot().into_vec();
             }
