@@ -61,7 +61,7 @@ use event_listener::Event;
 use futures_util::stream::Stream;
 use informer_core::{informer::HandlerId, informer::Notification, object::Object};
 
-use crate::state::{Cmd, HandlerStats, Sink, Stamp, State, StateLock};
+use crate::state::{Cmd, HandlerStats, Sink, Stamp, Stamped, State, StateLock};
 
 /// Notifications a handler's end takes from the core at most in one locked step.
 pub(crate) const BATCH: usize = 128;
@@ -69,7 +69,7 @@ pub(crate) const BATCH: usize = 128;
 /// The handler's end of its delivery.
 pub(crate) struct Inbox<K> {
     id: HandlerId,
-    rx: Pin<Box<async_channel::Receiver<(Notification<K>, Stamp)>>>,
+    rx: Pin<Box<async_channel::Receiver<Stamped<K>>>>,
     state: Arc<StateLock<K>>,
     changed: Arc<Event>,
     /// Wakes the driver (to hand over a notification the inbox may not take itself).

@@ -31,7 +31,8 @@ pub enum Error {
         informer: Option<String>,
         /// The last list or watch failure of the informer waited for, if it had one: usually
         /// why it could not sync (`403 ... pods is forbidden ...`, a refused connection, ...).
-        last_failure: Option<Failure>,
+        /// Boxed: an error stays small on the success path.
+        last_failure: Option<Box<Failure>>,
     },
     /// A handler id (or registration) of another informer was given: nothing was done.
     ForeignHandler {
@@ -150,7 +151,7 @@ impl std::error::Error for Error {
             Error::Timeout {
                 last_failure: Some(cause),
                 ..
-            } => Some(cause),
+            } => Some(&**cause),
             Error::Snapshot(e) => Some(e),
             Error::SnapshotIo(e) => Some(e),
             _ => None,

@@ -47,9 +47,12 @@ pub(crate) struct State<K> {
 /// histogram; `None` when the histogram is not exported (the clock is not read then).
 pub(crate) type Stamp = Option<std::time::Instant>;
 
+/// What a handler's delivery channel carries: a notification and its arrival.
+pub(crate) type Stamped<K> = (Notification<K>, Stamp);
+
 /// Where the driver hands a handler the notification it may start.
 pub(crate) struct Sink<K> {
-    pub(crate) tx: async_channel::Sender<(Notification<K>, Stamp)>,
+    pub(crate) tx: async_channel::Sender<Stamped<K>>,
     pub(crate) stats: Arc<HandlerStats>,
     /// When the oldest notification still pending for the handler in the core arrived (set
     /// when one arrives while the handler is busy; taken when its next notifications are).

@@ -70,7 +70,7 @@ pub(crate) async fn with_timeout<R: Runtime>(
                 let (informer, last_failure) = cause();
                 Err(Error::Timeout {
                     informer,
-                    last_failure,
+                    last_failure: last_failure.map(Box::new),
                 })
             }
         },
