@@ -75,7 +75,7 @@ fn watch_events_allocate_nothing_but_a_new_long_key() {
     )
     .unwrap();
     for _ in 0..3 {
-        inf.add_handler(Duration::ZERO, at(0));
+        inf.add_handler(Duration::ZERO, at(0)).unwrap();
     }
     inf.start(at(0));
     let mut request = None;

@@ -53,7 +53,9 @@ pub fn run(
     let deadline = epoch + run_for;
 
     let mut informer = SharedIndexInformer::<DynamicObject>::new(InformerConfig::default());
-    let (handler, _) = informer.add_handler(Duration::ZERO, now());
+    let (handler, _) = informer
+        .add_handler(Duration::ZERO, now())
+        .expect("the informer has not stopped");
     informer.start(now());
 
     let (tx, rx) = mpsc::channel::<Tagged>();

@@ -10,17 +10,18 @@ use informer_core::cache::indexer::{IndexFunc, LabelIndex, label_index_name};
 use informer_core::informer::reflector::{BackoffConfig, ReflectorConfig};
 use informer_core::informer::{DeliveryOrder, InformerConfig, Transform};
 use informer_core::object::selector::Labels;
-use informer_core::protocol::{Failure, Selectors};
+use informer_core::protocol::Selectors;
 use informer_core::views::Publisher;
 use informer_core::{SharedIndexInformer, object::Object};
 use informer_http::{Backend, Client, HasResource, Resource, Transport};
 use serde::de::DeserializeOwned;
 
 use crate::consistency::{ConsistencyCheck, Divergence, DivergenceHook, SameContent};
-use crate::driver::{Driver, WatchErrorHook};
+use crate::driver::{Driver, WatchError, WatchErrorHook};
 use crate::error::Error;
 use crate::informer::Informer;
 use crate::metrics::Counters;
+use crate::resource_version::RvWaiters;
 use crate::runtime::Runtime;
 use crate::state::{Shared, State, StateLock};
 
@@ -51,7 +52,10 @@ pub struct InformerBuilder<K, R> {
     watch_error: Option<WatchErrorHook>,
     consistency: Option<(ConsistencyCheck, Option<DivergenceHook>)>,
     consistency_content: Option<SameContent<K>>,
+    /// The resource's name (`plural` or `group/plural`, or the transport's name).
     name: String,
+    /// The informer's name, when set with [`name`](Self::name).
+    explicit_name: Option<String>,
     seed_set: bool,
     /// Set when `K` holds one kind and the resource is of another (refused by `build`).
     kind_mismatch: Option<Error>,
@@ -140,9 +144,26 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             consistency: None,
             consistency_content: None,
             name,
+            explicit_name: None,
             seed_set: false,
             kind_mismatch: None,
         }
+    }
+
+    /// The informer's name (client-go 1.36's informer name, KEP-4346): on every log line it
+    /// writes (field `informer`), every metric it exports (label `informer`) and every error
+    /// it surfaces ([`Error`]'s `Display`, the [`WatchError`](crate::WatchError)s its
+    /// watch-error hook gets). Pick one unique in the process; informer-rs does not check.
+    ///
+    /// Without it the name is derived, stably, from what the informer watches:
+    /// `<resource>[@<namespace>][{<label selector>}][[<field selector>]]`, where
+    /// `<resource>` is the plural for the core group and `group/plural` otherwise (for
+    /// [`from_transport`](Self::from_transport), the name given there). For example
+    /// `configmaps`, `configmaps@ns-a`, `pods@ns-a{app=x}`,
+    /// `apps/deployments{tier in (web)}[metadata.name=api]`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.explicit_name = Some(name.into());
+        self
     }
 
     /// Only objects in `namespace` (default: all namespaces).
@@ -224,8 +245,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         })
     }
 
-    /// Called with every list or watch failure; runs on the driver task, so keep it quick.
-    pub fn on_watch_error(mut self, f: impl Fn(&Failure) + Send + Sync + 'static) -> Self {
+    /// Called with every list or watch failure, as a [`WatchError`] (the typed [`Failure`](crate::Failure)
+    /// and this informer's [name](Self::name)); runs on the driver task, so keep it quick.
+    pub fn on_watch_error(mut self, f: impl Fn(&WatchError) + Send + Sync + 'static) -> Self {
         self.watch_error = Some(Arc::new(f));
         self
     }
@@ -355,9 +377,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         if let Some(t) = self.transform {
             core.set_transform(t);
         }
-        let name = match &self.namespace {
-            Some(ns) => format!("{}@{ns}", self.name),
-            None => self.name,
+        let name = match self.explicit_name {
+            Some(name) => name,
+            None => default_name(&self.name, self.namespace.as_deref(), &selectors),
         };
         let transport = match self.source {
             Source::Transport(t) => t,
@@ -372,6 +394,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             rt: self.rt.clone(),
             cmd: cmd_tx,
             changed: Arc::new(Event::new()),
+            rv_waiters: Arc::new(RvWaiters::new()),
             counters: Arc::new(Counters::new(&name)),
             name,
             default_resync: self.default_resync,
@@ -399,6 +422,26 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         self.rt.spawn(Box::pin(driver.run()))?;
         Ok(Informer::from_shared(shared))
     }
+}
+
+/// The derived name of an informer of `resource` (see [`InformerBuilder::name`]).
+fn default_name(resource: &str, namespace: Option<&str>, selectors: &Selectors) -> String {
+    let mut name = resource.to_string();
+    if let Some(ns) = namespace.filter(|ns| !ns.is_empty()) {
+        name.push('@');
+        name.push_str(ns);
+    }
+    if let Some(label) = selectors.label.as_deref().filter(|s| !s.is_empty()) {
+        name.push('{');
+        name.push_str(label);
+        name.push('}');
+    }
+    if let Some(field) = selectors.field.as_deref().filter(|s| !s.is_empty()) {
+        name.push('[');
+        name.push_str(field);
+        name.push(']');
+    }
+    name
 }
 
 struct BoxedIndex<K>(Box<dyn IndexFunc<K>>);
@@ -442,5 +485,38 @@ impl<K: Object + Send + Sync + 'static, R: Runtime + Default> Informer<K, R> {
         K: DeserializeOwned,
     {
         InformerBuilder::new(R::default(), client, resource)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_names() {
+        let sel = |label: Option<&str>, field: Option<&str>| Selectors {
+            label: label.map(Into::into),
+            field: field.map(Into::into),
+        };
+        assert_eq!(
+            default_name("configmaps", None, &sel(None, None)),
+            "configmaps"
+        );
+        assert_eq!(
+            default_name("configmaps", Some("ns-a"), &sel(None, None)),
+            "configmaps@ns-a"
+        );
+        assert_eq!(
+            default_name("pods", Some("ns-a"), &sel(Some("app=x"), None)),
+            "pods@ns-a{app=x}"
+        );
+        assert_eq!(
+            default_name(
+                "apps/deployments",
+                None,
+                &sel(Some(""), Some("metadata.name=api"))
+            ),
+            "apps/deployments[metadata.name=api]"
+        );
     }
 }

@@ -61,7 +61,7 @@ use event_listener::Event;
 use futures_util::stream::Stream;
 use informer_core::{informer::HandlerId, informer::Notification, object::Object};
 
-use crate::state::{Cmd, HandlerStats, Sink, State, StateLock};
+use crate::state::{Cmd, HandlerStats, Sink, Stamp, Stamped, State, StateLock};
 
 /// Notifications a handler's end takes from the core at most in one locked step.
 pub(crate) const BATCH: usize = 128;
@@ -69,7 +69,7 @@ pub(crate) const BATCH: usize = 128;
 /// The handler's end of its delivery.
 pub(crate) struct Inbox<K> {
     id: HandlerId,
-    rx: Pin<Box<async_channel::Receiver<Notification<K>>>>,
+    rx: Pin<Box<async_channel::Receiver<Stamped<K>>>>,
     state: Arc<StateLock<K>>,
     changed: Arc<Event>,
     /// Wakes the driver (to hand over a notification the inbox may not take itself).
@@ -80,6 +80,10 @@ pub(crate) struct Inbox<K> {
     /// The rest of the batch taken from the core, last first: started one by one, reported
     /// done together once the last is finished.
     batch: Vec<Notification<K>>,
+    /// The arrival of the batch's notifications (see [`Stamp`]).
+    batch_stamp: Stamp,
+    /// The arrival of the outstanding notification: its latency is recorded when it is done.
+    started: Stamp,
 }
 
 /// Connects handler `id` (just added to the core): its sink goes into `state`, its inbox is
@@ -99,6 +103,7 @@ pub(crate) fn connect<K>(
         Sink {
             tx,
             stats: stats.clone(),
+            behind_since: None,
         },
     );
     Inbox {
@@ -110,6 +115,8 @@ pub(crate) fn connect<K>(
         stats,
         outstanding: false,
         batch: Vec::new(),
+        batch_stamp: None,
+        started: None,
     }
 }
 
@@ -120,13 +127,15 @@ pub(crate) fn hand_over<K: Object + 'static>(
     state: &mut State<K>,
     id: HandlerId,
     notification: Notification<K>,
+    stamp: Stamp,
 ) {
     let sent = match state.sinks.get(&id) {
-        Some(sink) => sink.tx.try_send(notification).is_ok(),
+        Some(sink) => sink.tx.try_send((notification, stamp)).is_ok(),
         None => false,
     };
     if !sent {
-        state.remove_handler(id);
+        // The core's own id: never foreign.
+        let _ = state.remove_handler(id);
     }
 }
 
@@ -138,7 +147,8 @@ impl<K: Object + 'static> Inbox<K> {
         if let Some(n) = self.finish_previous() {
             return self.start(n);
         }
-        let n = self.rx.recv_blocking().ok()?;
+        let (n, stamp) = self.rx.recv_blocking().ok()?;
+        self.started = stamp;
         self.start(n)
     }
 
@@ -148,7 +158,10 @@ impl<K: Object + 'static> Inbox<K> {
             return Poll::Ready(self.start(n));
         }
         match self.rx.as_mut().poll_next(cx) {
-            Poll::Ready(Some(n)) => Poll::Ready(self.start(n)),
+            Poll::Ready(Some((n, stamp))) => {
+                self.started = stamp;
+                Poll::Ready(self.start(n))
+            }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
         }
@@ -171,7 +184,11 @@ impl<K: Object + 'static> Inbox<K> {
             return None;
         }
         self.stats.delivered.add(1);
+        if let Some(arrived) = self.started.take() {
+            self.stats.latency.record(arrived.elapsed());
+        }
         if let Some(n) = self.batch.pop() {
+            self.started = self.batch_stamp;
             return Some(n);
         }
         let synced_now = {
@@ -183,9 +200,20 @@ impl<K: Object + 'static> Inbox<K> {
             state.core.handler_done(self.id);
             let synced_now = !was_synced && state.core.handler_has_synced(self.id);
             if state.is_published() {
-                state
-                    .core
-                    .poll_notifications(self.id, BATCH, &mut self.batch);
+                let State { core, sinks, .. } = &mut *state;
+                if core.poll_notifications(self.id, BATCH, &mut self.batch) > 0 {
+                    if let Some(sink) = sinks.get_mut(&self.id) {
+                        self.batch_stamp = sink.take_stamp();
+                        // What is left arrived after the stamp, before now: the stamp bounds it.
+                        if self.batch_stamp.is_some() && core.pending(self.id) > 0 {
+                            sink.behind_since = self.batch_stamp;
+                        }
+                    }
+                }
+                // The queue depth as this handler's end leaves it (the driver sets it too,
+                // after each step).
+                #[cfg(feature = "metrics")]
+                self.stats.pending.set(core.pending(self.id));
             } else {
                 // Their changes may not be in the store yet: the driver hands the next one
                 // over once they are.
@@ -199,6 +227,10 @@ impl<K: Object + 'static> Inbox<K> {
             self.changed.notify(usize::MAX);
         }
         self.batch.reverse();
-        self.batch.pop()
+        let next = self.batch.pop();
+        if next.is_some() {
+            self.started = self.batch_stamp;
+        }
+        next
     }
 }

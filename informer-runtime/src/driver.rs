@@ -17,6 +17,7 @@ use informer_core::views::Views;
 use informer_core::{object::KeyRef, object::Object, time::Instant};
 use informer_http::Transport;
 use informer_http::decode::KnownObjects;
+use tracing::Instrument;
 
 use crate::delivery::hand_over;
 use crate::runtime::{BoxFuture, Runtime};
@@ -25,7 +26,45 @@ use crate::state::{Cmd, Shared, State};
 /// Called with every list or watch failure (client-go's `WatchErrorHandler`). Recovery is
 /// already under way; this is for logging and metrics. It runs on the driver task: keep it
 /// quick. A panic in it is caught and logged.
-pub type WatchErrorHook = Arc<dyn Fn(&Failure) + Send + Sync>;
+pub type WatchErrorHook = Arc<dyn Fn(&WatchError) + Send + Sync>;
+
+/// A list or watch failure of one informer, as its watch-error hook gets it: the typed
+/// [`Failure`] and the [name](crate::Informer::name) of the informer it happened to (client-go
+/// hands its handler the reflector, which carries its name). `Display` says which informer.
+#[derive(Clone, Debug)]
+pub struct WatchError {
+    informer: Arc<str>,
+    failure: Failure,
+}
+
+impl WatchError {
+    /// The informer's name.
+    pub fn informer(&self) -> &str {
+        &self.informer
+    }
+
+    /// What failed.
+    pub fn failure(&self) -> &Failure {
+        &self.failure
+    }
+
+    /// The failure, without the name.
+    pub fn into_failure(self) -> Failure {
+        self.failure
+    }
+}
+
+impl std::fmt::Display for WatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "informer {}: {}", self.informer, self.failure)
+    }
+}
+
+impl std::error::Error for WatchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.failure)
+    }
+}
 
 /// Inputs at most applied in one step (bounds how long handlers' ends and the informer's own
 /// calls can wait for the lock, and how late a step's changes reach the store; readers never
@@ -102,6 +141,11 @@ pub(crate) struct Driver<K, R> {
     outs: Vec<Output>,
     /// Reused for the notification taken for an idle handler (see `drain`).
     taken: Vec<Notification<K>>,
+    /// The informer's name, shared by the watch errors handed to the hook.
+    name: Arc<str>,
+    /// The resourceVersion and sync state last published to readers.
+    published_rv: String,
+    published_synced: bool,
 }
 
 impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
@@ -115,6 +159,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
         watch_error: Option<WatchErrorHook>,
     ) -> Self {
         let (reply_tx, reply_rx) = async_channel::bounded(RESULTS_CAPACITY);
+        let name: Arc<str> = Arc::from(shared.name.as_str());
         Driver {
             shared,
             transport,
@@ -131,6 +176,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             local: VecDeque::new(),
             outs: Vec::new(),
             taken: Vec::with_capacity(1),
+            name,
+            published_rv: String::new(),
+            published_synced: false,
         }
     }
 
@@ -317,12 +365,31 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             state.publisher.try_publish()
         };
         if published {
+            self.note_published(state);
             let held = std::mem::take(&mut state.held);
-            for (handler, notification) in held {
-                hand_over(state, handler, notification);
+            for (handler, notification, stamp) in held {
+                hand_over(state, handler, notification, stamp);
             }
         }
         published
+    }
+
+    /// A step reached the readers: when their resourceVersion (or sync) moved, wakes the
+    /// waits it satisfies and sets the gauge. The core's values are those just published: the
+    /// publish staged them from it in this same step.
+    fn note_published(&mut self, state: &State<K>) {
+        let rv = state.core.last_sync_resource_version();
+        let synced = state.core.has_synced();
+        if rv == self.published_rv && synced == self.published_synced {
+            return;
+        }
+        self.published_rv.clear();
+        self.published_rv.push_str(rv);
+        self.published_synced = synced;
+        self.shared.rv_waiters.published(rv, synced);
+        if let Some(v) = crate::resource_version::parse(rv) {
+            self.shared.counters.resource_version.set_f64(v as f64);
+        }
     }
 
     /// After a step: a step not published (a reader held the copy, or it was deferred behind
@@ -377,6 +444,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
         }
         self.timer = None;
         self.retry = None;
+        self.shared.rv_waiters.stop();
         self.shared.changed.notify(usize::MAX);
         // Every worker holds a sender; recv fails once all of them exited.
         let _ = self.exited_rx.recv().await;
@@ -446,7 +514,11 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
         self.shared.counters.watch_error(failure);
         tracing::warn!(informer = %name, kind = failure.kind(), error = %failure, "list/watch failed");
         if let Some(hook) = &self.watch_error {
-            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(failure)));
+            let error = WatchError {
+                informer: self.name.clone(),
+                failure: failure.clone(),
+            };
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook(&error)));
             if caught.is_err() {
                 tracing::error!(informer = %name, "the watch-error hook panicked");
             }
@@ -500,9 +572,14 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             ),
             registration,
         );
-        match self.shared.rt.spawn(Box::pin(async move {
-            let _ = task.await;
-        })) {
+        // Whatever the transport logs carries the informer's name.
+        let span = tracing::debug_span!("informer", informer = %name);
+        match self.shared.rt.spawn(Box::pin(
+            async move {
+                let _ = task.await;
+            }
+            .instrument(span),
+        )) {
             Ok(()) => self.inflight = Some(handle),
             Err(e) => {
                 tracing::error!(informer = %name, error = %e, "cannot spawn a request task");
@@ -531,9 +608,16 @@ fn drain<K: Object + 'static>(
     let State {
         core, held, sinks, ..
     } = state;
-    for &handler in sinks.keys() {
+    for (&handler, sink) in sinks.iter_mut() {
         if core.poll_notifications(handler, 1, taken) > 0 {
-            held.extend(taken.drain(..).map(|n| (handler, n)));
+            let stamp = sink.take_stamp();
+            held.extend(taken.drain(..).map(|n| (handler, n, stamp)));
+        } else if sink.behind_since.is_none()
+            && sink.stats.latency.is_exported()
+            && core.pending(handler) > 0
+        {
+            // Busy: what just arrived waits in the core from now on.
+            sink.behind_since = Some(std::time::Instant::now());
         }
     }
 }

@@ -190,8 +190,9 @@ impl<R: Runtime, B: Backend> SharedInformerFactory<R, B> {
     }
 
     /// The shared informer of `resource` with `options`. `customize` (indexers, transform,
-    /// watch-error hook, …) applies only when this call creates it; once the factory has
-    /// started, a new informer is started at once.
+    /// watch-error hook, [name](InformerBuilder::name), …) applies only when this call creates
+    /// it; once the factory has started, a new informer is started at once. Without a name
+    /// set there, the informer's name is derived from the resource, namespace and selectors.
     ///
     /// `K` is any object type with a [`SnapshotCodec`] (every type of this crate and
     /// `K8s<T>` have one; for a type of your own, `impl SnapshotCodec for MyType {}` stores it

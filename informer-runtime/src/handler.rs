@@ -162,7 +162,7 @@ pub(crate) fn spawn_worker<K: Object + Send + Sync + 'static>(
     exited: async_channel::Sender<()>,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
-        .name(format!("informer-handler-{}", id.0))
+        .name(format!("informer-handler-{}", id.index()))
         .spawn(move || {
             while let Some(n) = inbox.next_blocking() {
                 if let Err(msg) = run_one(&mut *handler, n) {
@@ -170,7 +170,7 @@ pub(crate) fn spawn_worker<K: Object + Send + Sync + 'static>(
                     metrics.handler_panics.add(1);
                     tracing::error!(
                         informer = %informer,
-                        handler = id.0,
+                        handler = id.index(),
                         panic = %msg,
                         "event handler panicked; it goes on with its next notification"
                     );
@@ -232,7 +232,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> HandlerRegistration<K, R> {
     /// Removes the handler: it receives nothing new (a notification it is running finishes).
     /// Returns whether it was still registered.
     pub fn remove(&self) -> bool {
-        self.shared.remove_handler(self.id)
+        // Its own informer's id: never foreign.
+        self.shared.remove_handler(self.id).unwrap_or(false)
     }
 }
 
@@ -245,5 +246,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> CacheSync for HandlerRegistr
     }
     fn last_failure(&self) -> Option<informer_core::protocol::Failure> {
         self.shared.counters.last_failure()
+    }
+    fn informer_name(&self) -> Option<&str> {
+        Some(&self.shared.name)
     }
 }

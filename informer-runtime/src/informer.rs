@@ -155,7 +155,10 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
         &self.inner.shared
     }
 
-    /// A name for logs: the resource's plural (with its group), `@namespace` if any.
+    /// The informer's name: on its log lines (field `informer`), its metrics (label
+    /// `informer`) and its errors. Set with
+    /// [`InformerBuilder::name`](crate::InformerBuilder::name), else derived from the
+    /// resource, namespace and selectors (see there).
     pub fn name(&self) -> &str {
         &self.shared().name
     }
@@ -167,7 +170,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
     pub fn start(&self) -> Result<(), Error> {
         let shared = self.shared();
         if shared.state.read().stopped {
-            return Err(Error::Stopped);
+            return Err(shared.stopped());
         }
         if shared.start_from_snapshot()? {
             return Ok(());
@@ -175,7 +178,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
         {
             let mut state = shared.state.write();
             if state.stopped {
-                return Err(Error::Stopped);
+                return Err(shared.stopped());
             }
             state.core.start(shared.now());
         }
@@ -259,14 +262,19 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
             let mut state = shared.state.write();
             let exited = match (&state.exited, state.stopped) {
                 (Some(exited), false) => exited.clone(),
-                _ => return Err(Error::Stopped),
+                _ => return Err(shared.stopped()),
             };
-            let (id, periods) = state.core.add_handler(resync, shared.now());
-            let (delivered, panics, pending) = shared.counters.handler(id.0);
+            // CONFORMANCE 31: a stopped core refuses (the check above already did).
+            let (id, periods) = state
+                .core
+                .add_handler(resync, shared.now())
+                .map_err(|_| shared.stopped())?;
+            let (delivered, panics, pending, latency) = shared.counters.handler(id.index());
             let stats = Arc::new(HandlerStats {
                 delivered,
                 panics,
                 pending,
+                latency,
                 active: std::sync::atomic::AtomicBool::new(false),
             });
             let inbox = connect(
@@ -286,18 +294,26 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
             match &attached {
                 Ok(_) => tracing::debug!(
                     informer = %shared.name,
-                    handler = id.0,
+                    handler = id.index(),
                     resync = ?periods.effective,
                     "handler added"
                 ),
                 Err(_) => {
-                    state.remove_handler(id);
+                    let _ = state.remove_handler(id);
                 }
             }
             attached
         };
         shared.wake();
         registered
+    }
+
+    /// Removes the handler `id` (a [`HandlerRegistration::id`] or an
+    /// [`EventStream::id`]): it receives nothing new. Returns whether it was still registered.
+    /// An id of another informer is refused with [`Error::ForeignHandler`] and nothing is
+    /// removed (CONFORMANCE 32).
+    pub fn remove_handler(&self, id: HandlerId) -> Result<bool, Error> {
+        self.shared().remove_handler(id)
     }
 
     /// Adds an index; objects already cached are indexed at once (in both of the store's
@@ -314,8 +330,10 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
 
     /// A read handle on the cache.
     pub fn store(&self) -> Store<K> {
+        let shared = self.shared();
         Store {
-            views: self.shared().views.clone(),
+            views: shared.views.clone(),
+            waits: shared.clone(),
         }
     }
 
@@ -330,12 +348,33 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
         self.shared().state.read().stopped
     }
 
-    /// The resourceVersion of the last list or event applied (empty before the first list).
-    /// While a snapshot file loads, it may already be the resourceVersion the watch from the
-    /// snapshot has reached, nothing of it applied yet: the store is the state at it only
-    /// once [`has_synced`](Self::has_synced).
+    /// The resourceVersion of the state the [`store`](Self::store)'s readers see: that of
+    /// the last list, event or bookmark applied in the last step published to them (empty
+    /// before the first list). While a snapshot file loads, it may already be the
+    /// resourceVersion the watch from the snapshot has reached, nothing of it applied yet: the
+    /// store is the state at it only once [`has_synced`](Self::has_synced).
     pub fn last_sync_resource_version(&self) -> String {
         self.store().last_sync_resource_version()
+    }
+
+    /// Waits until the cache readers see (the [`store`](Self::store)) holds resourceVersion
+    /// `resource_version` or a newer one, and the informer has synced: for reading your own
+    /// writes (the resourceVersion a write returned). resourceVersions are compared as
+    /// unsigned integers, as client-go 1.36 does (KEP-5647).
+    ///
+    /// Fails with [`Error::ResourceVersionNotNumeric`] when `resource_version` (or the
+    /// cache's) is not one, [`Error::ResourceVersionTimeout`] at `deadline` (on the runtime's
+    /// clock, [`Runtime::now`]), and [`Error::Stopped`] when the informer stops first. Nothing
+    /// polls: a wait is woken by the publish of the step that reaches its resourceVersion, and
+    /// many waits cost a map entry per distinct resourceVersion.
+    pub async fn wait_for_resource_version(
+        &self,
+        resource_version: &str,
+        deadline: std::time::Instant,
+    ) -> Result<(), Error> {
+        self.store()
+            .wait_for_resource_version(resource_version, deadline)
+            .await
     }
 
     /// The informer's counters.
@@ -412,6 +451,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> CacheSync for Informer<K, R>
     }
     fn last_failure(&self) -> Option<informer_core::protocol::Failure> {
         self.shared().counters.last_failure()
+    }
+    fn informer_name(&self) -> Option<&str> {
+        Some(self.name())
     }
 }
 

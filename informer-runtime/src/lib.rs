@@ -58,7 +58,8 @@
 //! The price is memory: the two copies' maps and index buckets, on top of the core's map.
 #![forbid(unsafe_code)]
 
-// Modules, each importing only those listed before it: `state` (the core behind its lock, and
+// Modules, each importing only those listed before it: `resource_version` (waits for a
+// resourceVersion), `state` (the core behind its lock, and
 // the publisher of the readers' copies)
 // under `delivery` (how notifications reach a handler's end), under `handler`, `stream`,
 // `store`, `driver`, then `informer` (the handle), `builder`, `factory`.
@@ -67,6 +68,8 @@ mod runtime;
 mod error;
 mod metrics;
 mod sync;
+
+mod resource_version;
 
 mod state;
 
@@ -99,7 +102,7 @@ pub mod events;
 pub use builder::InformerBuilder;
 pub use consistency::{ConsistencyCheck, Divergence};
 pub use controller::{Action, OwnerReference, WorkQueue, Workers, owner_keys, owner_references};
-pub use driver::WatchErrorHook;
+pub use driver::{WatchError, WatchErrorHook};
 pub use error::Error;
 pub use events::{EventType, Recorder, Reporter};
 pub use factory::{InformerOptions, SharedInformerFactory};
@@ -121,7 +124,7 @@ pub use informer_core::impl_object;
 pub use informer_core::informer::reflector::{BackoffConfig, ReflectorConfig};
 pub use informer_core::protocol::Failure;
 pub use informer_core::{
-    cache::indexer::IndexError, informer::DeliveryOrder, informer::HandlerId,
+    cache::indexer::IndexError, informer::DeliveryOrder, informer::HandlerId, informer::InformerId,
     informer::Notification, object::DynamicObject, object::Key, object::KeyRef, object::Object,
     object::ObjectOrTombstone, object::PartialObjectMetadata, object::Tombstone,
     object::selector::Labels, object::selector::Selector, object::selector::SelectorError,
@@ -145,11 +148,11 @@ macro_rules! runtime_crate_api {
         pub use $crate::{
             BackoffConfig, BoxFuture, CacheSync, Config, ConsistencyCheck, DeliveryOrder,
             Divergence, DynamicObject, Error, EventHandler, Failure, HandlerFns, HandlerId,
-            HasResource, IndexError, IndexFunc, IndexValues, InformerOptions, Key, KeyRef,
-            LabelIndex, Labels, Metrics, NAMESPACE_INDEX, Notification, Object, ObjectOrTombstone,
-            PartialObjectMetadata, ReflectorConfig, Resource, Runtime, Selector, SelectorError,
-            SnapshotCodec, SnapshotLoad, SnapshotWritten, SpawnError, Store, Tombstone,
-            WatchErrorHook, impl_object, index_fn, label_index_name,
+            HasResource, IndexError, IndexFunc, IndexValues, InformerId, InformerOptions, Key,
+            KeyRef, LabelIndex, Labels, Metrics, NAMESPACE_INDEX, Notification, Object,
+            ObjectOrTombstone, PartialObjectMetadata, ReflectorConfig, Resource, Runtime, Selector,
+            SelectorError, SnapshotCodec, SnapshotLoad, SnapshotWritten, SpawnError, Store,
+            Tombstone, WatchError, WatchErrorHook, impl_object, index_fn, label_index_name,
         };
 
         #[doc = concat!("The transport backend this crate uses (", $backend_doc, ").")]

@@ -178,7 +178,9 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
             return Err(Error::NoSnapshotFile);
         };
         if file.poisoned.load(Ordering::Acquire) {
-            return Err(Error::Stopped);
+            return Err(Error::Stopped {
+                informer: self.name.clone(),
+            });
         }
         let (seq, snapshot) = {
             let state = self.state.read();

@@ -453,7 +453,11 @@ pub(crate) async fn off_runtime<T: Send + 'static>(
             let _ = tx.send_blocking(f());
         })
         .map_err(Error::Thread)?;
-    rx.recv().await.map_err(|_| Error::Stopped)
+    rx.recv().await.map_err(|_| {
+        Error::Thread(std::io::Error::other(
+            "the snapshot thread ended without an answer",
+        ))
+    })
 }
 
 #[cfg(test)]

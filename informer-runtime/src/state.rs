@@ -8,13 +8,17 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use event_listener::Event;
+use futures_util::future::{Either, select};
 use informer_core::views::{Publisher, Views};
 use informer_core::{
-    SharedIndexInformer, informer::HandlerId, informer::Notification, object::Object, time::Instant,
+    SharedIndexInformer, informer::HandlerError, informer::HandlerId, informer::Notification,
+    object::Object, time::Instant,
 };
 
 use crate::error::Error;
-use crate::metrics::{Count, Counters, Gauge};
+use crate::metrics::{Count, Counters, Gauge, Histogram};
+use crate::resource_version::{RvWaiters, Seen, WaitForResourceVersion, parse};
+use crate::runtime::BoxFuture;
 use crate::runtime::Runtime;
 use crate::sync::with_timeout;
 
@@ -31,7 +35,7 @@ pub(crate) struct State<K> {
     pub(crate) publisher: Publisher<K>,
     /// Notifications the core gave out whose changes are not published yet: handed over at
     /// the next publish.
-    pub(crate) held: Vec<(HandlerId, Notification<K>)>,
+    pub(crate) held: Vec<(HandlerId, Notification<K>, Stamp)>,
     /// The driver's end of each handler's delivery channel (see `crate::delivery`).
     pub(crate) sinks: HashMap<HandlerId, Sink<K>>,
     /// Cloned into every handler worker; taken at shutdown so the driver sees them all exit.
@@ -39,10 +43,35 @@ pub(crate) struct State<K> {
     pub(crate) stopped: bool,
 }
 
+/// When the event behind a notification reached the informer, for the handler's latency
+/// histogram; `None` when the histogram is not exported (the clock is not read then).
+pub(crate) type Stamp = Option<std::time::Instant>;
+
+/// What a handler's delivery channel carries: a notification and its arrival.
+pub(crate) type Stamped<K> = (Notification<K>, Stamp);
+
 /// Where the driver hands a handler the notification it may start.
 pub(crate) struct Sink<K> {
-    pub(crate) tx: async_channel::Sender<Notification<K>>,
+    pub(crate) tx: async_channel::Sender<Stamped<K>>,
     pub(crate) stats: Arc<HandlerStats>,
+    /// When the oldest notification still pending for the handler in the core arrived (set
+    /// when one arrives while the handler is busy; taken when its next notifications are).
+    pub(crate) behind_since: Stamp,
+}
+
+impl<K> Sink<K> {
+    /// The stamp of the notifications taken for the handler now: the oldest pending change's
+    /// arrival, or now.
+    pub(crate) fn take_stamp(&mut self) -> Stamp {
+        if !self.stats.latency.is_exported() {
+            return None;
+        }
+        Some(
+            self.behind_since
+                .take()
+                .unwrap_or_else(std::time::Instant::now),
+        )
+    }
 }
 
 /// Per-handler counters and state shared by the driver, the handler's end and its
@@ -56,6 +85,8 @@ pub(crate) struct HandlerStats {
     /// Notifications pending (exported only; the driver sets it after each step).
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) pending: Gauge,
+    /// From a notification's arrival to the handler done with it.
+    pub(crate) latency: Histogram,
     /// Cleared when the handler is removed or the informer shuts down: a notification handed
     /// over but not yet started is then dropped.
     pub(crate) active: AtomicBool,
@@ -83,8 +114,12 @@ impl<K: Object + 'static> State<K> {
     }
 
     /// Detaches handler `id` from its end and removes it from the core: it gets nothing new.
-    /// Returns whether the core still had it.
-    pub(crate) fn remove_handler(&mut self, id: HandlerId) -> bool {
+    /// Returns whether the core still had it; an id of another informer is refused and
+    /// nothing is detached (CONFORMANCE 32).
+    pub(crate) fn remove_handler(&mut self, id: HandlerId) -> Result<bool, HandlerError> {
+        if id.informer() != self.core.id() {
+            return self.core.remove_handler(id);
+        }
         if let Some(sink) = self.sinks.remove(&id) {
             sink.stats.active.store(false, Ordering::Release);
         }
@@ -152,6 +187,8 @@ pub(crate) struct Shared<K, R> {
     pub(crate) cmd: async_channel::Sender<Cmd>,
     /// Notified whenever something a waiter may wait for changed (sync, stop).
     pub(crate) changed: Arc<Event>,
+    /// The waits for a resourceVersion, woken when a step reaching it is published.
+    pub(crate) rv_waiters: Arc<RvWaiters>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) name: String,
     pub(crate) default_resync: Duration,
@@ -162,6 +199,13 @@ pub(crate) struct Shared<K, R> {
 }
 
 impl<K, R> Shared<K, R> {
+    /// [`Error::Stopped`] naming this informer.
+    pub(crate) fn stopped(&self) -> Error {
+        Error::Stopped {
+            informer: self.name.clone(),
+        }
+    }
+
     /// Has the driver drain the core's outputs.
     pub(crate) fn wake(&self) {
         let _ = self.cmd.try_send(Cmd::Wake);
@@ -179,14 +223,24 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
         Instant::from_epoch(self.rt.now().saturating_duration_since(self.base))
     }
 
-    /// Removes handler `id` (a registration's `remove`, a dropped event stream).
-    pub(crate) fn remove_handler(&self, id: HandlerId) -> bool {
-        let removed = self.state.write().remove_handler(id);
+    /// Removes handler `id` (a registration's `remove`, a dropped event stream,
+    /// [`Informer::remove_handler`](crate::Informer::remove_handler)). Returns whether it was
+    /// still registered; an id of another informer is refused with
+    /// [`Error::ForeignHandler`] and nothing is removed.
+    pub(crate) fn remove_handler(&self, id: HandlerId) -> Result<bool, Error> {
+        let removed = self
+            .state
+            .write()
+            .remove_handler(id)
+            .map_err(|_| Error::ForeignHandler {
+                informer: self.name.clone(),
+                handler: id,
+            })?;
         if removed {
-            tracing::debug!(informer = %self.name, handler = id.0, "handler removed");
+            tracing::debug!(informer = %self.name, handler = id.index(), "handler removed");
         }
         self.wake();
-        removed
+        Ok(removed)
     }
 
     /// Whether handler `id` has synced: the informer has, and the handler finished its
@@ -210,6 +264,60 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
         self.state.read().core.pending(id)
     }
 
+    /// See [`Informer::wait_for_resource_version`](crate::Informer::wait_for_resource_version).
+    pub(crate) async fn wait_for_resource_version(
+        &self,
+        resource_version: &str,
+        deadline: std::time::Instant,
+    ) -> Result<(), Error> {
+        let not_numeric = |rv: String| Error::ResourceVersionNotNumeric {
+            informer: self.name.clone(),
+            resource_version: rv,
+        };
+        let seen = || {
+            self.views
+                .read(|v| v.last_sync_resource_version().to_string())
+        };
+        let Some(target) = parse(resource_version) else {
+            return Err(not_numeric(resource_version.to_string()));
+        };
+        let answer = |s: Seen| match s {
+            Seen::Reached => Some(Ok(())),
+            Seen::NotNumeric => Some(Err(not_numeric(seen()))),
+            Seen::Stopped => Some(Err(self.stopped())),
+            Seen::Behind => None,
+        };
+        // The fast path: already there (no lock, no timer).
+        if let Some(r) = answer(self.rv_waiters.check(target)) {
+            return r;
+        }
+        let wait = async {
+            loop {
+                let mut registered = match self.rv_waiters.register(target) {
+                    Ok(r) => r,
+                    Err(s) => return answer(s).unwrap_or(Ok(())),
+                };
+                registered.fired().await;
+                drop(registered);
+                if let Some(r) = answer(self.rv_waiters.check(target)) {
+                    return r;
+                }
+            }
+        };
+        let left = deadline.saturating_duration_since(self.rt.now());
+        match select(Box::pin(wait), self.rt.sleep(left)).await {
+            Either::Left((r, _)) => r,
+            Either::Right(_) => match answer(self.rv_waiters.check(target)) {
+                Some(r) => r,
+                None => Err(Error::ResourceVersionTimeout {
+                    informer: self.name.clone(),
+                    wanted: resource_version.to_string(),
+                    seen: seen(),
+                }),
+            },
+        }
+    }
+
     /// Waits until `cond` holds, the informer stops (error) or `timeout` passes (error).
     pub(crate) async fn wait_until(
         &self,
@@ -225,12 +333,29 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Shared<K, R> {
                         return Ok(());
                     }
                     if state.stopped {
-                        return Err(Error::Stopped);
+                        return Err(self.stopped());
                     }
                 }
                 listener.await;
             }
         };
-        with_timeout(&self.rt, wait, timeout, || self.counters.last_failure()).await
+        with_timeout(&self.rt, wait, timeout, || {
+            (Some(self.name.clone()), self.counters.last_failure())
+        })
+        .await
+    }
+}
+
+impl<K: Object + Send + Sync + 'static, R: Runtime> WaitForResourceVersion for Shared<K, R> {
+    fn wait_for_resource_version<'a>(
+        &'a self,
+        resource_version: &'a str,
+        deadline: std::time::Instant,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(Shared::wait_for_resource_version(
+            self,
+            resource_version,
+            deadline,
+        ))
     }
 }

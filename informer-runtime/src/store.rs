@@ -4,6 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use informer_core::views::{View, Views};
+
+use crate::error::Error;
+use crate::resource_version::WaitForResourceVersion;
 use informer_core::{
     cache::indexer::IndexError, object::Key, object::KeyRef, object::Object,
     object::selector::Labels, object::selector::Selector,
@@ -27,12 +30,15 @@ use informer_core::{
 /// informer hands notifications over only once their step is published.
 pub struct Store<K> {
     pub(crate) views: Arc<Views<K>>,
+    /// The informer's waits for a resourceVersion.
+    pub(crate) waits: Arc<dyn WaitForResourceVersion>,
 }
 
 impl<K> Clone for Store<K> {
     fn clone(&self) -> Self {
         Store {
             views: self.views.clone(),
+            waits: self.waits.clone(),
         }
     }
 }
@@ -140,8 +146,23 @@ impl<K: Object + 'static> Store<K> {
         self.read(|c| c.has_synced())
     }
 
-    /// The resourceVersion of the last list or event applied (empty before the first list).
+    /// The resourceVersion of the state this store answers from: that of the last list,
+    /// event or bookmark applied in the step last published to readers (empty before the
+    /// first list).
     pub fn last_sync_resource_version(&self) -> String {
         self.read(|c| c.last_sync_resource_version().to_string())
+    }
+
+    /// Waits until this store answers from a state at resourceVersion `resource_version` or
+    /// newer (compared as unsigned integers): see
+    /// [`Informer::wait_for_resource_version`](crate::Informer::wait_for_resource_version).
+    pub async fn wait_for_resource_version(
+        &self,
+        resource_version: &str,
+        deadline: std::time::Instant,
+    ) -> Result<(), Error> {
+        self.waits
+            .wait_for_resource_version(resource_version, deadline)
+            .await
     }
 }

@@ -27,7 +27,7 @@ pub struct EventStream<K, R> {
     /// have them) removes the handler the same way [`HandlerRegistration::remove`] does.
     ///
     /// [`HandlerRegistration::remove`]: crate::HandlerRegistration::remove
-    pub(crate) remove: fn(&Shared<K, R>, HandlerId) -> bool,
+    pub(crate) remove: fn(&Shared<K, R>, HandlerId) -> Result<bool, crate::error::Error>,
 }
 
 impl<K, R> fmt::Debug for EventStream<K, R> {
@@ -68,7 +68,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Stream for EventStream<K, R>
 
 impl<K, R> Drop for EventStream<K, R> {
     fn drop(&mut self) {
-        (self.remove)(&self.shared, self.id);
+        // Its own id: never foreign.
+        let _ = (self.remove)(&self.shared, self.id);
     }
 }
 
@@ -81,5 +82,8 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> CacheSync for EventStream<K,
     }
     fn last_failure(&self) -> Option<informer_core::protocol::Failure> {
         self.shared.counters.last_failure()
+    }
+    fn informer_name(&self) -> Option<&str> {
+        Some(&self.shared.name)
     }
 }

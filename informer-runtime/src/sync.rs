@@ -23,6 +23,10 @@ pub trait CacheSync: Send + Sync {
     fn last_failure(&self) -> Option<Failure> {
         None
     }
+    /// The name of the informer behind it, if any: named in a timeout.
+    fn informer_name(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// Waits until every one of `items` has synced (client-go `WaitForCacheSync`), at most
@@ -38,31 +42,37 @@ pub async fn wait_for_cache_sync<R: Runtime>(
         }
         Ok(())
     };
-    // On a timeout, the cause is that of the first item still not synced.
+    // On a timeout, the informer and cause are those of the first item still not synced.
     let cause = || {
         items
             .iter()
             .find(|i| !i.is_synced())
-            .and_then(|i| i.last_failure())
+            .map_or((None, None), |i| {
+                (i.informer_name().map(str::to_string), i.last_failure())
+            })
     };
     with_timeout(rt, all, timeout, cause).await
 }
 
-/// `wait`, or [`Error::Timeout`] (carrying `cause()`) once `timeout` has passed (`None`: no
-/// limit).
+/// `wait`, or [`Error::Timeout`] (carrying `cause()`: the informer's name and its last
+/// failure) once `timeout` has passed (`None`: no limit).
 pub(crate) async fn with_timeout<R: Runtime>(
     rt: &R,
     wait: impl Future<Output = Result<(), Error>>,
     timeout: Option<Duration>,
-    cause: impl FnOnce() -> Option<Failure>,
+    cause: impl FnOnce() -> (Option<String>, Option<Failure>),
 ) -> Result<(), Error> {
     match timeout {
         None => wait.await,
         Some(t) => match select(Box::pin(wait), rt.sleep(t)).await {
             Either::Left((r, _)) => r,
-            Either::Right(_) => Err(Error::Timeout {
-                last_failure: cause(),
-            }),
+            Either::Right(_) => {
+                let (informer, last_failure) = cause();
+                Err(Error::Timeout {
+                    informer,
+                    last_failure: last_failure.map(Box::new),
+                })
+            }
         },
     }
 }

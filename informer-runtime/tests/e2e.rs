@@ -639,7 +639,7 @@ async fn initial_sync_of_2100_configmaps_through_the_factory<E: Env>(c: Client<E
     ));
     factory.shutdown().await;
     assert!(a.is_stopped());
-    assert!(matches!(a.start(), Err(Error::Stopped)));
+    assert!(matches!(a.start(), Err(Error::Stopped { .. })));
 }
 
 /// Per object: Add, then Updates with rising resourceVersions and labels, then a Delete of the
@@ -1017,7 +1017,7 @@ async fn relist_after_compaction_delivers_tombstones<E: Env>(c: Client<E::B>) {
         "secrets",
     )
     .backoff(fast_backoff())
-    .on_watch_error(move |f| errs.lock().unwrap().push(f.clone()))
+    .on_watch_error(move |f| errs.lock().unwrap().push(f.failure().clone()))
     .build()
     .unwrap();
     let (h, log) = recorder();
@@ -1213,7 +1213,7 @@ async fn panicking_handler_does_not_stop_the_others_and_shutdown_stops_delivery<
     assert_eq!(calm.delivered() as usize, calm_seen);
     assert!(matches!(
         inf.add_handler(HandlerFns::new()),
-        Err(Error::Stopped)
+        Err(Error::Stopped { .. })
     ));
 }
 
@@ -1541,7 +1541,7 @@ async fn warm_restart_after_compaction_relists_with_tombstones<E: Env>(c: Client
             b.lock().unwrap().push(o.name().to_string());
             o
         })
-        .on_watch_error(move |f| errs.lock().unwrap().push(f.clone()))
+        .on_watch_error(move |f| errs.lock().unwrap().push(f.failure().clone()))
         .build()
         .unwrap();
     let (h, log) = recorder();

@@ -76,7 +76,10 @@ async fn wait_for_sync_times_out_and_shutdown_abandons_the_request<E: Env>() {
     inf.start().unwrap();
     assert!(matches!(
         inf.wait_for_sync(Some(Duration::from_millis(50))).await,
-        Err(Error::Timeout { last_failure: None })
+        Err(Error::Timeout {
+            last_failure: None,
+            ..
+        })
     ));
     assert!(matches!(
         informer_runtime::wait_for_cache_sync(
@@ -90,7 +93,10 @@ async fn wait_for_sync_times_out_and_shutdown_abandons_the_request<E: Env>() {
     let t0 = Instant::now();
     inf.shutdown().await;
     assert!(t0.elapsed() < Duration::from_secs(2));
-    assert!(matches!(inf.wait_for_sync(None).await, Err(Error::Stopped)));
+    assert!(matches!(
+        inf.wait_for_sync(None).await,
+        Err(Error::Stopped { .. })
+    ));
     assert!(!inf.has_synced());
 }
 
@@ -106,7 +112,7 @@ async fn a_sync_timeout_carries_the_last_failure<E: Env>() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, Error::Timeout { last_failure: Some(Failure::ConnectionRefused(m)) } if m == "scripted"),
+        matches!(&err, Error::Timeout { last_failure: Some(f), .. } if matches!(&**f, Failure::ConnectionRefused(m) if m == "scripted")),
         "{err:?}"
     );
     assert!(
@@ -125,7 +131,8 @@ async fn a_sync_timeout_carries_the_last_failure<E: Env>() {
         matches!(
             err,
             Error::Timeout {
-                last_failure: Some(_)
+                last_failure: Some(_),
+                ..
             }
         ),
         "{err:?}"
@@ -139,7 +146,7 @@ async fn failures_reach_the_hook_and_back_off<E: Env>() {
     let seen: Arc<Mutex<Vec<Failure>>> = Arc::default();
     let s = seen.clone();
     let inf = builder::<E>(fake)
-        .on_watch_error(move |f| s.lock().unwrap().push(f.clone()))
+        .on_watch_error(move |f| s.lock().unwrap().push(f.failure().clone()))
         .build()
         .unwrap();
     inf.start().unwrap();
@@ -399,7 +406,7 @@ async fn a_panicking_transform_stops_the_informer_instead_of_hanging_it<E: Env>(
     inf.start().unwrap();
     assert!(matches!(
         inf.wait_for_sync(Some(Duration::from_secs(10))).await,
-        Err(Error::Stopped)
+        Err(Error::Stopped { .. })
     ));
     eventually::<E>("informer stopped", || inf.is_stopped()).await;
     // Readers still answer from what was there.
@@ -635,6 +642,40 @@ mod metrics_export {
                 value("informer_handler_pending", true),
                 Some(DebugValue::Gauge(_))
             ));
+            assert!(
+                matches!(
+                    value("informer_last_sync_resource_version", false),
+                    Some(DebugValue::Gauge(v)) if v.into_inner() == 11.0
+                ),
+                "the resourceVersion readers see, as a number"
+            );
+            // The handler's latency, from the event's arrival to its handler done: recorded
+            // right after the delivered count moves.
+            let t0 = Instant::now();
+            let mut snapshot = snapshot;
+            loop {
+                let latencies = snapshot.iter().find_map(|(key, .., v)| {
+                    let k = key.key();
+                    let ours = k.name() == "informer_handler_latency_seconds"
+                        && k.labels()
+                            .any(|l| l.key() == "informer" && l.value() == "fake")
+                        && k.labels().any(|l| l.key() == "handler" && l.value() == "0");
+                    match v {
+                        DebugValue::Histogram(values) if ours => Some(values.len()),
+                        _ => None,
+                    }
+                });
+                assert!(latencies.is_some(), "the histogram is registered");
+                if latencies > Some(0) {
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(10),
+                    "no latency recorded"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+                snapshot = snapshotter.snapshot().into_vec();
+            }
             inf.shutdown().await;
         });
     }

@@ -34,7 +34,7 @@ fn informer<E: Env>(
     let f = failures.clone();
     let informer =
         InformerBuilder::<DynamicObject, E::R>::new(E::R::default(), &client, Resource::CONFIGMAPS)
-            .on_watch_error(move |e| f.lock().unwrap().push(e.clone()))
+            .on_watch_error(move |e| f.lock().unwrap().push(e.failure().clone()))
             .build()
             .unwrap();
     (informer, failures)
@@ -95,7 +95,7 @@ impl Row {
 /// second where a hot loop would make thousands.
 fn short_timeouts() -> ReflectorConfig {
     ReflectorConfig {
-        min_watch_timeout: Duration::from_secs(1),
+        test_min_watch_timeout: Some(Duration::from_secs(1)),
         watch_deadline_grace: Some(Duration::from_secs(1)),
         list_deadline: Some(Duration::from_secs(2)),
         backoff: BackoffConfig {
@@ -135,7 +135,7 @@ async fn run_row<E: Env>(row: Row) -> Ran {
         transport,
         "configmaps",
     )
-    .on_watch_error(move |e| f.lock().unwrap().push(e.clone()))
+    .on_watch_error(move |e| f.lock().unwrap().push(e.failure().clone()))
     .reflector_config(short_timeouts())
     .build()
     .unwrap();

@@ -169,7 +169,7 @@ async fn run<E: Env>(config_path: &std::path::Path) -> Vec<Failure> {
         &client,
         Resource::CONFIGMAPS,
     )
-    .on_watch_error(move |e| f.lock().unwrap().push(e.clone()))
+    .on_watch_error(move |e| f.lock().unwrap().push(e.failure().clone()))
     .backoff(BackoffConfig {
         initial: Duration::from_millis(20),
         cap: Duration::from_millis(100),

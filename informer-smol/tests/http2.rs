@@ -52,7 +52,7 @@ async fn start_informers(
     let mut informers = Vec::new();
     for i in 0..n {
         let rc = ReflectorConfig {
-            min_watch_timeout: Duration::from_secs(1),
+            test_min_watch_timeout: Some(Duration::from_secs(1)),
             very_short_watch: Duration::from_millis(10),
             ..ReflectorConfig::default()
         };

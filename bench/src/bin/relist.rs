@@ -154,7 +154,7 @@ fn list_page(items: Vec<Arc<DynamicObject>>, rv: &str) -> Input<DynamicObject> {
 fn relist_informer(n: usize, case: &Case, scratch: &mut [u8]) -> (Duration, usize) {
     let zero = informer_core::time::Instant::from_epoch(Duration::ZERO);
     let mut inf = SharedIndexInformer::<DynamicObject>::new(InformerConfig::default());
-    inf.add_handler(Duration::ZERO, zero);
+    inf.add_handler(Duration::ZERO, zero).expect("not stopped");
     inf.start(zero);
     let (_, list) = drain_informer(&mut inf);
     let (id, _) = list.expect("a list");

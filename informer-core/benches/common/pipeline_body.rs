@@ -193,11 +193,11 @@ fn drain<K: Object + 'static>(p: &mut Pipeline<K>, counts: &mut [Counts]) {
         let popped = p.process_one();
         match how {
             Delivery::Deliver => {
-                p.deliver(|id, n| count(&mut counts[id.0 as usize], n));
+                p.deliver(|id, n| count(&mut counts[id.index() as usize], n));
             }
             Delivery::Poll => {
                 while let Some((id, n)) = p.poll_notification() {
-                    count(&mut counts[id.0 as usize], &n);
+                    count(&mut counts[id.index() as usize], &n);
                     drop(n);
                     p.handler_done(id);
                 }

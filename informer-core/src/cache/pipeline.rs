@@ -680,7 +680,7 @@ mod tests {
         let mut got = alloc::vec![Vec::new(); handlers];
         while p.process_one() {}
         while let Some((id, n)) = p.poll_notification() {
-            got[id.0 as usize].push(describe(&n));
+            got[id.index() as usize].push(describe(&n));
             p.handler_done(id);
         }
         got

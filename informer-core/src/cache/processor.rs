@@ -5,6 +5,7 @@ use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
 
 use hashbrown::hash_map::RawEntryMut;
@@ -22,9 +23,56 @@ type KeyMap<V> = hashbrown::HashMap<Key, V, KeyHashState>;
 /// The shortest resync period a handler can get (client-go `minimumResyncPeriod`).
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
 
-/// Identifies a registered handler. Never reused within one processor.
+/// Identifies one informer (one [`Processor`]) in the process: drawn from a process-wide
+/// counter when the processor is made, never reused. A [`HandlerId`] carries it, so that an id
+/// handed to another informer is recognised as foreign (CONFORMANCE 32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct HandlerId(pub u64);
+pub struct InformerId(u64);
+
+impl InformerId {
+    /// A fresh identity, never handed out before in this process.
+    pub fn next() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        InformerId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The number behind it (unique in the process).
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for InformerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "informer#{}", self.0)
+    }
+}
+
+/// Identifies a registered handler: the informer it belongs to and its number there (never
+/// reused within one informer). An id only ever means something to its own informer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HandlerId {
+    informer: InformerId,
+    index: u64,
+}
+
+impl HandlerId {
+    /// The informer the handler was registered with.
+    pub fn informer(self) -> InformerId {
+        self.informer
+    }
+
+    /// The handler's number within its informer (0 for the first handler added).
+    pub fn index(self) -> u64 {
+        self.index
+    }
+}
+
+impl fmt::Display for HandlerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.index)
+    }
+}
 
 /// A change delivered to a handler.
 #[derive(Debug)]
@@ -728,6 +776,8 @@ pub struct ResyncPeriods {
 pub struct Processor<K> {
     listeners: Vec<Listener<K>>,
     log: Log<K>,
+    /// Whose handlers these are: every id handed out carries it.
+    informer: InformerId,
     next_id: u64,
     check_period: Duration,
     /// Round-robin start for `poll_notification`.
@@ -812,11 +862,22 @@ impl<K> Processor<K> {
         Processor {
             listeners: Vec::new(),
             log: Log::new(),
+            informer: InformerId::next(),
             next_id: 0,
             check_period,
             cursor: 0,
             queued: 0,
         }
+    }
+
+    /// The identity every [`HandlerId`] of this processor carries.
+    pub fn informer_id(&self) -> InformerId {
+        self.informer
+    }
+
+    /// Whether `id` was handed out by this processor (whether or not it is still registered).
+    pub fn owns(&self, id: HandlerId) -> bool {
+        id.informer == self.informer
     }
 
     /// The informer's resync check period.
@@ -854,7 +915,10 @@ impl<K> Processor<K> {
             }
         }
         let effective = determine_resync_period(requested, self.check_period);
-        let id = HandlerId(self.next_id);
+        let id = HandlerId {
+            informer: self.informer,
+            index: self.next_id,
+        };
         self.next_id += 1;
         self.listeners.push(Listener {
             id,

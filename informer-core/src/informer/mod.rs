@@ -22,7 +22,7 @@ pub mod consistency;
 pub mod reflector;
 
 pub use crate::cache::pipeline::DeliveryOrder;
-pub use crate::cache::processor::{HandlerId, Notification, ResyncPeriods};
+pub use crate::cache::processor::{HandlerId, InformerId, Notification, ResyncPeriods};
 
 #[cfg(test)]
 mod tests;
@@ -63,6 +63,40 @@ pub enum Output {
     /// way; this is for logging and metrics.
     WatchError(Failure),
 }
+
+/// Why [`SharedIndexInformer::add_handler`] or [`SharedIndexInformer::remove_handler`]
+/// refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HandlerError {
+    /// The informer has stopped: a handler added now would get the cache's replay and never a
+    /// live event, so it is not added (client-go refuses too; CONFORMANCE 31).
+    Stopped,
+    /// The handler id belongs to another informer: nothing was removed (CONFORMANCE 32).
+    Foreign {
+        /// The id given.
+        handler: HandlerId,
+        /// The informer asked (the id belongs to `handler.informer()`).
+        informer: InformerId,
+    },
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HandlerError::Stopped => {
+                f.write_str("the informer has stopped: no handler can be added to it")
+            }
+            HandlerError::Foreign { handler, informer } => write!(
+                f,
+                "handler {handler} belongs to {}, not to {informer}: nothing removed",
+                handler.informer()
+            ),
+        }
+    }
+}
+
+impl core::error::Error for HandlerError {}
 
 /// A shared index informer (client-go `SharedIndexInformer`) as a pure state machine.
 ///
@@ -122,6 +156,8 @@ pub struct SharedIndexInformer<K> {
     transform: Option<Transform<K>>,
     outputs: VecDeque<Output>,
     started: bool,
+    /// [`stop`](SharedIndexInformer::stop) was called: no handler can be added any more.
+    stopped: bool,
     /// What [`start`](Self::start) resumes from, if anything.
     resume: Option<Resume<K>>,
     /// Started with [`Resume::At`] and the snapshot's objects not in yet.
@@ -169,6 +205,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
             transform: None,
             outputs: VecDeque::new(),
             started: false,
+            stopped: false,
             resume: None,
             awaiting: None,
         }
@@ -324,16 +361,34 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
 
     /// Registers a handler asking for a resync every `resync` (0: never). Added after start,
     /// it first gets one `Add` per cached object (flagged `in_initial_list`), then live
-    /// notifications.
-    pub fn add_handler(&mut self, resync: Duration, now: Instant) -> (HandlerId, ResyncPeriods) {
+    /// notifications. Once the informer has [stopped](Self::stop) it is refused with
+    /// [`HandlerError::Stopped`] (CONFORMANCE 31): it would hear the cache's replay and never
+    /// a live change.
+    pub fn add_handler(
+        &mut self,
+        resync: Duration,
+        now: Instant,
+    ) -> Result<(HandlerId, ResyncPeriods), HandlerError> {
+        if self.stopped {
+            return Err(HandlerError::Stopped);
+        }
         let r = self.pipeline.add_handler(resync, now);
         self.apply_reflector_outputs();
-        r
+        Ok(r)
     }
 
-    /// Removes a handler: it gets nothing new. Returns whether it was registered.
-    pub fn remove_handler(&mut self, id: HandlerId) -> bool {
-        self.pipeline.remove_handler(id)
+    /// Removes a handler: it gets nothing new. Returns whether it was registered (`false`:
+    /// removed already). An id of another informer is refused with
+    /// [`HandlerError::Foreign`] and nothing is removed (CONFORMANCE 32).
+    pub fn remove_handler(&mut self, id: HandlerId) -> Result<bool, HandlerError> {
+        let processor = self.pipeline.processor();
+        if !processor.owns(id) {
+            return Err(HandlerError::Foreign {
+                handler: id,
+                informer: processor.informer_id(),
+            });
+        }
+        Ok(self.pipeline.remove_handler(id))
     }
 
     /// Handler `id` finished the notification it was given.
@@ -345,6 +400,7 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     /// Stops: the request in flight is abandoned and no new one is issued. The cache and the
     /// handlers' pending notifications stay.
     pub fn stop(&mut self) {
+        self.stopped = true;
         self.reflector.stop();
     }
 }
@@ -467,6 +523,16 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
     /// Whether the informer was started and not stopped.
     pub fn is_running(&self) -> bool {
         self.reflector.is_running()
+    }
+
+    /// Whether [`stop`](Self::stop) was called.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// This informer's identity in the process, carried by every [`HandlerId`] it hands out.
+    pub fn id(&self) -> InformerId {
+        self.pipeline.processor().informer_id()
     }
 
     /// Whether the informer is watching with nothing else under way (no list, no backoff):

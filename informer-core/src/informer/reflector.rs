@@ -49,7 +49,8 @@
 //!   `"0"` (so the watch cache can serve it), unless a page size was set explicitly or a list at
 //!   `"0"` came back paginated (the server honours paging: its watch cache is off).
 //! - Watches start at the list's resourceVersion, ask for bookmarks and carry `timeoutSeconds`
-//!   drawn uniformly from `[min_watch_timeout, 2 × min_watch_timeout)` (300–600 s). A bookmark
+//!   drawn uniformly from `[min, 2 × min)`, `min` being `min_watch_timeout` raised to 5 min
+//!   when lower (zero included), as in client-go (300–600 s by default). A bookmark
 //!   advances the resourceVersion and applies nothing.
 //! - A watch that ends normally is resumed from the last resourceVersion without a relist. A
 //!   watch that ends within 1 s having delivered no object (bookmarks do not count: a server
@@ -124,6 +125,10 @@ impl<I> core::fmt::Display for Undrained<I> {
 
 impl<I: core::fmt::Debug> core::error::Error for Undrained<I> {}
 
+/// The shortest minimum watch timeout (client-go `defaultMinWatchTimeout`, 5 min): a
+/// [`ReflectorConfig::min_watch_timeout`] below it is raised to it.
+pub const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// client-go's default page size (`pager.defaultPageSize`).
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
 
@@ -165,8 +170,16 @@ pub struct ReflectorConfig {
     /// Use a streaming list (a watch with `sendInitialEvents`) instead of a paged list, falling
     /// back to a list when the server refuses (client-go `UseWatchList`).
     pub streaming_list: bool,
-    /// Watch timeouts are drawn from `[min_watch_timeout, 2 × min_watch_timeout)` (5 min).
+    /// Watch timeouts are drawn from `[min, 2 × min)`, where `min` is this value raised to
+    /// [`MIN_WATCH_TIMEOUT`] (5 min) when lower, zero included (zero means "the default"), as
+    /// client-go's `ReflectorOptions.MinWatchTimeout` is (CONFORMANCE 33). Default 5 min.
     pub min_watch_timeout: Duration,
+    /// **For tests only** (not in client-go): when set, watch timeouts are drawn from
+    /// `[d, 2 × d)` with this `d` (at least 1 s), bypassing the 5-minute floor of
+    /// [`min_watch_timeout`](Self::min_watch_timeout), so a test can have watches end within
+    /// seconds. A real informer must leave it `None`: short watches multiply the watch
+    /// requests an API server has to serve. Default `None`.
+    pub test_min_watch_timeout: Option<Duration>,
     /// A watch that ends sooner than this having delivered nothing is an error (1 s).
     pub very_short_watch: Duration,
     /// A watch still open this long after its `timeoutSeconds` is taken as hung (a half-open
@@ -190,7 +203,8 @@ impl Default for ReflectorConfig {
             selectors: Selectors::default(),
             page_size: None,
             streaming_list: false,
-            min_watch_timeout: Duration::from_secs(300),
+            min_watch_timeout: MIN_WATCH_TIMEOUT,
+            test_min_watch_timeout: None,
             very_short_watch: Duration::from_secs(1),
             watch_deadline_grace: Some(Duration::from_secs(60)),
             list_deadline: Some(Duration::from_secs(90)),
@@ -824,8 +838,16 @@ impl<K: Object> Reflector<K> {
             .map(|grace| now + Duration::from_secs(u64::from(timeout_seconds)) + grace)
     }
 
+    /// A watch's `timeoutSeconds`: drawn from `[min, 2 × min)` (CONFORMANCE 20, 28).
     fn watch_timeout_seconds(&mut self) -> u32 {
-        let min = self.config.min_watch_timeout.as_secs().max(1);
+        let min = match self.config.test_min_watch_timeout {
+            Some(d) => d.as_secs().max(1),
+            None => self
+                .config
+                .min_watch_timeout
+                .max(MIN_WATCH_TIMEOUT)
+                .as_secs(),
+        };
         let secs = min.saturating_add(self.rng.below(min));
         u32::try_from(secs).unwrap_or(u32::MAX)
     }

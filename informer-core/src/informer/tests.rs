@@ -179,8 +179,8 @@ fn named(name: &str, namespace: Option<&str>, rv: u64) -> Arc<SimObject> {
 #[test]
 fn conformance_12_resync_reaches_only_due_handlers_changed_rv_reaches_all() {
     let mut inf = informer(Duration::from_secs(1));
-    let (due, _) = inf.add_handler(Duration::from_secs(1), at(0));
-    let (never, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (due, _) = inf.add_handler(Duration::from_secs(1), at(0)).unwrap();
+    let (never, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0)], 1);
     assert_eq!(d.for_handler(due), ["add a 1 initial"]);
     assert_eq!(d.for_handler(never), ["add a 1 initial"]);
@@ -204,8 +204,8 @@ fn conformance_12_resync_reaches_only_due_handlers_changed_rv_reaches_all() {
     // A relist: `Replaced` with an unchanged resourceVersion is a resync (nobody is due here),
     // a changed one reaches everyone.
     let mut inf = informer(Duration::ZERO);
-    let (h1, _) = inf.add_handler(Duration::ZERO, at(0));
-    let (h2, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (h1, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
+    let (h2, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0), obj("b", 2, 0)], 2);
     let wid = d.last_request();
     inf.handle_input(
@@ -232,8 +232,8 @@ fn conformance_12_resync_reaches_only_due_handlers_changed_rv_reaches_all() {
 #[test]
 fn conformance_13_resync_periods_2s_and_3s_on_a_1s_informer() {
     let mut inf = informer(Duration::from_secs(1));
-    let (h2, p2) = inf.add_handler(Duration::from_secs(2), at(0));
-    let (h3, p3) = inf.add_handler(Duration::from_secs(3), at(0));
+    let (h2, p2) = inf.add_handler(Duration::from_secs(2), at(0)).unwrap();
+    let (h3, p3) = inf.add_handler(Duration::from_secs(3), at(0)).unwrap();
     assert_eq!(p2.effective, Duration::from_secs(2));
     assert_eq!(p3.effective, Duration::from_secs(3));
     let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0), obj("b", 1, 0)], 1);
@@ -255,9 +255,9 @@ fn conformance_13_resync_periods_2s_and_3s_on_a_1s_informer() {
     // 0 means never; below 1 s is raised to 1 s; before start a shorter period lowers the
     // check period, after start it is raised to the check period.
     let mut inf = informer(Duration::from_secs(10));
-    let (_, p) = inf.add_handler(Duration::ZERO, at(0));
+    let (_, p) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     assert_eq!(p.effective, Duration::ZERO);
-    let (_, p) = inf.add_handler(Duration::from_millis(300), at(0));
+    let (_, p) = inf.add_handler(Duration::from_millis(300), at(0)).unwrap();
     assert_eq!(p.effective, Duration::from_secs(1));
     inf.start(at(0));
     assert_eq!(
@@ -267,11 +267,11 @@ fn conformance_13_resync_periods_2s_and_3s_on_a_1s_informer() {
     );
     let mut inf = informer(Duration::from_secs(10));
     inf.start(at(0));
-    let (_, p) = inf.add_handler(Duration::from_secs(2), at(0));
+    let (_, p) = inf.add_handler(Duration::from_secs(2), at(0)).unwrap();
     assert_eq!(p.effective, Duration::from_secs(10));
     // Check period 0: no handler resyncs.
     let mut inf = informer(Duration::ZERO);
-    let (_, p) = inf.add_handler(Duration::from_secs(5), at(0));
+    let (_, p) = inf.add_handler(Duration::from_secs(5), at(0)).unwrap();
     assert_eq!(p.effective, Duration::ZERO);
     inf.start(at(0));
     assert_eq!(
@@ -284,13 +284,13 @@ fn conformance_13_resync_periods_2s_and_3s_on_a_1s_informer() {
 #[test]
 fn conformance_14_late_handler_gets_the_cache_then_live_events() {
     let mut inf = informer(Duration::ZERO);
-    let (early, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (early, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0), obj("b", 2, 0)], 2);
     let wid = d.last_request();
     assert!(inf.has_synced());
     assert!(inf.handler_has_synced(early));
     // Join while the late handler is stalled on its first replayed add.
-    let (late, _) = inf.add_handler(Duration::ZERO, at(10));
+    let (late, _) = inf.add_handler(Duration::ZERO, at(10)).unwrap();
     assert!(!inf.handler_has_synced(late));
     let d1 = drain_except(&mut inf, &[late]);
     assert_eq!(d1.for_handler(late).len(), 1);
@@ -347,18 +347,88 @@ fn conformance_14_late_handler_gets_the_cache_then_live_events() {
 #[test]
 fn conformance_15_removed_handler_gets_nothing_new() {
     let mut inf = informer(Duration::from_secs(1));
-    let (keep, _) = inf.add_handler(Duration::from_secs(1), at(0));
-    let (gone, _) = inf.add_handler(Duration::from_secs(1), at(0));
+    let (keep, _) = inf.add_handler(Duration::from_secs(1), at(0)).unwrap();
+    let (gone, _) = inf.add_handler(Duration::from_secs(1), at(0)).unwrap();
     let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0)], 1);
     let wid = d.last_request();
-    assert!(inf.remove_handler(gone));
-    assert!(!inf.remove_handler(gone));
+    assert_eq!(inf.remove_handler(gone), Ok(true));
+    assert_eq!(inf.remove_handler(gone), Ok(false));
     inf.handle_input(at(5), wid, Input::Event(WatchEvent::Added(obj("b", 2, 0))));
     inf.handle_timeout(at(1000));
     let d = drain(&mut inf);
     assert!(d.for_handler(gone).is_empty());
     // The resync of `b` coalesces into its pending add.
     assert_eq!(d.for_handler(keep), ["add b 2", "update a 1->1"]);
+}
+
+/// CONFORMANCE 31: a handler added to a stopped informer is refused with a typed error and
+/// not registered (client-go's `AddEventHandler` returns an error once the informer has
+/// stopped). The old core registered it and replayed the cache to a handler that would never
+/// hear a live change. Before start and while running, adding works.
+#[test]
+fn conformance_31_add_handler_on_a_stopped_informer_is_an_error() {
+    let mut inf = informer(Duration::ZERO);
+    let (before, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
+    start_and_list(&mut inf, at(0), vec![obj("a", 1, 0)], 1);
+    let (running, _) = inf.add_handler(Duration::ZERO, at(1)).unwrap();
+    drain(&mut inf);
+    inf.stop();
+    assert!(inf.is_stopped());
+    assert_eq!(
+        inf.add_handler(Duration::ZERO, at(2)),
+        Err(HandlerError::Stopped)
+    );
+    assert_eq!(inf.handlers().collect::<Vec<_>>(), vec![before, running]);
+    assert!(
+        drain(&mut inf).notes.is_empty(),
+        "no replay for a refused handler"
+    );
+    // Removing still works on a stopped informer.
+    assert_eq!(inf.remove_handler(running), Ok(true));
+    let shown = alloc::format!("{}", HandlerError::Stopped);
+    assert!(shown.contains("stopped"), "{shown}");
+}
+
+/// CONFORMANCE 32: a handler id knows its informer. Removing informer A's handler from
+/// informer B is refused with a typed error and removes nothing, even though both informers'
+/// first handlers have the same number. (client-go's registration handles are pointers, so a
+/// foreign one is silently not found there; here it is an error, and with the old
+/// per-informer counters B removed its own handler.)
+#[test]
+fn conformance_32_a_foreign_handler_id_is_refused_and_nothing_is_removed() {
+    let mut a = informer(Duration::ZERO);
+    let mut b = informer(Duration::ZERO);
+    assert_ne!(a.id(), b.id());
+    let (ha, _) = a.add_handler(Duration::ZERO, at(0)).unwrap();
+    let (hb, _) = b.add_handler(Duration::ZERO, at(0)).unwrap();
+    assert_eq!((ha.index(), hb.index()), (0, 0));
+    assert_ne!(ha, hb);
+    assert_eq!((ha.informer(), hb.informer()), (a.id(), b.id()));
+    assert_eq!(
+        b.remove_handler(ha),
+        Err(HandlerError::Foreign {
+            handler: ha,
+            informer: b.id()
+        })
+    );
+    assert_eq!(b.handlers().collect::<Vec<_>>(), vec![hb]);
+    assert_eq!(a.handlers().collect::<Vec<_>>(), vec![ha]);
+    // B's handler still hears B's changes; A's id means nothing to B's other calls either.
+    start_and_list(&mut b, at(0), vec![obj("x", 1, 0)], 1);
+    assert_eq!(b.pending(ha), 0);
+    assert!(!b.handler_has_synced(ha));
+    let mut got = Vec::new();
+    assert_eq!(b.poll_notifications(ha, 10, &mut got), 0);
+    assert_eq!(b.remove_handler(hb), Ok(true));
+    assert_eq!(a.remove_handler(ha), Ok(true));
+    let shown = alloc::format!(
+        "{}",
+        HandlerError::Foreign {
+            handler: ha,
+            informer: b.id()
+        }
+    );
+    assert!(shown.contains("nothing removed"), "{shown}");
 }
 
 #[test]
@@ -372,7 +442,7 @@ fn transform_applies_before_store_and_handlers() {
         c.metadata.edit(|m| m.other.remove("managedFields"));
         Arc::new(c)
     })));
-    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     let mk = |name: &str, rv: &str| {
         let mut meta: ObjectMeta = ObjectMetaParts {
             name: name.into(),
@@ -490,7 +560,7 @@ fn indexers_added_before_and_after_start() {
 #[test]
 fn has_synced_last_sync_rv_watch_errors_and_deadlines() {
     let mut inf = informer(Duration::from_secs(30));
-    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     assert!(!inf.has_synced());
     assert_eq!(inf.last_sync_resource_version(), "");
     inf.start(at(0));
@@ -542,7 +612,7 @@ fn objects_with_a_slash_in_their_name_are_refused_and_reported() {
     let long = alloc::format!("x/{}", "y".repeat(400));
     let odd = |name: &str, rv: u64| named(name, None, rv);
     let mut inf = informer(Duration::ZERO);
-    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     let d = start_and_list(
         &mut inf,
         at(0),
@@ -586,7 +656,7 @@ fn watch_rv(d: &Drained) -> Option<String> {
 #[test]
 fn resume_from_snapshot_watches_instead_of_listing() {
     let mut old = informer(Duration::ZERO);
-    old.add_handler(Duration::ZERO, at(0));
+    old.add_handler(Duration::ZERO, at(0)).unwrap();
     let d = start_and_list(&mut old, at(0), vec![obj("a", 1, 0), obj("b", 2, 0)], 5);
     let wid = d.last_request();
     old.handle_input(
@@ -602,7 +672,7 @@ fn resume_from_snapshot_watches_instead_of_listing() {
     snap.encode(&ident, &mut bytes).unwrap();
 
     let mut inf = informer(Duration::ZERO);
-    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     assert!(inf.snapshot().is_none(), "nothing to snapshot before sync");
     assert!(inf.resume(Resume::Snapshot(Snapshot::decode(&bytes, &ident).unwrap())));
     inf.start(at(10));
@@ -651,7 +721,7 @@ fn resumed_objects_with_unstorable_keys_are_refused_and_reported() {
     items.insert(15, odd(""));
     items.push(odd("c/d"));
     let mut inf = informer(Duration::ZERO);
-    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     assert!(inf.resume(Resume::Snapshot(Snapshot {
         resource_version: "10".into(),
         items,
@@ -681,7 +751,7 @@ fn resumed_objects_with_unstorable_keys_are_refused_and_reported() {
 #[test]
 fn resume_from_compacted_snapshot_relists_and_delivers_the_difference() {
     let mut inf = informer(Duration::ZERO);
-    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     inf.resume(Resume::Snapshot(Snapshot {
         resource_version: "10".into(),
         items: vec![obj("same", 3, 0), obj("changed", 4, 0), obj("gone", 5, 0)],
@@ -741,7 +811,7 @@ fn resume_from_compacted_snapshot_relists_and_delivers_the_difference() {
 #[test]
 fn resume_at_watches_while_the_snapshot_loads_and_applies_what_came_after_its_objects() {
     let mut inf = informer(Duration::ZERO);
-    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     assert!(
         !inf.resume(Resume::At(String::new())),
         "an empty resourceVersion"
@@ -840,7 +910,7 @@ fn resume_at_watches_while_the_snapshot_loads_and_applies_what_came_after_its_ob
 fn resume_at_then_failed_lists_from_scratch() {
     for other_rv in [false, true] {
         let mut inf = informer(Duration::ZERO);
-        let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+        let (h, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
         assert!(inf.resume(Resume::At("10".into())));
         inf.start(at(0));
         let d = drain(&mut inf);
@@ -890,7 +960,8 @@ fn resume_at_then_failed_lists_from_scratch() {
 /// the store, and the sync flags before and after the stalled handler finishes.
 #[derive(Debug, PartialEq)]
 struct PipelineRun {
-    notes: Vec<(HandlerId, String)>,
+    /// By handler number: each run's pipeline is an informer of its own.
+    notes: Vec<(u64, String)>,
     store: Vec<(String, String)>,
     synced: bool,
     handlers_synced: Vec<bool>,
@@ -915,7 +986,7 @@ fn pipeline_run(bulk: bool, before: &[Arc<SimObject>], items: &[Arc<SimObject>])
             stalled_busy = false;
         }
         while let Some((h, n)) = p.poll_notification() {
-            notes.push((h, describe(&n)));
+            notes.push((h.index(), describe(&n)));
             if h == stalled && !release {
                 stalled_busy = true;
             } else {
@@ -978,7 +1049,7 @@ fn bulk_population_equals_replace_through_the_fifo() {
     assert_eq!(bulk.handlers_synced_at_end, [true, true, true]);
     assert_eq!(bulk.store.len(), 41);
     // Each of the three handlers got every object once, flagged initial; then the update.
-    let mut initial: BTreeMap<HandlerId, usize> = BTreeMap::new();
+    let mut initial: BTreeMap<u64, usize> = BTreeMap::new();
     for (h, n) in &bulk.notes {
         if n.ends_with(" initial") {
             *initial.entry(*h).or_default() += 1;
@@ -1005,8 +1076,8 @@ fn bulk_population_equals_replace_through_the_fifo() {
 #[test]
 fn deliver_and_batches_give_each_handler_what_poll_gives() {
     let mut inf = informer(Duration::ZERO);
-    let (inline, _) = inf.add_handler(Duration::ZERO, at(0));
-    let (batched, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (inline, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
+    let (batched, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     inf.start(at(0));
     let lid = drain(&mut inf).last_request();
     inf.handle_input(
@@ -1095,7 +1166,7 @@ fn a_relist_of_the_cached_objects_does_not_transform_them_again() {
             Arc::new(c)
         }))
     );
-    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0), obj("b", 2, 0)], 2);
     assert_eq!(calls.load(core::sync::atomic::Ordering::Relaxed), 2);
     let lid = expire_until_relisted(&mut inf, d.last_request(), at(5));
@@ -1125,8 +1196,8 @@ fn a_relist_of_the_cached_objects_does_not_transform_them_again() {
 #[test]
 fn a_relist_of_the_cached_objects_is_a_resync_for_the_handlers_due() {
     let mut inf = informer(Duration::from_secs(1));
-    let (due, _) = inf.add_handler(Duration::from_secs(1), at(0));
-    let (never, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (due, _) = inf.add_handler(Duration::from_secs(1), at(0)).unwrap();
+    let (never, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0), obj("b", 2, 0)], 2);
     let wid = d.last_request();
     inf.handle_timeout(at(1000));
@@ -1159,7 +1230,7 @@ fn a_relist_of_the_cached_objects_is_a_resync_for_the_handlers_due() {
 fn a_relist_refuses_unstorable_keys_as_it_applies_the_list() {
     let odd = |name: &str, rv: u64| named(name, Some("ns"), rv);
     let mut inf = informer(Duration::ZERO);
-    let (h, _) = inf.add_handler(Duration::ZERO, at(0));
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
     let first = vec![obj("a", 1, 0), obj("b", 2, 0), obj("gone", 3, 0)];
     let d = start_and_list(&mut inf, at(0), first, 3);
     assert!(d.errors.is_empty(), "{:?}", d.errors);

@@ -500,7 +500,7 @@ impl Sim {
     ) -> Vec<SimHandler> {
         let mut handlers = Vec::new();
         for &period in &cfg.handlers_before {
-            let (id, _) = inf.add_handler(period, now);
+            let (id, _) = inf.add_handler(period, now).expect("not stopped");
             let slowness = Self::pick_slowness(rng_handlers);
             handlers.push(SimHandler {
                 id,
@@ -839,7 +839,7 @@ impl Sim {
         if h.busy_until.is_some() {
             return Err(format!("busy handler {id:?} got another notification"));
         }
-        let line = trace.then(|| format!("handler {} <- {}", id.0, describe(&n)));
+        let line = trace.then(|| format!("handler {} <- {}", id, describe(&n)));
         let check_rv = |last: &mut BTreeMap<Key, u64>, key: &Key, rv: u64| {
             let prev = last.entry(key.clone()).or_insert(0);
             if rv < *prev {
@@ -949,7 +949,7 @@ impl Sim {
             if pending > self.cfg.names as usize {
                 return Err(format!(
                     "handler {} has {pending} notifications pending for at most {} keys",
-                    h.id.0, self.cfg.names
+                    h.id, self.cfg.names
                 ));
             }
         }
@@ -1050,9 +1050,9 @@ impl Sim {
             let Some((_, period)) = self.late_handlers.pop_front() else {
                 return;
             };
-            let (id, _) = self.inf.add_handler(period, now);
+            let (id, _) = self.inf.add_handler(period, now).expect("not stopped");
             let slowness = Self::pick_slowness(&mut self.rng_handlers);
-            self.log(|| format!("add handler {} resync {period:?}", id.0));
+            self.log(|| format!("add handler {} resync {period:?}", id));
             self.handlers.push(SimHandler {
                 id,
                 view: BTreeMap::new(),
@@ -1075,8 +1075,9 @@ impl Sim {
                 h.removed = true;
                 h.busy_until = None;
                 let id = h.id;
-                self.inf.remove_handler(id);
-                self.log(|| format!("remove handler {}", id.0));
+                let removed = self.inf.remove_handler(id);
+                debug_assert_eq!(removed, Ok(true));
+                self.log(|| format!("remove handler {}", id));
             }
             return;
         }
@@ -1496,7 +1497,7 @@ impl Sim {
         for h in &self.handlers {
             s.push_str(&format!(
                 "; handler {} removed={} busy={:?} pending={} synced={} view vs cache: {}",
-                h.id.0,
+                h.id,
                 h.removed,
                 h.busy_until,
                 self.inf.pending(h.id),

@@ -386,6 +386,58 @@ fn conformance_20_watch_at_list_rv_with_bookmarks_and_random_timeout() {
     assert!(seen_low && seen_high, "timeouts spread over [300, 600)");
 }
 
+/// The `timeoutSeconds` of the first watch of a reflector with `config` (listed at "1").
+fn first_watch_timeout(config: ReflectorConfig) -> u32 {
+    let mut r = R::new(config);
+    r.start(at(0)).unwrap();
+    let (id, _) = request(&drain(&mut r));
+    r.handle_input(at(0), id, Input::ListPage(page(vec![], "1", None)))
+        .unwrap();
+    let (_, req) = request(&drain(&mut r));
+    watch_req(&req).timeout_seconds.unwrap()
+}
+
+/// CONFORMANCE 33: a minimum watch timeout below 5 minutes, zero included ("the default"), is
+/// raised to 5 minutes, as client-go's reflector does; a longer one is kept, and each watch's
+/// timeout is drawn from `[min, 2 × min)`. Only the explicitly test-only
+/// `test_min_watch_timeout` gives shorter watches. (The old rule took the value literally,
+/// floored at 1 s: zero gave one-second watches.)
+#[test]
+fn conformance_33_min_watch_timeout_below_5_minutes_is_raised_to_5_minutes() {
+    for seed in 0..50 {
+        for min in [0, 1, 60, 299, 300] {
+            let t = first_watch_timeout(ReflectorConfig {
+                min_watch_timeout: Duration::from_secs(min),
+                seed,
+                ..ReflectorConfig::default()
+            });
+            assert!((300..600).contains(&t), "min {min} s: timeout {t}");
+        }
+        let t = first_watch_timeout(ReflectorConfig {
+            min_watch_timeout: Duration::from_secs(900),
+            seed,
+            ..ReflectorConfig::default()
+        });
+        assert!((900..1800).contains(&t), "min 900 s: timeout {t}");
+        let t = first_watch_timeout(ReflectorConfig {
+            min_watch_timeout: Duration::ZERO,
+            test_min_watch_timeout: Some(Duration::from_secs(2)),
+            seed,
+            ..ReflectorConfig::default()
+        });
+        assert!((2..4).contains(&t), "test-only 2 s: timeout {t}");
+        let t = first_watch_timeout(ReflectorConfig {
+            test_min_watch_timeout: Some(Duration::ZERO),
+            seed,
+            ..ReflectorConfig::default()
+        });
+        assert!(
+            (1..2).contains(&t),
+            "test-only zero is one second: timeout {t}"
+        );
+    }
+}
+
 #[test]
 fn conformance_20_bookmark_advances_rv_and_emits_nothing() {
     let mut r = R::new(ReflectorConfig::default());
