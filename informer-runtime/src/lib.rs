@@ -106,6 +106,7 @@ pub use factory::{InformerOptions, SharedInformerFactory};
 pub use handler::{EventHandler, HandlerFns, HandlerRegistration};
 pub use informer::Informer;
 pub use informer_core::controller::leaderelection::LeaderElectionConfig;
+pub use informer_core::controller::workqueue::Priority;
 pub use leader::{LeaderElectionError, Leadership};
 pub use metrics::Metrics;
 pub use runtime::{BoxFuture, Runtime, SpawnError};
@@ -166,6 +167,7 @@ macro_rules! runtime_crate_api {
         pub type EventStream<K> = $crate::EventStream<K, $rt>;
         #[doc = concat!("A shared informer factory on ", $name, ".")]
         pub type SharedInformerFactory = $crate::SharedInformerFactory<$rt, Backend>;
+        pub use $crate::Priority;
         pub use $crate::{
             Action, EventType, LeaderElectionConfig, LeaderElectionError, Leadership,
             OwnerReference, Recorder, Reporter, WorkQueue, events, owner_keys, owner_references,
