@@ -26,6 +26,7 @@ use std::time::Duration;
 use event_listener::{Event, IntoNotification, Listener};
 use futures_util::FutureExt;
 use informer_core::controller::workqueue::{self, Pop, Priority, RateLimiter};
+pub use informer_core::object::OwnerReference;
 use informer_core::time::Instant as CoreInstant;
 use informer_core::{object::Key, object::Object, object::ObjectOrTombstone};
 
@@ -306,34 +307,17 @@ impl WorkQueue<Key> {
     }
 }
 
-/// One entry of `metadata.ownerReferences`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OwnerReference {
-    /// The owner's `apiVersion`.
-    pub api_version: String,
-    /// The owner's `kind`.
-    pub kind: String,
-    /// The owner's name (same namespace as the owned object).
-    pub name: String,
-    /// The owner's uid.
-    pub uid: String,
-    /// Set on the managing controller's reference.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub controller: Option<bool>,
-    /// Whether the owner's foreground deletion waits for this object.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub block_owner_deletion: Option<bool>,
-}
-
-/// The owner references of a [`DynamicObject`](informer_core::object::DynamicObject) (empty if it
-/// has none or they do not parse).
-pub fn owner_references(obj: &informer_core::object::DynamicObject) -> Vec<OwnerReference> {
-    obj.metadata
-        .other()
-        .field::<Vec<OwnerReference>>("ownerReferences")
-        .and_then(Result::ok)
-        .unwrap_or_default()
+/// The owner references of any object, owned (empty if it has none). References that do not
+/// parse are logged and read as none: for a handler, which has no error to return; read
+/// [`Object::owner_references`] for the typed error.
+pub fn owner_references(obj: &(impl Object + ?Sized)) -> Vec<OwnerReference> {
+    match obj.owner_references() {
+        Ok(refs) => refs.iter().map(|r| r.to_owned()).collect(),
+        Err(e) => {
+            tracing::warn!(key = %obj.key_ref(), error = %e, "owner references ignored");
+            Vec::new()
+        }
+    }
 }
 
 /// The keys of `obj`'s owners of kind `owner_kind` (the owner lives in the object's

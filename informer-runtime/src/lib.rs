@@ -107,6 +107,7 @@ pub use handler::{EventHandler, HandlerFns, HandlerRegistration};
 pub use informer::Informer;
 pub use informer_core::controller::leaderelection::LeaderElectionConfig;
 pub use informer_core::controller::workqueue::Priority;
+pub use informer_core::object::{MetadataError, OwnerReferenceRef, Timestamp, controller_of};
 pub use leader::{LeaderElectionError, Leadership};
 pub use metrics::Metrics;
 pub use runtime::{BoxFuture, Runtime, SpawnError};
@@ -167,11 +168,11 @@ macro_rules! runtime_crate_api {
         pub type EventStream<K> = $crate::EventStream<K, $rt>;
         #[doc = concat!("A shared informer factory on ", $name, ".")]
         pub type SharedInformerFactory = $crate::SharedInformerFactory<$rt, Backend>;
-        pub use $crate::Priority;
         pub use $crate::{
             Action, EventType, LeaderElectionConfig, LeaderElectionError, Leadership,
             OwnerReference, Recorder, Reporter, WorkQueue, events, owner_keys, owner_references,
         };
+        pub use $crate::{MetadataError, OwnerReferenceRef, Priority, Timestamp, controller_of};
         #[doc = concat!("Reconcile workers on ", $name, ".")]
         pub type Workers<K = Key> = $crate::Workers<K, $rt>;
 

@@ -1,9 +1,13 @@
 //! k8s-openapi types as informer objects (feature `k8s-openapi`).
 
 use std::any::TypeId;
+use std::borrow::Cow;
 use std::ops::{Deref, DerefMut};
 
-use informer_core::object::Object;
+use informer_core::object::{
+    Finalizers, MetaMap, MetadataError, Object, OwnerReference, OwnerReferenceRef, OwnerReferences,
+    Timestamp,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
@@ -72,6 +76,80 @@ impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> Object for K8s<T> {
     }
     fn type_kind() -> Option<&'static str> {
         Some(T::KIND)
+    }
+    fn labels(&self) -> MetaMap<'_> {
+        self.0.metadata().labels.as_ref().into()
+    }
+    fn annotations(&self) -> MetaMap<'_> {
+        self.0.metadata().annotations.as_ref().into()
+    }
+    fn generation(&self) -> Result<Option<i64>, MetadataError> {
+        Ok(self.0.metadata().generation)
+    }
+    fn deletion_timestamp(&self) -> Result<Option<Timestamp>, MetadataError> {
+        let Some(t) = &self.0.metadata().deletion_timestamp else {
+            return Ok(None);
+        };
+        // jiff counts the fraction of an instant before 1970 as negative nanoseconds.
+        let (mut secs, mut nanos) = (t.0.as_second(), t.0.subsec_nanosecond());
+        if nanos < 0 {
+            secs -= 1;
+            nanos += 1_000_000_000;
+        }
+        Timestamp::from_unix(secs, nanos.unsigned_abs())
+            .map(Some)
+            .map_err(|error| MetadataError::BadTimestamp {
+                field: "deletionTimestamp",
+                error,
+            })
+    }
+    fn finalizers(&self) -> Result<Finalizers<'_>, MetadataError> {
+        Ok(self
+            .0
+            .metadata()
+            .finalizers
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .collect())
+    }
+    fn owner_references(&self) -> Result<OwnerReferences<'_>, MetadataError> {
+        Ok(self
+            .0
+            .metadata()
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|r| OwnerReferenceRef {
+                api_version: Cow::Borrowed(&r.api_version),
+                kind: Cow::Borrowed(&r.kind),
+                name: Cow::Borrowed(&r.name),
+                uid: Cow::Borrowed(&r.uid),
+                controller: r.controller,
+                block_owner_deletion: r.block_owner_deletion,
+            })
+            .collect())
+    }
+    fn api_version(&self) -> Option<&str> {
+        Some(T::API_VERSION)
+    }
+    fn kind(&self) -> Option<&str> {
+        Some(T::KIND)
+    }
+}
+
+/// An owner reference as k8s-openapi's type, for a typed child object's
+/// `metadata.owner_references` (the two serialize alike).
+pub fn k8s_owner_reference(
+    r: OwnerReference,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: r.api_version,
+        kind: r.kind,
+        name: r.name,
+        uid: r.uid,
+        controller: r.controller,
+        block_owner_deletion: r.block_owner_deletion,
     }
 }
 
