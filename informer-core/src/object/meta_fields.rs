@@ -23,6 +23,7 @@ use smallvec::SmallVec;
 use crate::object::Object;
 use crate::object::raw::RawFieldsRef;
 use crate::object::string_map::{Iter as StringMapIter, Str, StringMapRef};
+use crate::time::{civil_from_days, days_from_civil};
 
 /// A metadata field that is not what Kubernetes gives it, or an object lacking what an owner
 /// reference needs.
@@ -111,32 +112,6 @@ pub struct Timestamp {
 /// 0000-01-01T00:00:00Z and 9999-12-31T23:59:59Z, in Unix seconds.
 const MIN_SECS: i64 = -62_167_219_200;
 const MAX_SECS: i64 = 253_402_300_799;
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = i64::from(if m > 2 { m - 3 } else { m + 9 });
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The date of a day number since 1970-01-01 (`civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    // Both in range by construction (1..=31 and 1..=12).
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
 
 fn days_in_month(y: i64, m: u32) -> u32 {
     match m {
