@@ -27,8 +27,8 @@ use std::time::Duration;
 use super::runtime::http::{DeleteParams, Patch, PatchParams, Preconditions, WriteError};
 use super::runtime::{
     Action, Client, Config, DynamicObject, HandlerFns, Informer, Key, LeaderElectionConfig,
-    Leadership, Object, Resource, WorkQueue, Workers, block_on, client, leader_election, sleep,
-    spawn,
+    Leadership, Object, Priority, Resource, WorkQueue, Workers, block_on, client, leader_election,
+    sleep, spawn,
 };
 
 /// Sources carry this label (value `true`).
@@ -276,13 +276,14 @@ async fn lead(ctx: Arc<Ctx>, slot: Arc<Mutex<Option<WorkQueue>>>, n: usize, stop
         }
         let queue = WorkQueue::new();
         *slot.lock().unwrap() = Some(queue.clone());
+        // Everything once, at low priority: a change arriving meanwhile goes first.
         for k in ctx.sources.store().keys() {
-            queue.add(k);
+            queue.add_with_priority(k, Priority::LOW);
         }
         // Copies whose source is no longer cached (deleted while no one led).
         for c in ctx.copies.store().list() {
             if let Some(k) = source_of(&c) {
-                queue.add(k);
+                queue.add_with_priority(k, Priority::LOW);
             }
         }
         let c = ctx.clone();

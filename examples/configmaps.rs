@@ -28,7 +28,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let informer = Informer::<DynamicObject>::builder_for(&client, Resource::CONFIGMAPS)
         .index(
             "app",
-            index_fn(|cm: &DynamicObject| cm.label("app").map(Into::into).into_iter().collect()),
+            index_fn(|cm: &DynamicObject| cm.label("app").into_iter().collect()),
         )
         .resync(Duration::from_secs(60))
         .on_watch_error(|e| eprintln!("watch error (retrying): {e}"))

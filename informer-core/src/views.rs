@@ -1132,11 +1132,7 @@ mod tests {
 
     impl IndexFunc<SimObject> for Parity {
         fn index_values<'a>(&self, o: &'a SimObject) -> crate::cache::indexer::IndexValues<'a> {
-            self.single_value(o)
-                .flatten()
-                .map(Into::into)
-                .into_iter()
-                .collect()
+            self.single_value(o).flatten().into_iter().collect()
         }
 
         fn single_value<'a>(&self, o: &'a SimObject) -> Option<Option<&'a str>> {

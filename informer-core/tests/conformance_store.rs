@@ -52,7 +52,7 @@ fn conformance_02_index_buckets_follow_changes() {
         .add_index(
             "labelvalues",
             index_fn(|o: &DynamicObject| -> IndexValues<'_> {
-                o.metadata.labels().values().map(Into::into).collect()
+                o.metadata.labels().values().collect()
             }),
         )
         .unwrap();

@@ -21,12 +21,7 @@ fn colour_index(store: &mut Indexer<DynamicObject>) {
         .add_index(
             "colour",
             index_fn(|o: &DynamicObject| -> IndexValues<'_> {
-                o.metadata
-                    .labels()
-                    .get("colour")
-                    .map(Into::into)
-                    .into_iter()
-                    .collect()
+                o.metadata.labels().get("colour").into_iter().collect()
             }),
         )
         .unwrap();

@@ -654,7 +654,7 @@ fn select_uses_a_label_index_only_when_declared() {
     // the optimizer must not take it for a label index.
     let upper = index_fn(|o: &DynamicObject| -> IndexValues<'_> {
         o.label("app")
-            .map(|v| v.to_uppercase().into())
+            .map(|v| v.to_uppercase())
             .into_iter()
             .collect()
     });

@@ -56,10 +56,10 @@ pub use api::Api;
 
 #[cfg(test)]
 mod test_support;
-#[cfg(feature = "k8s-openapi")]
-pub use api::K8s;
 /// The writes of [`Api`] (create, replace, patch, delete), also at `api::write`.
 pub use api::write;
+#[cfg(feature = "k8s-openapi")]
+pub use api::{K8s, k8s_owner_reference};
 pub use backend::Backend;
 #[cfg(feature = "tokio")]
 pub use backend::ReqwestBackend;

@@ -2,6 +2,9 @@
 
 use std::borrow::Cow;
 
+use informer_core::object::meta_fields::owner_reference_as;
+use informer_core::object::{MetadataError, Object, OwnerReference};
+
 /// A Kubernetes resource type: API group, version, kind, plural name and scope.
 ///
 /// The built-ins are constants ([`Resource::PODS`], [`Resource::DEPLOYMENTS`], …); custom
@@ -125,6 +128,18 @@ impl Resource {
         } else {
             format!("{}/{}", self.group, self.version)
         }
+    }
+
+    /// The owner reference a controller puts on an object it creates for `owner`, an object
+    /// of this resource: this resource's `apiVersion` and `kind`, the owner's name and uid,
+    /// `controller: true` and `blockOwnerDeletion: true`. For owners that do not carry their
+    /// kind ([`PartialObjectMetadata`](informer_core::object::PartialObjectMetadata), custom
+    /// types); [`controller_of`](informer_core::object::controller_of) takes it from the owner.
+    pub fn controller_of<O: Object + ?Sized>(
+        &self,
+        owner: &O,
+    ) -> Result<OwnerReference, MetadataError> {
+        owner_reference_as(owner, &self.api_version(), &self.kind).map(OwnerReference::controller)
     }
 
     /// A predefined built-in by plural name and group (`""` for core), e.g.

@@ -6,10 +6,12 @@
 //!   Cloneable; adds from any thread or task.
 //! - [`WorkQueue::handler`]: an [`EventHandler`] mapping each notification to keys to queue
 //!   (the object's own key with [`WorkQueue::key_handler`]; an owner's with
-//!   [`owner_keys`]).
+//!   [`owner_keys`]). Keys of the initial list and of resyncs are queued at
+//!   [`Priority::LOW`], behind the keys of real changes.
 //! - [`Workers`]: `n` concurrent workers running an async reconcile (on the [`Runtime`]) or a
-//!   blocking one (on threads). Each returns [`Action::Done`], [`Action::RequeueAfter`], or an
-//!   error (requeued through the rate limiter, and logged). A key is never reconciled by two
+//!   blocking one (on threads). Each returns [`Action::Done`], [`Action::RequeueAfter`]
+//!   (requeued at [`Priority::LOW`]), or an error (requeued through the rate limiter, and
+//!   logged). A key is never reconciled by two
 //!   workers at once. [`Workers::shutdown`] drains: in-flight reconciles finish, queued keys
 //!   are still processed, nothing new is accepted.
 
@@ -23,7 +25,8 @@ use std::time::Duration;
 
 use event_listener::{Event, IntoNotification, Listener};
 use futures_util::FutureExt;
-use informer_core::controller::workqueue::{self, Pop, RateLimiter};
+use informer_core::controller::workqueue::{self, Pop, Priority, RateLimiter};
+pub use informer_core::object::OwnerReference;
 use informer_core::time::Instant as CoreInstant;
 use informer_core::{object::Key, object::Object, object::ObjectOrTombstone};
 
@@ -35,7 +38,8 @@ use crate::runtime::Runtime;
 pub enum Action {
     /// Done; the key's failure count is reset.
     Done,
-    /// Done for now; reconcile the key again after this delay (failure count reset).
+    /// Done for now; reconcile the key again after this delay (failure count reset), at
+    /// [`Priority::LOW`]: a periodic requeue waits behind keys of real changes.
     RequeueAfter(Duration),
 }
 
@@ -109,26 +113,48 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
         self.shared.base + at.since_epoch()
     }
 
-    /// Queues `key` (once; a key being processed is processed again after it is done).
+    /// Queues `key` at [`Priority::NORMAL`] (once; a key being processed is processed again
+    /// after it is done).
     pub fn add(&self, key: K) {
-        if self.lock().add(key) {
+        self.add_with_priority(key, Priority::NORMAL)
+    }
+
+    /// Queues `key` at `priority`: keys come out higher priority first, and within one
+    /// priority in the order they were first added. A key already pending takes the higher
+    /// of its priority and this one.
+    pub fn add_with_priority(&self, key: K, priority: Priority) {
+        if self.lock().add_with_priority(key, priority) {
             // One more worker, even if another was notified and has not woken yet.
             self.shared.ready.notify(1.additional());
         }
     }
 
-    /// Queues `key` after `delay` (a key already delayed keeps the earlier time).
+    /// Queues `key` at [`Priority::NORMAL`] after `delay` (a key already delayed keeps the
+    /// earlier time).
     pub fn add_after(&self, key: K, delay: Duration) {
+        self.add_after_with_priority(key, delay, Priority::NORMAL)
+    }
+
+    /// Queues `key` at `priority` after `delay` (a key already delayed keeps the earlier time
+    /// and the higher priority).
+    pub fn add_after_with_priority(&self, key: K, delay: Duration, priority: Priority) {
         let now = self.now();
-        self.lock().add_after(key, delay, now);
+        self.lock()
+            .add_after_with_priority(key, delay, now, priority);
         // A sleeping worker may be waiting for a later deadline.
         self.shared.ready.notify(usize::MAX);
     }
 
-    /// Queues `key` after the rate limiter's delay for it.
+    /// Queues `key` at [`Priority::NORMAL`] after the rate limiter's delay for it.
     pub fn add_rate_limited(&self, key: K) {
+        self.add_rate_limited_with_priority(key, Priority::NORMAL)
+    }
+
+    /// Queues `key` at `priority` after the rate limiter's delay for it.
+    pub fn add_rate_limited_with_priority(&self, key: K, priority: Priority) {
         let now = self.now();
-        self.lock().add_rate_limited(key, now);
+        self.lock()
+            .add_rate_limited_with_priority(key, now, priority);
         self.shared.ready.notify(usize::MAX);
     }
 
@@ -233,6 +259,10 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
 
     /// An [`EventHandler`](crate::EventHandler) queueing the keys `map` gives for each notified object (on add,
     /// update — old and new — and delete).
+    ///
+    /// Adds of the initial list and resyncs (an update whose old and new are the very same
+    /// object) queue at [`Priority::LOW`], everything else at [`Priority::NORMAL`]: after a
+    /// restart, a change is reconciled before the backlog of objects merely listed.
     pub fn handler<T, I>(&self, map: impl Fn(&T) -> I + Send + Sync + 'static) -> HandlerFns<T>
     where
         T: Send + Sync + 'static,
@@ -242,14 +272,24 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
         let (q1, q2, q3) = (self.clone(), self.clone(), self.clone());
         let (m1, m2, m3) = (map.clone(), map.clone(), map);
         HandlerFns::new()
-            .on_add(move |obj: Arc<T>, _| {
+            .on_add(move |obj: Arc<T>, in_initial_list| {
+                let priority = if in_initial_list {
+                    Priority::LOW
+                } else {
+                    Priority::NORMAL
+                };
                 for k in m1(&obj) {
-                    q1.add(k);
+                    q1.add_with_priority(k, priority);
                 }
             })
             .on_update(move |old: Arc<T>, new: Arc<T>| {
+                let priority = if Arc::ptr_eq(&old, &new) {
+                    Priority::LOW
+                } else {
+                    Priority::NORMAL
+                };
                 for k in m2(&old).into_iter().chain(m2(&new)) {
-                    q2.add(k);
+                    q2.add_with_priority(k, priority);
                 }
             })
             .on_delete(move |gone: ObjectOrTombstone<T>| {
@@ -267,34 +307,17 @@ impl WorkQueue<Key> {
     }
 }
 
-/// One entry of `metadata.ownerReferences`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OwnerReference {
-    /// The owner's `apiVersion`.
-    pub api_version: String,
-    /// The owner's `kind`.
-    pub kind: String,
-    /// The owner's name (same namespace as the owned object).
-    pub name: String,
-    /// The owner's uid.
-    pub uid: String,
-    /// Set on the managing controller's reference.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub controller: Option<bool>,
-    /// Whether the owner's foreground deletion waits for this object.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub block_owner_deletion: Option<bool>,
-}
-
-/// The owner references of a [`DynamicObject`](informer_core::object::DynamicObject) (empty if it
-/// has none or they do not parse).
-pub fn owner_references(obj: &informer_core::object::DynamicObject) -> Vec<OwnerReference> {
-    obj.metadata
-        .other()
-        .field::<Vec<OwnerReference>>("ownerReferences")
-        .and_then(Result::ok)
-        .unwrap_or_default()
+/// The owner references of any object, owned (empty if it has none). References that do not
+/// parse are logged and read as none: for a handler, which has no error to return; read
+/// [`Object::owner_references`] for the typed error.
+pub fn owner_references(obj: &(impl Object + ?Sized)) -> Vec<OwnerReference> {
+    match obj.owner_references() {
+        Ok(refs) => refs.iter().map(|r| r.to_owned()).collect(),
+        Err(e) => {
+            tracing::warn!(key = %obj.key_ref(), error = %e, "owner references ignored");
+            Vec::new()
+        }
+    }
 }
 
 /// The keys of `obj`'s owners of kind `owner_kind` (the owner lives in the object's
@@ -340,7 +363,7 @@ fn settle<K: Hash + Eq + Clone + Send + 'static, E: fmt::Display>(
         Ok(Ok(Action::Done)) => queue.forget(&key),
         Ok(Ok(Action::RequeueAfter(d))) => {
             queue.forget(&key);
-            queue.add_after(key.clone(), d);
+            queue.add_after_with_priority(key.clone(), d, Priority::LOW);
         }
         Ok(Err(e)) => {
             tracing::warn!(key = %describe(&key), error = %e, requeues = queue.num_requeues(&key), "reconcile failed; requeued with backoff");
@@ -544,5 +567,50 @@ mod tests {
         .unwrap();
         EventHandler::on_add(&mut own, Arc::new(obj), true);
         assert_eq!(q.get_blocking(), Some(Key::new(Some("n"), "a")));
+    }
+
+    /// The initial list and resyncs queue at LOW: a change that comes in behind them is
+    /// handed out first. A periodic requeue (`RequeueAfter`) is LOW as well.
+    #[test]
+    fn initial_list_and_resync_keys_wait_behind_changes() {
+        use crate::handler::EventHandler;
+        let q = WorkQueue::<Key>::new();
+        let mut h = q.key_handler::<informer_core::object::DynamicObject>();
+        let obj = |name: &str| {
+            Arc::new(
+                serde_json::from_value::<informer_core::object::DynamicObject>(
+                    serde_json::json!({"metadata": {"name": name, "namespace": "n"}}),
+                )
+                .unwrap(),
+            )
+        };
+        let (a, b, c, d) = (obj("a"), obj("b"), obj("c"), obj("d"));
+        EventHandler::on_add(&mut h, a.clone(), true);
+        EventHandler::on_add(&mut h, b.clone(), true);
+        // A resync of a: the same object as old and new.
+        EventHandler::on_update(&mut h, a.clone(), a.clone());
+        // A real change of b, and an object created after the list.
+        EventHandler::on_update(&mut h, b.clone(), obj("b"));
+        EventHandler::on_add(&mut h, c, false);
+        EventHandler::on_delete(&mut h, ObjectOrTombstone::Object(d));
+        let order: Vec<String> = (0..4)
+            .map(|_| q.get_blocking().unwrap().name().to_string())
+            .collect();
+        assert_eq!(order, ["b", "c", "d", "a"]);
+
+        let q = WorkQueue::<u32>::new();
+        q.add_with_priority(1, Priority::LOW);
+        q.add(2);
+        q.add_with_priority(3, Priority(1));
+        assert_eq!(q.get_blocking(), Some(3));
+        settle(
+            &q,
+            3,
+            Ok(Ok::<_, String>(Action::RequeueAfter(Duration::ZERO))),
+            |k| k.to_string(),
+        );
+        assert_eq!(q.get_blocking(), Some(2));
+        assert_eq!(q.get_blocking(), Some(1));
+        assert_eq!(q.get_blocking(), Some(3), "requeued at LOW, behind 1");
     }
 }

@@ -109,6 +109,8 @@ pub use factory::{InformerOptions, SharedInformerFactory};
 pub use handler::{EventHandler, HandlerFns, HandlerRegistration};
 pub use informer::Informer;
 pub use informer_core::controller::leaderelection::LeaderElectionConfig;
+pub use informer_core::controller::workqueue::Priority;
+pub use informer_core::object::{MetadataError, OwnerReferenceRef, Timestamp, controller_of};
 pub use leader::{LeaderElectionError, Leadership};
 pub use metrics::Metrics;
 pub use runtime::{BoxFuture, Runtime, SpawnError};
@@ -173,6 +175,7 @@ macro_rules! runtime_crate_api {
             Action, EventType, LeaderElectionConfig, LeaderElectionError, Leadership,
             OwnerReference, Recorder, Reporter, WorkQueue, events, owner_keys, owner_references,
         };
+        pub use $crate::{MetadataError, OwnerReferenceRef, Priority, Timestamp, controller_of};
         #[doc = concat!("Reconcile workers on ", $name, ".")]
         pub type Workers<K = Key> = $crate::Workers<K, $rt>;
 

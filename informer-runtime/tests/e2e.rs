@@ -870,7 +870,7 @@ async fn index_queries_right_after_changes<E: Env>(c: Client<E::B>) {
     let inf = builder::<E>(&c, Resource::CONFIGMAPS, &ns)
         .index(
             "app",
-            index_fn(|o: &DynamicObject| o.label("app").map(Into::into).into_iter().collect()),
+            index_fn(|o: &DynamicObject| o.label("app").into_iter().collect()),
         )
         .build()
         .unwrap();
@@ -968,7 +968,7 @@ async fn index_queries_right_after_changes<E: Env>(c: Client<E::B>) {
     // Adding an index later indexes what is cached.
     inf.add_index(
         "name",
-        index_fn(|o: &DynamicObject| [o.name().into()].into_iter().collect()),
+        index_fn(|o: &DynamicObject| informer_runtime::IndexValues::one(o.name())),
     )
     .unwrap();
     assert_eq!(store.by_index("name", "a").unwrap().len(), 1);
@@ -1248,7 +1248,7 @@ async fn typed_objects_with_label_and_field_selectors<E: Env>(c: Client<E::B>) {
                 cm.data
                     .get("i")
                     .and_then(|i| i.parse::<usize>().ok())
-                    .map(|i| (i % 10).to_string().into())
+                    .map(|i| (i % 10).to_string())
                     .into_iter()
                     .collect()
             }),

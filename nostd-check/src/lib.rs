@@ -41,7 +41,7 @@ pub extern "C" fn informer_nostd_check(json: *const u8, len: usize) -> usize {
     let mut p: Pipeline<DynamicObject> = Pipeline::new(Duration::from_secs(1));
     let _ = p.add_index(
         "app",
-        index_fn(|o: &DynamicObject| o.label("app").map(Into::into).into_iter().collect()),
+        index_fn(|o: &DynamicObject| o.label("app").into_iter().collect()),
     );
     let (h, _) = p.add_handler(Duration::ZERO, Instant::ZERO);
     p.start(Instant::ZERO);

@@ -22,9 +22,204 @@ pub use read_copy::ReadCopy;
 #[cfg(test)]
 pub(crate) use read_copy::tests as read_copy_tests;
 
+/// One value an index function gives an object: borrowed from the object (no allocation),
+/// or owned — a `String`, or a [`Key`] kept as it is (a short key lives inside it, so
+/// returning an owner's `Key::new(ns, name)` allocates nothing).
+///
+/// Made with `.into()` from `&str`, `&String`, `String`, `Cow<str>`, `Key`, `&Key` and
+/// `KeyRef`; reads as `&str`.
+#[derive(Clone)]
+pub struct IndexValue<'a>(ValueRepr<'a>);
+
+#[derive(Clone)]
+enum ValueRepr<'a> {
+    Borrowed(&'a str),
+    Owned(String),
+    Key(Key),
+}
+
+impl<'a> IndexValue<'a> {
+    /// The value.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            ValueRepr::Borrowed(s) => s,
+            ValueRepr::Owned(s) => s,
+            ValueRepr::Key(k) => k.as_str(),
+        }
+    }
+}
+
+impl core::ops::Deref for IndexValue<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for IndexValue<'_> {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl core::borrow::Borrow<str> for IndexValue<'_> {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for IndexValue<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for IndexValue<'_> {}
+
+impl PartialEq<str> for IndexValue<'_> {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for IndexValue<'_> {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl fmt::Debug for IndexValue<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for IndexValue<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'a> From<&'a str> for IndexValue<'a> {
+    fn from(s: &'a str) -> Self {
+        IndexValue(ValueRepr::Borrowed(s))
+    }
+}
+
+impl<'a> From<&'a String> for IndexValue<'a> {
+    fn from(s: &'a String) -> Self {
+        IndexValue(ValueRepr::Borrowed(s))
+    }
+}
+
+impl From<String> for IndexValue<'_> {
+    fn from(s: String) -> Self {
+        IndexValue(ValueRepr::Owned(s))
+    }
+}
+
+impl<'a> From<Cow<'a, str>> for IndexValue<'a> {
+    fn from(s: Cow<'a, str>) -> Self {
+        match s {
+            Cow::Borrowed(s) => IndexValue(ValueRepr::Borrowed(s)),
+            Cow::Owned(s) => IndexValue(ValueRepr::Owned(s)),
+        }
+    }
+}
+
+impl From<Key> for IndexValue<'_> {
+    fn from(k: Key) -> Self {
+        IndexValue(ValueRepr::Key(k))
+    }
+}
+
+impl<'a> From<&'a Key> for IndexValue<'a> {
+    fn from(k: &'a Key) -> Self {
+        IndexValue(ValueRepr::Borrowed(k.as_str()))
+    }
+}
+
+impl From<KeyRef<'_>> for IndexValue<'_> {
+    fn from(k: KeyRef<'_>) -> Self {
+        IndexValue(ValueRepr::Key(k.to_key()))
+    }
+}
+
 /// The values an index function returns for one object. Up to two values are stored inline,
 /// and values borrowed from the object cost no allocation.
-pub type IndexValues<'a> = SmallVec<[Cow<'a, str>; 2]>;
+///
+/// Build it from anything that is an [`IndexValue`] — a borrowed `&str`, a `String`, a
+/// [`Key`] — by collecting (`o.label("app").into_iter().collect()`,
+/// `owners.map(|o| Key::new(ns, o)).collect()`), with [`one`](Self::one), or with
+/// [`push`](Self::push) / [`with`](Self::with). Reads as a slice of [`IndexValue`]s.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct IndexValues<'a>(SmallVec<[IndexValue<'a>; 2]>);
+
+impl<'a> IndexValues<'a> {
+    /// No values.
+    pub fn new() -> Self {
+        IndexValues(SmallVec::new())
+    }
+
+    /// One value.
+    pub fn one(value: impl Into<IndexValue<'a>>) -> Self {
+        let mut values = IndexValues::new();
+        values.push(value);
+        values
+    }
+
+    /// Adds a value.
+    pub fn push(&mut self, value: impl Into<IndexValue<'a>>) {
+        self.0.push(value.into());
+    }
+
+    /// These values and `value`.
+    pub fn with(mut self, value: impl Into<IndexValue<'a>>) -> Self {
+        self.push(value);
+        self
+    }
+}
+
+impl<'a> core::ops::Deref for IndexValues<'a> {
+    type Target = [IndexValue<'a>];
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl fmt::Debug for IndexValues<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.0.iter()).finish()
+    }
+}
+
+impl<'a, V: Into<IndexValue<'a>>> FromIterator<V> for IndexValues<'a> {
+    fn from_iter<I: IntoIterator<Item = V>>(iter: I) -> Self {
+        IndexValues(iter.into_iter().map(Into::into).collect())
+    }
+}
+
+impl<'a, V: Into<IndexValue<'a>>> Extend<V> for IndexValues<'a> {
+    fn extend<I: IntoIterator<Item = V>>(&mut self, iter: I) {
+        self.0.extend(iter.into_iter().map(Into::into));
+    }
+}
+
+impl<'a> IntoIterator for IndexValues<'a> {
+    type Item = IndexValue<'a>;
+    type IntoIter = smallvec::IntoIter<[IndexValue<'a>; 2]>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
+impl<'s, 'a> IntoIterator for &'s IndexValues<'a> {
+    type Item = &'s IndexValue<'a>;
+    type IntoIter = core::slice::Iter<'s, IndexValue<'a>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
 
 /// A named index function: maps an object to zero or more index values.
 ///
@@ -72,9 +267,21 @@ where
 /// Helps closure type inference for index functions that borrow from the object:
 ///
 /// ```
-/// use informer_core::{object::DynamicObject, cache::indexer::{index_fn, IndexValues}};
-/// let by_app = index_fn(|o: &DynamicObject| o.label("app").map(Into::into).into_iter().collect());
-/// # let _ = by_app;
+/// use informer_core::object::{DynamicObject, Key, Object};
+/// use informer_core::cache::indexer::{index_fn, IndexValues};
+///
+/// // A value borrowed from the object: no allocation.
+/// let by_app = index_fn(|o: &DynamicObject| o.label("app").into_iter().collect());
+/// // Keys (here: of the object's owners), owned values: no `Cow` to spell out.
+/// let by_owner = index_fn(|o: &DynamicObject| {
+///     let owners = o.owner_references().unwrap_or_default();
+///     owners.iter().map(|r| Key::new(o.namespace(), &r.name)).collect()
+/// });
+/// // A fixed value, and one built for the object.
+/// let tagged = index_fn(|o: &DynamicObject| {
+///     IndexValues::one("all").with(format!("len-{}", o.name().len()))
+/// });
+/// # let _ = (by_app, by_owner, tagged);
 /// ```
 pub fn index_fn<K, F>(f: F) -> F
 where
@@ -105,10 +312,7 @@ impl LabelIndex {
 
 impl<K: Labels> IndexFunc<K> for LabelIndex {
     fn index_values<'a>(&self, obj: &'a K) -> IndexValues<'a> {
-        obj.label(&self.key)
-            .map(Cow::Borrowed)
-            .into_iter()
-            .collect()
+        obj.label(&self.key).into_iter().collect()
     }
 
     fn label_key(&self) -> Option<&str> {
@@ -136,11 +340,7 @@ pub const NAMESPACE_INDEX: &str = "namespace";
 
 /// The namespace index function: the object's namespace, none for cluster-scoped objects.
 pub fn namespace_index_values<K: Object>(obj: &K) -> IndexValues<'_> {
-    let mut values = IndexValues::new();
-    if let Some(ns) = obj.namespace() {
-        values.push(Cow::Borrowed(ns));
-    }
-    values
+    obj.namespace().into_iter().collect()
 }
 
 /// The built-in namespace index's function: [`namespace_index_values`], with its one value.
@@ -1195,5 +1395,106 @@ impl<'a, K: Object + Labels> Iterator for Select<'a, K> {
                 return Some(obj);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod index_value_tests {
+    use super::*;
+    use crate::object::{DynamicObject, ObjectMetaParts};
+
+    fn obj(ns: &str, name: &str, app: &str, owners: &[&str]) -> Arc<DynamicObject> {
+        let refs: Vec<serde_json::Value> = owners
+            .iter()
+            .map(|o| serde_json::json!({"apiVersion": "v1", "kind": "X", "name": o, "uid": "u"}))
+            .collect();
+        let mut other = crate::object::RawFields::new();
+        other.insert("ownerReferences".into(), serde_json::Value::Array(refs));
+        Arc::new(DynamicObject {
+            metadata: ObjectMetaParts {
+                name: name.into(),
+                namespace: Some(ns.into()),
+                labels: [("app", app)].into_iter().collect(),
+                other,
+                ..Default::default()
+            }
+            .into(),
+            ..Default::default()
+        })
+    }
+
+    /// An index function returns borrowed strs, `String`s, `&'static str`s and `Key`s alike,
+    /// with no `Cow` to spell out; a borrowed value or a short key allocates nothing.
+    #[test]
+    fn index_functions_return_any_kind_of_value() {
+        let mut idx = Indexer::<DynamicObject>::new();
+        idx.add_index(
+            "app",
+            index_fn(|o: &DynamicObject| o.label("app").into_iter().collect()),
+        )
+        .unwrap();
+        idx.add_index(
+            "owner",
+            index_fn(|o: &DynamicObject| {
+                let owners = o.owner_references().unwrap_or_default();
+                owners
+                    .iter()
+                    .map(|r| Key::new(o.namespace(), &r.name))
+                    .collect()
+            }),
+        )
+        .unwrap();
+        idx.add_index(
+            "mixed",
+            index_fn(|o: &DynamicObject| {
+                IndexValues::one("all")
+                    .with(alloc::format!("len-{}", o.name().len()))
+                    .with(o.key_ref())
+            }),
+        )
+        .unwrap();
+        idx.add(obj("ns", "a", "web", &["rs-1", "rs-2"]));
+        idx.add(obj("ns", "bb", "db", &["rs-1"]));
+        let names = |name: &str, value: &str| {
+            let mut v: Vec<String> = idx
+                .by_index(name, value)
+                .unwrap()
+                .map(|o| o.name().into())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names("app", "web"), ["a"]);
+        assert_eq!(names("owner", "ns/rs-1"), ["a", "bb"]);
+        assert_eq!(names("owner", "ns/rs-2"), ["a"]);
+        assert_eq!(names("mixed", "all"), ["a", "bb"]);
+        assert_eq!(names("mixed", "len-2"), ["bb"]);
+        assert_eq!(names("mixed", "ns/a"), ["a"]);
+
+        // What each value holds.
+        let o = obj("ns", "a", "web", &[]);
+        let borrowed: IndexValues<'_> = o.label("app").into_iter().collect();
+        assert!(matches!(borrowed[0].0, ValueRepr::Borrowed("web")));
+        let key = IndexValues::one(Key::new(Some("ns"), "rs-1"));
+        assert!(matches!(&key[0].0, ValueRepr::Key(k) if k.as_str() == "ns/rs-1"));
+        let cows: IndexValues<'_> = [Cow::Borrowed("x"), Cow::Owned("y".into())]
+            .into_iter()
+            .collect();
+        assert!(matches!(cows[0].0, ValueRepr::Borrowed("x")));
+        assert!(matches!(&cows[1].0, ValueRepr::Owned(s) if s == "y"));
+        assert_eq!(cows, IndexValues::one("x").with(String::from("y")));
+        assert_eq!(cows[1], "y");
+        assert_eq!(alloc::format!("{cows:?}"), r#"["x", "y"]"#);
+        let mut pushed = IndexValues::new();
+        pushed.push(Cow::Owned("x".into()));
+        pushed.extend(["y"]);
+        assert_eq!(pushed, cows);
+        assert_eq!(
+            pushed
+                .into_iter()
+                .map(|v| String::from(v.as_str()))
+                .collect::<Vec<_>>(),
+            ["x", "y"]
+        );
     }
 }

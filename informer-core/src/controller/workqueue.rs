@@ -4,11 +4,18 @@
 //! The rules (client-go `queue.go`, `delaying_queue.go`, `rate_limiting_queue.go`,
 //! `default_rate_limiters.go`):
 //!
-//! - A key is queued at most once: adding a key already waiting to be processed does nothing.
+//! - A key is queued at most once: adding a key already waiting to be processed does nothing
+//!   (except raise its [`Priority`]).
+//! - Keys come out by [`Priority`], higher first, and within one priority in the order they
+//!   were first added (controller-runtime's priority queue): keys added for the initial list,
+//!   resyncs and periodic requeues at [`Priority::LOW`] wait behind keys of real changes at
+//!   [`Priority::NORMAL`], so a restart over 10,000 objects does not delay the one that just
+//!   changed. A key added again with a higher priority is raised (keeping its place among the
+//!   keys of its new priority by when it was first added); with a lower one it keeps its own.
 //! - A key is never handed to two workers at once. A key added while a worker processes it is
 //!   marked dirty and queued again when the worker calls [`done`](WorkQueue::done).
 //! - [`add_after`](WorkQueue::add_after) queues a key once a delay has passed; a key already
-//!   waiting keeps the earlier of its two ready times.
+//!   waiting keeps the earlier of its two ready times and the higher of its two priorities.
 //! - [`add_rate_limited`](WorkQueue::add_rate_limited) asks the [`RateLimiter`] for the delay;
 //!   [`forget`](WorkQueue::forget) resets the key's failure count,
 //!   [`num_requeues`](WorkQueue::num_requeues) reads it. The default limiter is client-go's
@@ -26,9 +33,12 @@
 //!
 //! Memory: one entry per distinct key in each of the queue, the dirty set, the processing set
 //! and the delayed set (a key is in the delayed set at most once), plus the limiter's per-key
-//! failure counts (dropped by `forget`).
+//! failure counts (dropped by `forget`). Cost: the ready keys are a binary heap indexed by
+//! slot, so an add, a raise and a pop are O(log n) and, once the queue has held its largest
+//! number of keys, allocate nothing.
 
-use alloc::collections::{BTreeMap, VecDeque};
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
 use core::hash::Hash;
 use core::time::Duration;
 
@@ -228,6 +238,166 @@ pub fn default_rate_limiter<K: Hash + Eq + Clone>() -> DefaultRateLimiter<K> {
     }
 }
 
+/// How urgent a queued key is: higher first (controller-runtime's `Priority`, an `i32`).
+///
+/// [`NORMAL`](Self::NORMAL) is what [`WorkQueue::add`] gives; [`LOW`](Self::LOW) is for keys
+/// queued because of the initial list, a resync or a periodic requeue rather than a change.
+/// Any other value orders as its number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Priority(pub i32);
+
+impl Priority {
+    /// A real change (the default).
+    pub const NORMAL: Priority = Priority(0);
+    /// The initial list, resyncs and periodic requeues (controller-runtime's `LowPriority`).
+    pub const LOW: Priority = Priority(-100);
+}
+
+/// The ready keys: a binary heap of slot numbers ordered by (priority, higher first; then
+/// sequence, lower first), each slot knowing its heap position so that a queued key can be
+/// raised in place. Slots are reused, so a queue that reached its size allocates no more.
+#[derive(Debug)]
+struct Ready<K> {
+    heap: Vec<usize>,
+    slots: Vec<Slot<K>>,
+    free: Vec<usize>,
+    seq: u64,
+}
+
+#[derive(Debug)]
+struct Slot<K> {
+    key: Option<K>,
+    priority: Priority,
+    seq: u64,
+    pos: usize,
+}
+
+impl<K> Ready<K> {
+    const fn new() -> Self {
+        Ready {
+            heap: Vec::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            seq: 0,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
+    /// Whether the key in slot `a` comes out before the key in slot `b`.
+    fn before(&self, a: usize, b: usize) -> bool {
+        let (a, b) = (&self.slots[a], &self.slots[b]);
+        a.priority > b.priority || (a.priority == b.priority && a.seq < b.seq)
+    }
+
+    fn place(&mut self, pos: usize, slot: usize) {
+        self.heap[pos] = slot;
+        self.slots[slot].pos = pos;
+    }
+
+    fn sift_up(&mut self, mut pos: usize) {
+        let slot = self.heap[pos];
+        while pos > 0 {
+            let parent = (pos - 1) / 2;
+            let up = self.heap[parent];
+            if !self.before(slot, up) {
+                break;
+            }
+            self.place(pos, up);
+            pos = parent;
+        }
+        self.place(pos, slot);
+    }
+
+    fn sift_down(&mut self, mut pos: usize) {
+        let slot = self.heap[pos];
+        let n = self.heap.len();
+        loop {
+            let left = 2 * pos + 1;
+            if left >= n {
+                break;
+            }
+            let right = left + 1;
+            let child = if right < n && self.before(self.heap[right], self.heap[left]) {
+                right
+            } else {
+                left
+            };
+            let down = self.heap[child];
+            if !self.before(down, slot) {
+                break;
+            }
+            self.place(pos, down);
+            pos = child;
+        }
+        self.place(pos, slot);
+    }
+
+    /// Queues `key` behind the keys of its priority already queued; returns its slot.
+    fn push(&mut self, key: K, priority: Priority) -> usize {
+        self.seq += 1;
+        let fresh = Slot {
+            key: Some(key),
+            priority,
+            seq: self.seq,
+            pos: self.heap.len(),
+        };
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = fresh;
+                i
+            }
+            None => {
+                self.slots.push(fresh);
+                self.slots.len() - 1
+            }
+        };
+        self.heap.push(slot);
+        self.sift_up(self.heap.len() - 1);
+        slot
+    }
+
+    /// Raises the key in `slot` to `priority` if that is higher than its own.
+    fn raise(&mut self, slot: usize, priority: Priority) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            if priority > s.priority {
+                s.priority = priority;
+                let pos = s.pos;
+                self.sift_up(pos);
+            }
+        }
+    }
+
+    /// Takes out the first key.
+    fn pop(&mut self) -> Option<K> {
+        let last = self.heap.pop()?;
+        let first = if self.heap.is_empty() {
+            last
+        } else {
+            let first = self.heap[0];
+            self.place(0, last);
+            self.sift_down(0);
+            first
+        };
+        self.free.push(first);
+        self.slots[first].key.take()
+    }
+}
+
+/// Why a key is in the dirty set: queued (in this slot of the ready heap), or added while a
+/// worker holds it, to be queued with this priority on `done`.
+#[derive(Clone, Copy, Debug)]
+enum Dirty {
+    Queued(usize),
+    AfterDone(Priority),
+}
+
 /// What [`WorkQueue::pop`] found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Pop<K> {
@@ -242,12 +412,14 @@ pub enum Pop<K> {
 /// The work queue (see the [module documentation](self)).
 #[derive(Debug)]
 pub struct WorkQueue<K, R = DefaultRateLimiter<K>> {
-    queue: VecDeque<K>,
-    dirty: HashSet<K>,
+    queue: Ready<K>,
+    /// Keys added since they were last handed out: queued, or held by a worker.
+    dirty: HashMap<K, Dirty>,
     processing: HashSet<K>,
-    /// Delayed keys by (ready time, sequence), and each delayed key's entry there.
+    /// Delayed keys by (ready time, sequence), and each delayed key's entry there with the
+    /// priority it will be queued with.
     waiting: BTreeMap<(Instant, u64), K>,
-    waiting_for: HashMap<K, (Instant, u64)>,
+    waiting_for: HashMap<K, ((Instant, u64), Priority)>,
     seq: u64,
     limiter: R,
     shutting_down: bool,
@@ -271,8 +443,8 @@ impl<K: Hash + Eq + Clone, R: RateLimiter<K>> WorkQueue<K, R> {
     /// A queue with the given rate limiter.
     pub fn with_rate_limiter(limiter: R) -> Self {
         WorkQueue {
-            queue: VecDeque::new(),
-            dirty: HashSet::default(),
+            queue: Ready::new(),
+            dirty: HashMap::default(),
             processing: HashSet::default(),
             waiting: BTreeMap::new(),
             waiting_for: HashMap::default(),
@@ -283,52 +455,88 @@ impl<K: Hash + Eq + Clone, R: RateLimiter<K>> WorkQueue<K, R> {
         }
     }
 
-    /// Queues `key` unless it is already queued; a key being processed is queued again when
-    /// its worker calls [`done`](Self::done). Ignored after shutdown. True if this call queued
-    /// the key or marked it dirty (false: it was already pending, or shut down).
+    /// Queues `key` at [`Priority::NORMAL`] unless it is already queued; a key being
+    /// processed is queued again when its worker calls [`done`](Self::done). Ignored after
+    /// shutdown. True if this call queued the key or marked it dirty (false: it was already
+    /// pending, or shut down).
     pub fn add(&mut self, key: K) -> bool {
-        if self.shutting_down || self.dirty.contains(&key) {
+        self.add_with_priority(key, Priority::NORMAL)
+    }
+
+    /// As [`add`](Self::add), at `priority`. A key already pending takes the higher of its
+    /// priority and this one (false is returned then: nothing new is pending).
+    pub fn add_with_priority(&mut self, key: K, priority: Priority) -> bool {
+        if self.shutting_down {
+            return false;
+        }
+        if let Some(d) = self.dirty.get_mut(&key) {
+            match d {
+                Dirty::Queued(slot) => self.queue.raise(*slot, priority),
+                Dirty::AfterDone(p) => *p = (*p).max(priority),
+            }
             return false;
         }
         if self.processing.contains(&key) {
-            self.dirty.insert(key);
+            self.dirty.insert(key, Dirty::AfterDone(priority));
             return true;
         }
-        self.dirty.insert(key.clone());
-        self.queue.push_back(key);
+        let slot = self.queue.push(key.clone(), priority);
+        self.dirty.insert(key, Dirty::Queued(slot));
         true
     }
 
-    /// Queues `key` once `delay` has passed after `now` (at once for a zero delay). A key
-    /// already delayed keeps the earlier ready time. Ignored after shutdown.
+    /// Queues `key` at [`Priority::NORMAL`] once `delay` has passed after `now` (at once for
+    /// a zero delay). A key already delayed keeps the earlier ready time. Ignored after
+    /// shutdown.
     pub fn add_after(&mut self, key: K, delay: Duration, now: Instant) {
+        self.add_after_with_priority(key, delay, now, Priority::NORMAL)
+    }
+
+    /// As [`add_after`](Self::add_after), to be queued at `priority`. A key already delayed
+    /// keeps the earlier ready time and the higher priority of the two.
+    pub fn add_after_with_priority(
+        &mut self,
+        key: K,
+        delay: Duration,
+        now: Instant,
+        priority: Priority,
+    ) {
         if self.shutting_down {
             return;
         }
         if delay.is_zero() {
-            self.add(key);
+            self.add_with_priority(key, priority);
             return;
         }
         let ready = now + delay;
-        if let Some(&(at, seq)) = self.waiting_for.get(&key) {
-            if at <= ready {
+        let mut priority = priority;
+        if let Some(((at, seq), p)) = self.waiting_for.get_mut(&key) {
+            if *at <= ready {
+                *p = (*p).max(priority);
                 return;
             }
-            self.waiting.remove(&(at, seq));
+            priority = priority.max(*p);
+            self.waiting.remove(&(*at, *seq));
         }
         self.seq += 1;
         let slot = (ready, self.seq);
-        self.waiting_for.insert(key.clone(), slot);
+        self.waiting_for.insert(key.clone(), (slot, priority));
         self.waiting.insert(slot, key);
     }
 
-    /// Queues `key` after the delay the rate limiter gives it (one more failure).
+    /// Queues `key` at [`Priority::NORMAL`] after the delay the rate limiter gives it (one
+    /// more failure).
     pub fn add_rate_limited(&mut self, key: K, now: Instant) {
+        self.add_rate_limited_with_priority(key, now, Priority::NORMAL)
+    }
+
+    /// As [`add_rate_limited`](Self::add_rate_limited), to be queued at `priority`.
+    pub fn add_rate_limited_with_priority(&mut self, key: K, now: Instant, priority: Priority) {
         if self.shutting_down {
             return;
         }
         let delay = self.limiter.when(&key, now);
-        self.add_after(key, delay, now);
+        self.add_after_with_priority(key, delay, now, priority);
     }
 
     /// Resets `key`'s failure count in the rate limiter (call it after a success).
@@ -348,8 +556,11 @@ impl<K: Hash + Eq + Clone, R: RateLimiter<K>> WorkQueue<K, R> {
                 break;
             }
             let key = entry.remove();
-            self.waiting_for.remove(&key);
-            self.add(key);
+            let priority = self
+                .waiting_for
+                .remove(&key)
+                .map_or(Priority::NORMAL, |(_, p)| p);
+            self.add_with_priority(key, priority);
         }
     }
 
@@ -364,7 +575,7 @@ impl<K: Hash + Eq + Clone, R: RateLimiter<K>> WorkQueue<K, R> {
         if !self.shutting_down {
             self.handle_timeout(now);
         }
-        match self.queue.pop_front() {
+        match self.queue.pop() {
             Some(key) => {
                 self.dirty.remove(&key);
                 self.processing.insert(key.clone());
@@ -381,8 +592,13 @@ impl<K: Hash + Eq + Clone, R: RateLimiter<K>> WorkQueue<K, R> {
         if !self.processing.remove(key) {
             return false;
         }
-        if self.dirty.contains(key) {
-            self.queue.push_back(key.clone());
+        if let Some(d) = self.dirty.get_mut(key) {
+            let priority = match *d {
+                Dirty::AfterDone(p) => p,
+                // Not reachable: a key in a worker's hands is never queued.
+                Dirty::Queued(_) => return false,
+            };
+            *d = Dirty::Queued(self.queue.push(key.clone(), priority));
             return true;
         }
         false

@@ -1,11 +1,15 @@
 //! [`Object`] for types with standard metadata: [`impl_object!`](crate::impl_object) and the
 //! [`Object`] impl of [`ObjectMeta`] it delegates to.
 
+use crate::object::meta_fields::{
+    self, Finalizers, MetaMap, MetadataError, OwnerReferences, Timestamp,
+};
 use crate::object::{Object, ObjectMeta};
 
-/// `metadata` on its own answers everything [`Object`] asks, so a type holding it can delegate
-/// to it (that is what [`impl_object!`](crate::impl_object) does). An empty namespace counts as
-/// cluster-scoped.
+/// `metadata` on its own answers everything [`Object`] asks about metadata, so a type holding
+/// it can delegate to it (that is what [`impl_object!`](crate::impl_object) does). An empty
+/// namespace counts as cluster-scoped. Generation, deletionTimestamp, finalizers and owner
+/// references are read from the raw JSON of the other fields when asked (a scan of that text).
 impl Object for ObjectMeta {
     fn name(&self) -> &str {
         ObjectMeta::name(self)
@@ -18,6 +22,24 @@ impl Object for ObjectMeta {
     }
     fn uid(&self) -> Option<&str> {
         ObjectMeta::uid(self)
+    }
+    fn labels(&self) -> MetaMap<'_> {
+        ObjectMeta::labels(self).into()
+    }
+    fn annotations(&self) -> MetaMap<'_> {
+        ObjectMeta::annotations(self).into()
+    }
+    fn generation(&self) -> Result<Option<i64>, MetadataError> {
+        meta_fields::raw_generation(self.other())
+    }
+    fn deletion_timestamp(&self) -> Result<Option<Timestamp>, MetadataError> {
+        meta_fields::raw_deletion_timestamp(self.other())
+    }
+    fn finalizers(&self) -> Result<Finalizers<'_>, MetadataError> {
+        meta_fields::raw_finalizers(self.other())
+    }
+    fn owner_references(&self) -> Result<OwnerReferences<'_>, MetadataError> {
+        meta_fields::raw_owner_references(self.other())
     }
 }
 
@@ -79,6 +101,40 @@ macro_rules! impl_object {
             }
             fn uid(&self) -> ::core::option::Option<&str> {
                 $crate::object::Object::uid(&self.$field)
+            }
+            fn labels(&self) -> $crate::object::MetaMap<'_> {
+                $crate::object::Object::labels(&self.$field)
+            }
+            fn annotations(&self) -> $crate::object::MetaMap<'_> {
+                $crate::object::Object::annotations(&self.$field)
+            }
+            fn generation(
+                &self,
+            ) -> ::core::result::Result<::core::option::Option<i64>, $crate::object::MetadataError>
+            {
+                $crate::object::Object::generation(&self.$field)
+            }
+            fn deletion_timestamp(
+                &self,
+            ) -> ::core::result::Result<
+                ::core::option::Option<$crate::object::Timestamp>,
+                $crate::object::MetadataError,
+            > {
+                $crate::object::Object::deletion_timestamp(&self.$field)
+            }
+            fn finalizers(
+                &self,
+            ) -> ::core::result::Result<$crate::object::Finalizers<'_>, $crate::object::MetadataError>
+            {
+                $crate::object::Object::finalizers(&self.$field)
+            }
+            fn owner_references(
+                &self,
+            ) -> ::core::result::Result<
+                $crate::object::OwnerReferences<'_>,
+                $crate::object::MetadataError,
+            > {
+                $crate::object::Object::owner_references(&self.$field)
             }
         }
     };

@@ -5,6 +5,7 @@ use compact_str::CompactString;
 
 use serde::{Deserialize, Serialize};
 
+use crate::object::meta_fields::{Finalizers, MetaMap, MetadataError, OwnerReferences, Timestamp};
 use crate::object::selector::Labels;
 use crate::object::{Object, ObjectMeta};
 
@@ -46,9 +47,48 @@ impl Object for PartialObjectMetadata {
     fn uid(&self) -> Option<&str> {
         self.metadata.uid()
     }
+    fn labels(&self) -> MetaMap<'_> {
+        self.metadata.labels().into()
+    }
+    fn annotations(&self) -> MetaMap<'_> {
+        self.metadata.annotations().into()
+    }
+    fn generation(&self) -> Result<Option<i64>, MetadataError> {
+        Object::generation(&self.metadata)
+    }
+    fn deletion_timestamp(&self) -> Result<Option<Timestamp>, MetadataError> {
+        Object::deletion_timestamp(&self.metadata)
+    }
+    fn finalizers(&self) -> Result<Finalizers<'_>, MetadataError> {
+        Object::finalizers(&self.metadata)
+    }
+    fn owner_references(&self) -> Result<OwnerReferences<'_>, MetadataError> {
+        Object::owner_references(&self.metadata)
+    }
+    /// `None` for the metadata representation's own `meta.k8s.io/v1`: it is not the object's.
+    fn api_version(&self) -> Option<&str> {
+        self.api_version
+            .as_deref()
+            .filter(|_| !self.is_metadata_representation())
+    }
+    /// `None` for the metadata representation's own `PartialObjectMetadata`: it is not the
+    /// object's kind.
+    fn kind(&self) -> Option<&str> {
+        self.kind
+            .as_deref()
+            .filter(|_| !self.is_metadata_representation())
+    }
     #[inline]
     fn metadata_only() -> bool {
         true
+    }
+}
+
+impl PartialObjectMetadata {
+    /// Whether this came as the metadata representation (`kind: PartialObjectMetadata`),
+    /// whose `apiVersion` and `kind` are the representation's, not the object's.
+    fn is_metadata_representation(&self) -> bool {
+        self.kind.as_deref() == Some("PartialObjectMetadata")
     }
 }
 

@@ -3,11 +3,16 @@
 mod impls;
 pub(crate) mod json;
 pub(crate) mod key;
+pub mod meta_fields;
 pub mod metadata;
 pub mod raw;
 pub mod selector;
 pub mod string_map;
 
+pub use meta_fields::{
+    Finalizers, MetaMap, MetadataError, OwnerReference, OwnerReferenceRef, OwnerReferences,
+    Timestamp, TimestampError, controller_of,
+};
 pub use metadata::PartialObjectMetadata;
 pub use raw::{RawFields, RawFieldsRef};
 pub use string_map::{StringMap, StringMapRef};
@@ -60,6 +65,58 @@ pub trait Object {
     /// The borrowed key of this object (no allocation).
     fn key_ref(&self) -> KeyRef<'_> {
         KeyRef::new(self.namespace(), self.name())
+    }
+
+    // The rest of the metadata. Every type of this crate and of informer-http answers these
+    // from where it keeps them, as do types made with `impl_object!`; the defaults (nothing)
+    // are for a type that keeps no such field. A type implementing `Object` by hand over
+    // metadata that has them overrides them.
+
+    /// `metadata.labels`.
+    fn labels(&self) -> MetaMap<'_> {
+        MetaMap::EMPTY
+    }
+
+    /// `metadata.annotations`.
+    fn annotations(&self) -> MetaMap<'_> {
+        MetaMap::EMPTY
+    }
+
+    /// `metadata.generation` (the server raises it on every change of the spec).
+    fn generation(&self) -> Result<Option<i64>, MetadataError> {
+        Ok(None)
+    }
+
+    /// `metadata.deletionTimestamp`: set once the object is being deleted and waits for its
+    /// finalizers.
+    fn deletion_timestamp(&self) -> Result<Option<Timestamp>, MetadataError> {
+        Ok(None)
+    }
+
+    /// `metadata.finalizers`.
+    fn finalizers(&self) -> Result<Finalizers<'_>, MetadataError> {
+        Ok(Finalizers::default())
+    }
+
+    /// `metadata.ownerReferences`.
+    fn owner_references(&self) -> Result<OwnerReferences<'_>, MetadataError> {
+        Ok(OwnerReferences::default())
+    }
+
+    /// The reference to this object's managing controller (`controller: true`), if any.
+    fn controller_owner(&self) -> Result<Option<OwnerReferenceRef<'_>>, MetadataError> {
+        Ok(self.owner_references()?.controller().cloned())
+    }
+
+    /// The object's `apiVersion` (`v1`, `apps/v1`), when known: a type tied to one kind knows
+    /// it, a [`DynamicObject`] has it from the server. Used by [`controller_of`].
+    fn api_version(&self) -> Option<&str> {
+        None
+    }
+
+    /// The object's `kind` (`ConfigMap`), when known (see [`api_version`](Self::api_version)).
+    fn kind(&self) -> Option<&str> {
+        None
     }
 
     // How values of this type are read from the API server's JSON. A client's decoders ask
@@ -156,6 +213,33 @@ impl<T: Object + ?Sized> Object for Arc<T> {
     }
     fn uid(&self) -> Option<&str> {
         (**self).uid()
+    }
+    fn key_ref(&self) -> KeyRef<'_> {
+        (**self).key_ref()
+    }
+    fn labels(&self) -> MetaMap<'_> {
+        (**self).labels()
+    }
+    fn annotations(&self) -> MetaMap<'_> {
+        (**self).annotations()
+    }
+    fn generation(&self) -> Result<Option<i64>, MetadataError> {
+        (**self).generation()
+    }
+    fn deletion_timestamp(&self) -> Result<Option<Timestamp>, MetadataError> {
+        (**self).deletion_timestamp()
+    }
+    fn finalizers(&self) -> Result<Finalizers<'_>, MetadataError> {
+        (**self).finalizers()
+    }
+    fn owner_references(&self) -> Result<OwnerReferences<'_>, MetadataError> {
+        (**self).owner_references()
+    }
+    fn api_version(&self) -> Option<&str> {
+        (**self).api_version()
+    }
+    fn kind(&self) -> Option<&str> {
+        (**self).kind()
     }
 }
 
@@ -737,6 +821,30 @@ impl Object for DynamicObject {
     }
     fn uid(&self) -> Option<&str> {
         self.metadata.uid()
+    }
+    fn labels(&self) -> MetaMap<'_> {
+        self.metadata.labels().into()
+    }
+    fn annotations(&self) -> MetaMap<'_> {
+        self.metadata.annotations().into()
+    }
+    fn generation(&self) -> Result<Option<i64>, MetadataError> {
+        Object::generation(&self.metadata)
+    }
+    fn deletion_timestamp(&self) -> Result<Option<Timestamp>, MetadataError> {
+        Object::deletion_timestamp(&self.metadata)
+    }
+    fn finalizers(&self) -> Result<Finalizers<'_>, MetadataError> {
+        Object::finalizers(&self.metadata)
+    }
+    fn owner_references(&self) -> Result<OwnerReferences<'_>, MetadataError> {
+        Object::owner_references(&self.metadata)
+    }
+    fn api_version(&self) -> Option<&str> {
+        self.api_version.as_deref()
+    }
+    fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
     }
     #[inline]
     fn json_start_reader() -> Option<JsonStartReader<Self>> {

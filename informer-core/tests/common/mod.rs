@@ -39,7 +39,7 @@ pub fn rv(o: &DynamicObject) -> u64 {
 
 /// An index function over the `app` label.
 pub fn by_app() -> impl for<'a> Fn(&'a DynamicObject) -> IndexValues<'a> + Send + Sync {
-    index_fn(|o: &DynamicObject| o.label("app").map(Into::into).into_iter().collect())
+    index_fn(|o: &DynamicObject| o.label("app").into_iter().collect())
 }
 
 /// A compact, comparable rendering of a notification.

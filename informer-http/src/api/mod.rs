@@ -8,7 +8,7 @@ mod k8s;
 pub mod write;
 
 #[cfg(feature = "k8s-openapi")]
-pub use k8s::K8s;
+pub use k8s::{K8s, k8s_owner_reference};
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -26,7 +26,7 @@ use crate::backend::{Backend, HttpResponse};
 use crate::client::{Client, MAX_LIST_BODY, error_failure};
 use crate::decode::{DEFAULT_MAX_LINE, DecodeError, ListDecoder, WatchDecoder};
 use crate::request::{list_url, watch_url};
-use crate::resource::Resource;
+use crate::resource::{HasResource, Resource};
 use crate::transport::{BoxFuture, BoxStream, KnownObjects, Transport};
 
 /// List and watch of one resource (in one namespace or all), decoding objects as `K`: the
@@ -65,6 +65,14 @@ impl<B: Backend> Client<B> {
     /// An [`Api`] for `resource` in `namespace` (`None`: all namespaces, or cluster-scoped).
     pub fn api<K>(&self, resource: Resource, namespace: Option<&str>) -> Api<K, B> {
         Api::new(self.clone(), resource, namespace)
+    }
+
+    /// An [`Api`] for a type that knows its resource ([`HasResource`]: every `K8s<T>`, and
+    /// your own typed objects that implement it) in `namespace` (`None`: all namespaces, or
+    /// cluster-scoped): `client.api_for::<Greeting>(Some("default"))` instead of
+    /// `client.api::<Greeting>(Greeting::resource(), Some("default"))`.
+    pub fn api_for<K: HasResource>(&self, namespace: Option<&str>) -> Api<K, B> {
+        Api::new(self.clone(), K::resource(), namespace)
     }
 }
 

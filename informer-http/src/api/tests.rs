@@ -293,3 +293,40 @@ fn a_typed_list_of_another_kind_is_refused() {
     let page = run(api.list_page(&ListRequest::default())).unwrap();
     assert_eq!(page.items.len(), 1);
 }
+
+/// A custom type that knows its resource needs it named once: `client.api_for::<K>(ns)`.
+#[test]
+fn api_for_a_custom_type_that_knows_its_resource() {
+    #[derive(serde::Deserialize)]
+    struct Greeting {
+        metadata: informer_core::object::ObjectMeta,
+    }
+    informer_core::impl_object!(Greeting);
+    impl HasResource for Greeting {
+        fn resource() -> Resource {
+            Resource::new("example.com", "v1", "Greeting", "greetings", true)
+        }
+    }
+    let c = client(vec![ok(vec![
+        r#"{"kind":"GreetingList","apiVersion":"example.com/v1","metadata":{"resourceVersion":"3"},"items":[{"metadata":{"name":"hi","namespace":"n"}}]}"#,
+    ])]);
+    let api = c.api_for::<Greeting>(Some("n"));
+    assert_eq!(api.resource(), &Greeting::resource());
+    assert_eq!(api.namespace(), Some("n"));
+    let page = run(api.list_page(&ListRequest::default())).unwrap();
+    assert_eq!(page.items[0].metadata.name(), "hi");
+    assert_eq!(
+        Greeting::resource()
+            .controller_of(&Greeting {
+                metadata: informer_core::object::ObjectMetaParts {
+                    name: "hi".into(),
+                    uid: Some("g-1".into()),
+                    ..Default::default()
+                }
+                .into(),
+            })
+            .unwrap()
+            .api_version,
+        "example.com/v1"
+    );
+}

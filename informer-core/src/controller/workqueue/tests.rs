@@ -247,51 +247,65 @@ fn workqueue_14_memory_bounded_by_distinct_keys() {
     assert_eq!(q.waiting.len(), q.waiting_for.len());
 }
 
-/// The model: plain vectors, the rules written as directly as possible.
+/// The model: plain vectors, the rules written as directly as possible. A pending key's
+/// priority lives with it in `dirty`; `queue` holds the queued keys with the order they were
+/// queued in.
 #[derive(Default)]
 struct Model {
-    queue: Vec<u8>,
-    dirty: Vec<u8>,
+    queue: Vec<(u8, u64)>,
+    dirty: Vec<(u8, Priority)>,
     processing: Vec<u8>,
-    /// (ready, seq, key)
-    waiting: Vec<(Instant, u64, u8)>,
+    /// (ready, seq, key, priority)
+    waiting: Vec<(Instant, u64, u8, Priority)>,
     seq: u64,
+    queued: u64,
     shut: bool,
 }
 
 impl Model {
-    fn add(&mut self, k: u8) {
-        if self.shut || self.dirty.contains(&k) {
+    fn add(&mut self, k: u8, p: Priority) {
+        if self.shut {
             return;
         }
-        self.dirty.push(k);
+        if let Some(d) = self.dirty.iter_mut().find(|d| d.0 == k) {
+            d.1 = d.1.max(p);
+            return;
+        }
+        self.dirty.push((k, p));
         if !self.processing.contains(&k) {
-            self.queue.push(k);
+            self.queued += 1;
+            self.queue.push((k, self.queued));
         }
     }
-    fn add_after(&mut self, k: u8, d: Duration, now: Instant) {
+    fn add_after(&mut self, k: u8, d: Duration, now: Instant, p: Priority) {
         if self.shut {
             return;
         }
         if d.is_zero() {
-            return self.add(k);
+            return self.add(k, p);
         }
         let ready = now + d;
+        let mut p = p;
         if let Some(i) = self.waiting.iter().position(|w| w.2 == k) {
             if self.waiting[i].0 <= ready {
+                self.waiting[i].3 = self.waiting[i].3.max(p);
                 return;
             }
+            p = p.max(self.waiting[i].3);
             self.waiting.remove(i);
         }
         self.seq += 1;
-        self.waiting.push((ready, self.seq, k));
+        self.waiting.push((ready, self.seq, k, p));
     }
     fn advance(&mut self, now: Instant) {
         self.waiting.sort();
         while !self.waiting.is_empty() && self.waiting[0].0 <= now {
-            let (_, _, k) = self.waiting.remove(0);
-            self.add(k);
+            let (_, _, k, p) = self.waiting.remove(0);
+            self.add(k, p);
         }
+    }
+    fn priority(&self, k: u8) -> Priority {
+        self.dirty.iter().find(|d| d.0 == k).map(|d| d.1).unwrap()
     }
     fn pop(&mut self, now: Instant) -> Pop<u8> {
         if !self.shut {
@@ -300,16 +314,26 @@ impl Model {
         if self.queue.is_empty() {
             return if self.shut { Pop::ShutDown } else { Pop::Empty };
         }
-        let k = self.queue.remove(0);
-        self.dirty.retain(|d| *d != k);
+        // The highest priority, then the first queued.
+        let mut best = 0;
+        for i in 1..self.queue.len() {
+            let (a, b) = (self.queue[i], self.queue[best]);
+            let (pa, pb) = (self.priority(a.0), self.priority(b.0));
+            if pa > pb || (pa == pb && a.1 < b.1) {
+                best = i;
+            }
+        }
+        let (k, _) = self.queue.remove(best);
+        self.dirty.retain(|d| d.0 != k);
         self.processing.push(k);
         Pop::Key(k)
     }
     fn done(&mut self, k: u8) {
         if let Some(i) = self.processing.iter().position(|p| *p == k) {
             self.processing.remove(i);
-            if self.dirty.contains(&k) {
-                self.queue.push(k);
+            if self.dirty.iter().any(|d| d.0 == k) {
+                self.queued += 1;
+                self.queue.push((k, self.queued));
             }
         }
     }
@@ -317,8 +341,8 @@ impl Model {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Add(u8),
-    AddAfter(u8, u64),
+    Add(u8, Priority),
+    AddAfter(u8, u64, Priority),
     Pop,
     Done(usize),
     Tick(u64),
@@ -327,8 +351,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0u8..6).prop_map(Op::Add),
-        2 => (0u8..6, 0u64..50).prop_map(|(k, d)| Op::AddAfter(k, d)),
+        4 => (0u8..6).prop_map(|k| Op::Add(k, Priority::NORMAL)),
+        2 => (0u8..6, 0u64..50).prop_map(|(k, d)| Op::AddAfter(k, d, Priority::NORMAL)),
         4 => Just(Op::Pop),
         3 => (0usize..4).prop_map(Op::Done),
         2 => (0u64..30).prop_map(Op::Tick),
@@ -336,42 +360,208 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+fn priority() -> impl Strategy<Value = Priority> {
+    prop_oneof![
+        Just(Priority::LOW),
+        Just(Priority::NORMAL),
+        Just(Priority(7)),
+        Just(Priority(i32::MIN)),
+    ]
+}
+
+/// Every kind of add, each at any of a few priorities.
+fn op_with_priorities() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (0u8..8, priority()).prop_map(|(k, p)| Op::Add(k, p)),
+        2 => (0u8..8, 0u64..50, priority()).prop_map(|(k, d, p)| Op::AddAfter(k, d, p)),
+        4 => Just(Op::Pop),
+        3 => (0usize..4).prop_map(Op::Done),
+        2 => (0u64..30).prop_map(Op::Tick),
+        1 => Just(Op::ShutDown),
+    ]
+}
+
+/// Runs `ops` on the queue and on the model, comparing every answer and every count.
+fn check_against_model(ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let mut q = WorkQueue::<u8>::new();
+    let mut m = Model::default();
+    let mut now = t(0);
+    let mut held: Vec<u8> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Add(k, p) => {
+                let queued = q.add_with_priority(k, p);
+                let was_pending = m.dirty.iter().any(|d| d.0 == k);
+                m.add(k, p);
+                prop_assert_eq!(queued, !m.shut && !was_pending);
+            }
+            Op::AddAfter(k, d, p) => {
+                q.add_after_with_priority(k, ms(d), now, p);
+                m.add_after(k, ms(d), now, p);
+            }
+            Op::Pop => {
+                let a = q.pop(now);
+                let b = m.pop(now);
+                prop_assert_eq!(&a, &b);
+                if let Pop::Key(k) = a {
+                    // Never handed out twice at once.
+                    prop_assert!(!held.contains(&k));
+                    held.push(k);
+                }
+            }
+            Op::Done(i) => {
+                if !held.is_empty() {
+                    let k = held.remove(i % held.len());
+                    q.done(&k);
+                    m.done(k);
+                }
+            }
+            Op::Tick(d) => now = now + ms(d),
+            Op::ShutDown => {
+                q.shut_down();
+                m.shut = true;
+                m.waiting.clear();
+            }
+        }
+        prop_assert_eq!(q.len(), m.queue.len());
+        prop_assert_eq!(q.num_processing(), m.processing.len());
+        prop_assert_eq!(q.num_delayed(), m.waiting.len());
+        prop_assert_eq!(q.dirty.len(), m.dirty.len());
+        m.waiting.sort();
+        prop_assert_eq!(q.poll_timeout(), m.waiting.first().map(|w| w.0));
+    }
+    Ok(())
+}
+
 proptest! {
     #[test]
     fn workqueue_15_matches_model(ops in proptest::collection::vec(op(), 1..200)) {
-        let mut q = WorkQueue::<u8>::new();
-        let mut m = Model::default();
-        let mut now = t(0);
-        let mut held: Vec<u8> = Vec::new();
-        for op in ops {
-            match op {
-                Op::Add(k) => { q.add(k); m.add(k); }
-                Op::AddAfter(k, d) => { q.add_after(k, ms(d), now); m.add_after(k, ms(d), now); }
-                Op::Pop => {
-                    let a = q.pop(now);
-                    let b = m.pop(now);
-                    prop_assert_eq!(&a, &b);
-                    if let Pop::Key(k) = a {
-                        // Never handed out twice at once.
-                        prop_assert!(!held.contains(&k));
-                        held.push(k);
-                    }
-                }
-                Op::Done(i) => {
-                    if !held.is_empty() {
-                        let k = held.remove(i % held.len());
-                        q.done(&k);
-                        m.done(k);
-                    }
-                }
-                Op::Tick(d) => now = now + ms(d),
-                Op::ShutDown => { q.shut_down(); m.shut = true; m.waiting.clear(); }
+        check_against_model(ops)?;
+    }
+
+    /// The queue against the model with priorities on every kind of add: order by priority,
+    /// then first added; raises; dirty-while-processing and delayed keys keeping the highest.
+    #[test]
+    fn workqueue_20_matches_model_with_priorities(
+        ops in proptest::collection::vec(op_with_priorities(), 1..300)
+    ) {
+        check_against_model(ops)?;
+    }
+}
+
+fn pop_all(q: &mut WorkQueue<u32>, now: Instant) -> Vec<u32> {
+    let mut out = Vec::new();
+    while let Pop::Key(k) = q.pop(now) {
+        out.push(k);
+    }
+    out
+}
+
+#[test]
+fn workqueue_16_higher_priority_first_fifo_within_a_priority() {
+    let mut q = WorkQueue::<u32>::new();
+    q.add_with_priority(1, Priority::LOW);
+    q.add_with_priority(2, Priority::LOW);
+    q.add(3);
+    q.add_with_priority(4, Priority(10));
+    q.add_with_priority(5, Priority::LOW);
+    q.add(6);
+    q.add_with_priority(7, Priority(10));
+    assert_eq!(q.len(), 7);
+    assert_eq!(pop_all(&mut q, t(0)), [4, 7, 3, 6, 1, 2, 5]);
+    // `add` is NORMAL: plain adds keep client-go's first-added order.
+    assert_eq!(Priority::default(), Priority::NORMAL);
+    assert!(Priority::LOW < Priority::NORMAL);
+}
+
+#[test]
+fn workqueue_17_added_again_raises_never_lowers_and_keeps_its_first_added_place() {
+    let mut q = WorkQueue::<u32>::new();
+    for k in 1..=4 {
+        q.add_with_priority(k, Priority::LOW);
+    }
+    q.add(10);
+    // 3 changed for real: raised to NORMAL. It was first added before 10, and keeps that
+    // place among the NORMAL keys.
+    assert!(!q.add(3), "raising queues nothing new");
+    // A lower priority never lowers a key.
+    assert!(!q.add_with_priority(10, Priority::LOW));
+    assert_eq!(q.len(), 5);
+    assert_eq!(pop_all(&mut q, t(0)), [3, 10, 1, 2, 4]);
+}
+
+#[test]
+fn workqueue_18_priority_survives_processing_delay_and_rate_limiting() {
+    let mut q = WorkQueue::<u32>::new();
+    // Added while a worker holds it: queued on `done` with the highest priority it was given.
+    q.add(1);
+    assert_eq!(pop_key(&mut q, t(0)), 1);
+    assert!(q.add_with_priority(1, Priority::LOW));
+    assert!(!q.add_with_priority(1, Priority(5)));
+    assert!(!q.add_with_priority(1, Priority::LOW));
+    q.add(2);
+    assert!(q.done(&1));
+    assert_eq!(pop_all(&mut q, t(0)), [1, 2]);
+    q.done(&1);
+    q.done(&2);
+
+    // Delayed: the earlier time and the higher priority of the two adds.
+    q.add_after_with_priority(3, ms(10), t(0), Priority::LOW);
+    q.add_after_with_priority(3, ms(50), t(0), Priority(5));
+    q.add_after_with_priority(4, ms(20), t(0), Priority(5));
+    q.add_after_with_priority(4, ms(5), t(0), Priority::LOW);
+    q.add_with_priority(5, Priority(1));
+    assert_eq!(q.num_delayed(), 2);
+    assert_eq!(q.poll_timeout(), Some(t(5)));
+    // Both at 5, moved in ready-time order (4 at 5 ms, 3 at 10 ms); 5 was added before them,
+    // at 1.
+    assert_eq!(pop_all(&mut q, t(10)), [4, 3, 5]);
+    for k in [3, 4, 5] {
+        q.done(&k);
+    }
+
+    // Rate limited at LOW waits behind a NORMAL change once due.
+    q.add_rate_limited_with_priority(6, t(100), Priority::LOW);
+    q.add_rate_limited(7, t(100));
+    q.handle_timeout(t(200));
+    q.add(8);
+    assert_eq!(pop_all(&mut q, t(200)), [7, 8, 6]);
+    assert_eq!(q.num_requeues(&6), 1);
+}
+
+/// A restart queues every object at LOW; the one change that comes in meanwhile is handed out
+/// next, not after the backlog. The heap's slots are reused, so cycling keys through the queue
+/// keeps its memory at the most keys it held at once.
+#[test]
+fn workqueue_19_a_change_overtakes_a_backlog_of_initial_list_keys() {
+    let mut q = WorkQueue::<u32>::new();
+    for k in 0..10_000 {
+        q.add_with_priority(k, Priority::LOW);
+    }
+    let first = pop_key(&mut q, t(0));
+    assert_eq!(first, 0);
+    q.add(9_999); // the object that just changed, still queued: raised
+    q.add(20_000); // a new one
+    assert_eq!(pop_key(&mut q, t(0)), 9_999);
+    assert_eq!(pop_key(&mut q, t(0)), 20_000);
+    assert_eq!(pop_key(&mut q, t(0)), 1);
+    q.done(&first);
+    let rest = pop_all(&mut q, t(0));
+    assert_eq!(rest.len(), 9_997);
+    assert!(rest.windows(2).all(|w| w[0] < w[1]), "FIFO within LOW");
+    for k in rest.iter().chain([&9_999, &20_000, &1]) {
+        q.done(k);
+    }
+    // At most 10,000 keys were queued at once (20,000 took the slot 0 left).
+    assert_eq!(q.queue.slots.len(), 10_000);
+    for round in 0..1000u32 {
+        q.add_with_priority(round % 7, Priority(round as i32 % 3));
+        if round % 2 == 1 {
+            while let Pop::Key(k) = q.pop(t(0)) {
+                q.done(&k);
             }
-            prop_assert_eq!(q.len(), m.queue.len());
-            prop_assert_eq!(q.num_processing(), m.processing.len());
-            prop_assert_eq!(q.num_delayed(), m.waiting.len());
-            m.waiting.sort();
-            prop_assert_eq!(q.poll_timeout(), m.waiting.first().map(|w| w.0));
         }
     }
+    assert_eq!(q.queue.slots.len(), 10_000, "slots reused");
+    assert_eq!(q.queue.free.len() + q.queue.len(), q.queue.slots.len());
 }
