@@ -16,6 +16,7 @@ use crate::backend::{Backend, HttpResponse};
 use crate::config::{Config, Secret};
 #[cfg(any(feature = "tokio", feature = "smol"))]
 use crate::error::ClientError;
+use crate::resource::Resource;
 use crate::status::failure_from_response;
 use crate::well_known::USER_AGENT;
 
@@ -37,6 +38,19 @@ pub struct Client<B> {
     /// The credential source of `config`, with its state.
     credentials: Credentials,
     runner: Arc<dyn ProcessRunner>,
+    /// Called around each write (see [`WriteHook`]).
+    write_hook: Option<Arc<dyn WriteHook>>,
+}
+
+/// Called around every write made through a client ([`Api`](crate::Api)'s create, replace,
+/// patch and delete; not its reads): the seam a controller fences its writes with (refused
+/// while it is not the leader) and records what it wrote (read-your-writes).
+pub trait WriteHook: Send + Sync + 'static {
+    /// Before the request is sent; an error refuses the write (nothing is sent).
+    fn before_write(&self, resource: &Resource, namespace: Option<&str>) -> Result<(), String>;
+    /// After the server accepted the write: the resourceVersion of the object it returned,
+    /// if it returned one.
+    fn after_write(&self, resource: &Resource, namespace: Option<&str>, resource_version: &str);
 }
 
 impl<B> Clone for Client<B> {
@@ -46,6 +60,7 @@ impl<B> Clone for Client<B> {
             config: self.config.clone(),
             credentials: self.credentials.clone(),
             runner: self.runner.clone(),
+            write_hook: self.write_hook.clone(),
         }
     }
 }
@@ -66,7 +81,21 @@ impl<B: Backend> Client<B> {
             credentials: Credentials::of(&config),
             config: Arc::new(config),
             runner: Arc::new(ThreadRunner),
+            write_hook: None,
         }
+    }
+
+    /// This client (sharing its connections and credentials) with `hook` called around each
+    /// write, in place of any hook it had.
+    pub fn with_write_hook(&self, hook: Arc<dyn WriteHook>) -> Client<B> {
+        let mut c = self.clone();
+        c.write_hook = Some(hook);
+        c
+    }
+
+    /// The write hook, if any.
+    pub fn write_hook(&self) -> Option<&Arc<dyn WriteHook>> {
+        self.write_hook.as_ref()
     }
 
     /// Runs exec credential plugins with `runner` instead of the default [`ThreadRunner`].

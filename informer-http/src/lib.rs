@@ -68,7 +68,7 @@ pub use backend::SmolBackend;
 /// The smol backend's HTTP/1.1 codec, also at `backend::h1`.
 #[cfg(feature = "smol")]
 pub use backend::h1;
-pub use client::Client;
+pub use client::{Client, WriteHook};
 pub use config::{Config, ConfigError, Secret};
 pub use decode::{DecodeError, WatchDecoder};
 pub use error::ClientError;

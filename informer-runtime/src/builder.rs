@@ -61,6 +61,8 @@ pub struct InformerBuilder<K, R> {
     kind_mismatch: Option<Error>,
     /// `group/version/plural` (the snapshot identity's resource, before the namespace).
     resource_id: String,
+    /// The resource, for an informer of one (not of a bare transport).
+    resource: Option<Resource>,
     snapshot: Option<MakeSnapshot<K>>,
     snapshot_period: Option<Duration>,
 }
@@ -110,11 +112,13 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             "{}/{}/{}",
             resource.group, resource.version, resource.plural
         );
+        let kept = resource.clone();
         let make: MakeTransport<K> =
             Box::new(move |ns| Arc::new(client.api::<K>(resource, ns)) as Arc<dyn Transport<K>>);
         let mut builder = Self::with_source(rt, Source::Api(make), name);
         builder.kind_mismatch = kind_mismatch;
         builder.resource_id = resource_id;
+        builder.resource = Some(kept);
         builder
     }
 
@@ -131,6 +135,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
     fn with_source(rt: R, source: Source<K>, name: String) -> Self {
         InformerBuilder {
             resource_id: name.clone(),
+            resource: None,
             snapshot: None,
             snapshot_period: None,
             rt,
@@ -397,6 +402,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
             rv_waiters: Arc::new(RvWaiters::new()),
             counters: Arc::new(Counters::new(&name)),
             name,
+            resource: self.resource,
             default_resync: self.default_resync,
             finished: AtomicBool::new(false),
             snapshot,

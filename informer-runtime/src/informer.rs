@@ -163,6 +163,12 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
         &self.shared().name
     }
 
+    /// The resource this informer lists and watches; `None` for one built on a bare
+    /// transport ([`InformerBuilder::from_transport`](crate::InformerBuilder::from_transport)).
+    pub fn resource(&self) -> Option<&informer_http::Resource> {
+        self.shared().resource.as_ref()
+    }
+
     /// Starts listing and watching (and the resync timer). Idempotent. With a snapshot file
     /// ([`InformerBuilder::snapshot`](crate::InformerBuilder::snapshot)), the file is loaded
     /// on a thread first and the informer resumes from it (see

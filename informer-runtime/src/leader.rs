@@ -186,7 +186,12 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                     self.state.leader.store(true, Ordering::Release);
                 }
                 LeaderEvent::StoppedLeading => {
-                    tracing::warn!(identity = %self.elector.config().identity, lease = %self.name, "stopped leading");
+                    // A deliberate stop (shutdown, abandon) is no news; a lost lease is.
+                    if self.state.stop.load(Ordering::Acquire) {
+                        tracing::info!(identity = %self.elector.config().identity, lease = %self.name, "stopped leading: shut down");
+                    } else {
+                        tracing::warn!(identity = %self.elector.config().identity, lease = %self.name, "stopped leading");
+                    }
                     self.state.leader.store(false, Ordering::Release);
                 }
                 LeaderEvent::NewLeader(who) => {

@@ -87,6 +87,7 @@ mod consistency;
 mod controller;
 mod factory;
 mod leader;
+mod reconciler;
 mod snapshot;
 mod snapshot_file;
 
@@ -113,6 +114,7 @@ pub use informer_core::controller::workqueue::Priority;
 pub use informer_core::object::{MetadataError, OwnerReferenceRef, Timestamp, controller_of};
 pub use leader::{LeaderElectionError, Leadership};
 pub use metrics::Metrics;
+pub use reconciler::{Context, Controller, ControllerError, ControllerStats, StatsHandle};
 pub use runtime::{BoxFuture, Runtime, SpawnError};
 pub use snapshot_file::{SnapshotLoad, SnapshotWritten};
 pub use store::Store;
@@ -178,6 +180,11 @@ macro_rules! runtime_crate_api {
         pub use $crate::{MetadataError, OwnerReferenceRef, Priority, Timestamp, controller_of};
         #[doc = concat!("Reconcile workers on ", $name, ".")]
         pub type Workers<K = Key> = $crate::Workers<K, $rt>;
+        pub use $crate::{ControllerError, ControllerStats, StatsHandle};
+        #[doc = concat!("A controller on ", $name, " (see [`informer_runtime::Controller`]).")]
+        pub type Controller<K> = $crate::Controller<K, $rt, Backend>;
+        /// What a controller's reconcile gets besides the object.
+        pub type Context = $crate::Context<Backend>;
 
         /// Campaigns for the Lease `namespace/name` on this crate's runtime (see
         /// [`Leadership`]).

@@ -191,6 +191,8 @@ pub(crate) struct Shared<K, R> {
     pub(crate) rv_waiters: Arc<RvWaiters>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) name: String,
+    /// The resource, for an informer of one.
+    pub(crate) resource: Option<informer_http::Resource>,
     pub(crate) default_resync: Duration,
     /// Set by the driver once it has stopped and every handler worker has exited.
     pub(crate) finished: AtomicBool,

@@ -71,6 +71,9 @@ pub enum WriteError {
     Api(Status),
     /// The request could not be made or its answer not read.
     Transport(Failure),
+    /// The client's [`WriteHook`](crate::client::WriteHook) refused the write before it was
+    /// sent (a controller that is not the leader: its writes are fenced).
+    Refused(String),
     /// The object or patch could not be encoded.
     Encode(String),
     /// The answer could not be decoded as the object type.
@@ -89,7 +92,10 @@ impl WriteError {
             | WriteError::TooManyRequests(s)
             | WriteError::Server(s)
             | WriteError::Api(s) => Some(s),
-            WriteError::Transport(_) | WriteError::Encode(_) | WriteError::Decode(_) => None,
+            WriteError::Transport(_)
+            | WriteError::Refused(_)
+            | WriteError::Encode(_)
+            | WriteError::Decode(_) => None,
         }
     }
 
@@ -159,6 +165,7 @@ impl std::fmt::Display for WriteError {
             WriteError::Server(s) => write!(f, "server error {}: {}", s.code, s.message),
             WriteError::Api(s) => write!(f, "error {}: {}", s.code, s.message),
             WriteError::Transport(e) => write!(f, "transport: {e}"),
+            WriteError::Refused(e) => write!(f, "write refused before it was sent: {e}"),
             WriteError::Encode(e) => write!(f, "encode: {e}"),
             WriteError::Decode(e) => write!(f, "decode: {e}"),
         }
@@ -345,6 +352,48 @@ where
     /// Sends one request, retrying where safe (see the [module documentation](self)), and
     /// reads the whole successful answer.
     async fn execute(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        content_type: &str,
+        idempotent: Idempotent,
+    ) -> Result<Vec<u8>, WriteError> {
+        let hook = (method != http::Method::GET)
+            .then(|| self.client().write_hook().cloned())
+            .flatten();
+        if let Some(h) = &hook {
+            h.before_write(self.resource(), self.namespace())
+                .map_err(WriteError::Refused)?;
+        }
+        let body = self
+            .execute_unhooked(method, path, body, content_type, idempotent)
+            .await?;
+        if let Some(h) = &hook {
+            #[derive(serde::Deserialize)]
+            struct Meta<'a> {
+                #[serde(borrow, rename = "resourceVersion")]
+                resource_version: Option<&'a str>,
+            }
+            #[derive(serde::Deserialize)]
+            struct Written<'a> {
+                #[serde(borrow)]
+                metadata: Option<Meta<'a>>,
+            }
+            if let Ok(Written {
+                metadata:
+                    Some(Meta {
+                        resource_version: Some(rv),
+                    }),
+            }) = serde_json::from_slice::<Written<'_>>(&body)
+            {
+                h.after_write(self.resource(), self.namespace(), rv);
+            }
+        }
+        Ok(body)
+    }
+
+    async fn execute_unhooked(
         &self,
         method: http::Method,
         path: &str,

@@ -1,0 +1,865 @@
+//! [`Controller`]: informers, a work queue, reconcile workers, leader election and graceful
+//! shutdown, wired as a controller needs them.
+//!
+//! What it guarantees (each a test in `tests/reconciler.rs` or `tests/e2e.rs`):
+//!
+//! - Every informer (the primary, owned and watched ones) is started and synced before any
+//!   reconcile runs, and before the controller campaigns for leadership, so a new leader is
+//!   warm: its first reconciles read a full cache.
+//! - One key is never reconciled twice at once (the work queue's rule); up to `concurrency`
+//!   keys are.
+//! - Keys from the initial list and resyncs wait behind keys from real changes (the work
+//!   queue's priorities).
+//! - **Leadership fences work.** With leader election, no key starts unless this replica leads;
+//!   once it stops leading (the lease lost, or not renewed within the renew deadline, which is
+//!   before any other replica may acquire it) the reconciles in flight are **cancelled** (their
+//!   futures dropped at their next await: no write starts after that point), their keys queued
+//!   again, and every write through [`Context::client`] is refused with
+//!   [`WriteError::Refused`](informer_http::write::WriteError::Refused) until it leads again.
+//! - **Read your writes.** A write through [`Context::client`] records the resourceVersion the
+//!   server answered; the next reconcile of the same key first waits (at most
+//!   [`read_your_writes`](Controller::read_your_writes), 5 s by default, then goes on with a
+//!   warning and a count in [`ControllerStats`]) until the informer of the written resource
+//!   shows that version or a newer one. So a reconcile never acts on a cache older than its
+//!   own last write (client-go 1.36's controllers do this, KEP-5647).
+//! - A deleted object reaches the [`on_delete`](Controller::on_delete) path with its last
+//!   state, once.
+//! - An error goes through the error policy: by default client-go's per-key exponential
+//!   backoff (5 ms doubling to 1000 s, and the 10 qps bucket); [`Action::RequeueAfter`] asks
+//!   for another look later.
+//! - **Shutdown order**: on a shutdown trigger ([`shutdown_on`](Controller::shutdown_on),
+//!   [`shutdown_on_signal`](Controller::shutdown_on_signal)) the workers stop taking keys and
+//!   the reconciles in flight get [`shutdown_grace`](Controller::shutdown_grace) (10 s) to
+//!   finish before they are cancelled; then the lease is released (so a standby takes over at
+//!   once, not after the lease expires); then the informers stop. A deliberate stop logs no
+//!   warning.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use event_listener::Event;
+use futures_util::FutureExt;
+use futures_util::future::{Either, select};
+use informer_core::controller::leaderelection::LeaderElectionConfig;
+use informer_core::object::{Key, Object, ObjectOrTombstone};
+use informer_http::{Backend, Client, Resource, WriteHook};
+
+use crate::controller::{Action, WorkQueue};
+use crate::error::Error;
+use crate::events::Recorder;
+use crate::informer::Informer;
+use crate::leader::{LeaderElectionError, Leadership};
+use crate::runtime::{BoxFuture, Runtime, SpawnError};
+
+/// Any informer the controller starts, syncs, stops and reads resourceVersions of.
+trait Member: Send + Sync {
+    fn start(&self) -> Result<(), Error>;
+    fn wait_for_sync(&self) -> BoxFuture<'_, Result<(), Error>>;
+    fn shutdown(&self) -> BoxFuture<'_, ()>;
+    fn resource(&self) -> Option<&Resource>;
+    fn wait_for_rv<'a>(&'a self, rv: &'a str, bound: Duration) -> BoxFuture<'a, Result<(), Error>>;
+}
+
+impl<T: Object + Send + Sync + 'static, R: Runtime> Member for Informer<T, R> {
+    fn start(&self) -> Result<(), Error> {
+        Informer::start(self)
+    }
+    fn wait_for_sync(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(Informer::wait_for_sync(self, None))
+    }
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(Informer::shutdown(self))
+    }
+    fn resource(&self) -> Option<&Resource> {
+        Informer::resource(self)
+    }
+    fn wait_for_rv<'a>(&'a self, rv: &'a str, bound: Duration) -> BoxFuture<'a, Result<(), Error>> {
+        let deadline = self.shared().rt.now() + bound;
+        Box::pin(Informer::wait_for_resource_version(self, rv, deadline))
+    }
+}
+
+/// What a reconcile gets besides the object.
+pub struct Context<B: Backend> {
+    key: Key,
+    attempt: u32,
+    deleted: bool,
+    client: Client<B>,
+    recorder: Option<Recorder>,
+}
+
+impl<B: Backend> fmt::Debug for Context<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("key", &self.key)
+            .field("attempt", &self.attempt)
+            .field("deleted", &self.deleted)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Context<B> {
+    /// The key being reconciled (`namespace/name`).
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// How many times in a row this key failed before (0 on a first try).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// True on the [`on_delete`](Controller::on_delete) path: the object is gone, and what the
+    /// reconcile got is its last state.
+    pub fn is_deleted(&self) -> bool {
+        self.deleted
+    }
+
+    /// The controller's client: its writes are fenced by leadership and recorded for
+    /// read-your-writes (see the [module](self)). Write through it.
+    pub fn client(&self) -> &Client<B> {
+        &self.client
+    }
+
+    /// The controller's event recorder, if one was given
+    /// ([`recorder`](Controller::recorder)).
+    pub fn recorder(&self) -> Option<&Recorder> {
+        self.recorder.as_ref()
+    }
+}
+
+/// A controller's running counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ControllerStats {
+    /// Reconciles finished (any outcome).
+    pub reconciles: u64,
+    /// Reconciles that returned an error or panicked.
+    pub errors: u64,
+    /// Reconciles cancelled because leadership was lost or the shutdown grace ran out.
+    pub cancelled: u64,
+    /// Reconciles that waited for the cache to show their key's last write.
+    pub waited_for_writes: u64,
+    /// Of those, the waits that ran out of time (the reconcile went on).
+    pub write_waits_timed_out: u64,
+    /// Writes refused because this replica did not lead.
+    pub fenced_writes: u64,
+}
+
+#[derive(Default)]
+struct Counts {
+    reconciles: AtomicU64,
+    errors: AtomicU64,
+    cancelled: AtomicU64,
+    waited: AtomicU64,
+    wait_timeouts: AtomicU64,
+    fenced: AtomicU64,
+}
+
+type Reconcile<K, B> =
+    Arc<dyn Fn(Arc<K>, Context<B>) -> BoxFuture<'static, Result<Action, String>> + Send + Sync>;
+type Trigger = BoxFuture<'static, ()>;
+
+/// A controller for objects of type `K` on runtime `R`, writing through a client on backend
+/// `B` (see the [module](self) for what it guarantees).
+pub struct Controller<K, R: Runtime, B: Backend> {
+    rt: R,
+    client: Client<B>,
+    primary: Informer<K, R>,
+    kind: Option<String>,
+    queue: WorkQueue<Key>,
+    members: Vec<Box<dyn Member>>,
+    concurrency: usize,
+    election: Option<(String, String, LeaderElectionConfig)>,
+    shutdown: Vec<Trigger>,
+    reconcile_all: Vec<futures_util::stream::BoxStream<'static, ()>>,
+    grace: Duration,
+    ryw_bound: Duration,
+    on_delete: Option<Reconcile<K, B>>,
+    recorder: Option<Recorder>,
+    stats: Arc<Counts>,
+    deleted: Arc<Mutex<HashMap<Key, Arc<K>>>>,
+}
+
+impl<K, R, B> Controller<K, R, B>
+where
+    K: Object + Send + Sync + 'static,
+    R: Runtime,
+    B: Backend,
+{
+    /// A controller of `primary`'s objects, writing through `client`. Its owner-reference
+    /// kind (for [`owns`](Self::owns)) is the primary's resource kind (or `K`'s own kind).
+    pub fn new(client: &Client<B>, primary: Informer<K, R>) -> Self {
+        let queue = WorkQueue::new();
+        let deleted: Arc<Mutex<HashMap<Key, Arc<K>>>> = Arc::default();
+        let kind = primary
+            .resource()
+            .map(|r| r.kind.to_string())
+            .or_else(|| K::type_kind().map(str::to_owned));
+        let rt = primary.shared().rt.clone();
+        Controller {
+            rt,
+            client: client.clone(),
+            primary,
+            kind,
+            queue,
+            members: Vec::new(),
+            concurrency: 1,
+            election: None,
+            shutdown: Vec::new(),
+            reconcile_all: Vec::new(),
+            grace: Duration::from_secs(10),
+            ryw_bound: Duration::from_secs(5),
+            on_delete: None,
+            recorder: None,
+            stats: Arc::default(),
+            deleted,
+        }
+    }
+
+    /// The owner-reference kind children must name ([`owns`](Self::owns)), for a primary
+    /// informer that does not know its resource.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Reconciles the controller owner of each object of `child` that changes: the object's
+    /// `ownerReferences` entry with `controller: true` whose kind is this controller's, in the
+    /// child's namespace (client-go's `EnqueueRequestForOwner` with `OnlyControllerOwner`).
+    pub fn owns<C: Object + Send + Sync + 'static>(self, child: Informer<C, R>) -> Self {
+        let kind = self.kind.clone().unwrap_or_default();
+        self.watches(child, move |c: &C| {
+            c.controller_owner()
+                .ok()
+                .flatten()
+                .filter(|r| r.kind == kind.as_str())
+                .map(|r| Key::new(c.namespace(), &r.name))
+                .into_iter()
+                .collect()
+        })
+    }
+
+    /// Reconciles the keys `mapper` names for each object of `other` that changes (any other
+    /// relation: a Secret to the objects that mount it, a Namespace to everything in it).
+    pub fn watches<T: Object + Send + Sync + 'static>(
+        mut self,
+        other: Informer<T, R>,
+        mapper: impl Fn(&T) -> Vec<Key> + Send + Sync + 'static,
+    ) -> Self {
+        let handler = self.queue.handler(move |o: &T| mapper(o));
+        // A stopped informer refuses handlers: `run` reports it when it starts it.
+        let _ = other.add_handler(handler);
+        self.members.push(Box::new(other));
+        self
+    }
+
+    /// Reconciles every cached object each time `trigger` yields (a config reload, a timer).
+    pub fn reconcile_all_on(
+        mut self,
+        trigger: impl futures_util::Stream<Item = ()> + Send + 'static,
+    ) -> Self {
+        self.reconcile_all.push(Box::pin(trigger));
+        self
+    }
+
+    /// Up to `n` keys reconciled at once (default 1).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// Runs only while holding the Lease `namespace/name` (see the [module](self) for the
+    /// fencing). The election starts once every informer has synced.
+    pub fn leader_election(
+        mut self,
+        namespace: &str,
+        name: &str,
+        config: LeaderElectionConfig,
+    ) -> Self {
+        self.election = Some((namespace.into(), name.into(), config));
+        self
+    }
+
+    /// Shuts the controller down (in the order the [module](self) states) when `trigger`
+    /// resolves. Several triggers: the first one.
+    pub fn shutdown_on(mut self, trigger: impl Future<Output = ()> + Send + 'static) -> Self {
+        self.shutdown.push(Box::pin(trigger));
+        self
+    }
+
+    /// Shuts the controller down on SIGTERM or SIGINT (Ctrl-C). Installs the process's handler
+    /// for both signals (once per process; later calls share it).
+    pub fn shutdown_on_signal(self) -> Self {
+        self.shutdown_on(signal())
+    }
+
+    /// How long reconciles in flight may take to finish at shutdown before they are cancelled
+    /// (default 10 s).
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// The longest a reconcile waits for the cache to show its key's last write (default
+    /// 5 s; zero turns the wait off).
+    pub fn read_your_writes(mut self, bound: Duration) -> Self {
+        self.ryw_bound = bound;
+        self
+    }
+
+    /// Where a deleted object goes, with its last state (once per deletion). Without it,
+    /// deletions reach no reconcile.
+    pub fn on_delete<F, Fut, E>(mut self, cleanup: F) -> Self
+    where
+        F: Fn(Arc<K>, Context<B>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        self.on_delete = Some(Arc::new(move |obj, ctx| {
+            let fut = cleanup(obj, ctx);
+            Box::pin(async move { fut.await.map_err(|e| e.to_string()) })
+        }));
+        self
+    }
+
+    /// Hands reconciles `recorder` through [`Context::recorder`].
+    pub fn recorder(mut self, recorder: Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    /// The work queue (to add keys from elsewhere).
+    pub fn queue(&self) -> &WorkQueue<Key> {
+        &self.queue
+    }
+
+    /// A handle reading the controller's counts while it runs.
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle(self.stats.clone())
+    }
+
+    /// Runs until a shutdown trigger fires (or forever without one): starts and syncs every
+    /// informer, campaigns if asked, and reconciles each queued key with `reconcile` while
+    /// leading. Returns once everything has stopped, in the stated order.
+    pub async fn run<F, Fut, E>(self, reconcile: F) -> Result<(), ControllerError>
+    where
+        F: Fn(Arc<K>, Context<B>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+        E: fmt::Display + Send + 'static,
+    {
+        let reconcile: Reconcile<K, B> = Arc::new(move |obj, ctx| {
+            let fut = reconcile(obj, ctx);
+            Box::pin(async move { fut.await.map_err(|e| e.to_string()) })
+        });
+        self.run_erased(reconcile).await
+    }
+
+    async fn run_erased(self, reconcile: Reconcile<K, B>) -> Result<(), ControllerError> {
+        // Taken apart: nothing of `self` (its triggers are `Send`, not `Sync`) is held across
+        // an await.
+        let Controller {
+            rt,
+            client,
+            primary,
+            kind: _,
+            queue,
+            mut members,
+            concurrency,
+            election,
+            shutdown: triggers,
+            reconcile_all,
+            grace,
+            ryw_bound,
+            on_delete,
+            recorder,
+            stats,
+            deleted,
+        } = self;
+        // The primary's handler: its own key, and the last state of what is deleted.
+        let keys = {
+            let deleted = deleted.clone();
+            let queue = queue.clone();
+            queue
+                .key_handler::<K>()
+                .on_delete(move |gone: ObjectOrTombstone<K>| {
+                    let obj = gone.object().clone();
+                    let key = Key::from(obj.key_ref());
+                    deleted
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key.clone(), obj);
+                    queue.add(key);
+                })
+        };
+        primary.add_handler(keys)?;
+        members.insert(0, Box::new(primary.clone()));
+        for m in &members {
+            m.start()?;
+        }
+        let shutdown = Arc::new(Event::new());
+        let stopping = Arc::new(AtomicBool::new(false));
+        {
+            // The first trigger stops the controller.
+            let shutdown = shutdown.clone();
+            let stopping = stopping.clone();
+            rt.spawn(Box::pin(async move {
+                if triggers.is_empty() {
+                    std::future::pending::<()>().await;
+                }
+                futures_util::future::select_all(triggers).await;
+                stopping.store(true, Ordering::Release);
+                shutdown.notify(usize::MAX);
+            }))?;
+        }
+        // Sync first (a new leader is warm), unless told to stop meanwhile.
+        for m in &members {
+            let synced = m.wait_for_sync();
+            let stop = wait_set(&stopping, &shutdown);
+            if let Either::Right(_) = select(synced, Box::pin(stop)).await {
+                queue.shut_down();
+                for m in &members {
+                    m.shutdown().await;
+                }
+                return Ok(());
+            }
+        }
+        for t in reconcile_all {
+            let queue = queue.clone();
+            let store = primary.store();
+            rt.spawn(Box::pin(async move {
+                use futures_util::StreamExt;
+                let mut t = t;
+                while t.next().await.is_some() {
+                    for k in store.keys() {
+                        queue.add(k);
+                    }
+                }
+            }))?;
+        }
+        let leadership = match election {
+            Some((ns, name, config)) => {
+                Some(Leadership::spawn(rt.clone(), &client, &ns, &name, config)?)
+            }
+            None => None,
+        };
+        let shared = Arc::new(Shared {
+            rt: rt.clone(),
+            client,
+            primary,
+            members,
+            queue: queue.clone(),
+            leadership: leadership.clone(),
+            reconcile,
+            on_delete,
+            recorder,
+            deleted,
+            written: Mutex::default(),
+            stats,
+            ryw_bound,
+            shutdown: shutdown.clone(),
+            stopping: stopping.clone(),
+            cancel_now: AtomicBool::new(false),
+            running: AtomicUsize::new(0),
+            exited: Event::new(),
+        });
+        for _ in 0..concurrency {
+            shared.running.fetch_add(1, Ordering::AcqRel);
+            rt.spawn(Box::pin(worker(shared.clone())))?;
+        }
+        // Until told to stop.
+        wait_set(&stopping, &shutdown).await;
+        // 1. Workers: no new key; in-flight ones get the grace, then are cancelled.
+        queue.shut_down();
+        let all_out = shared.all_exited();
+        if let Either::Right(_) = select(Box::pin(all_out), rt.sleep(grace)).await {
+            shared.cancel_now.store(true, Ordering::Release);
+            shared.shutdown.notify(usize::MAX);
+            shared.all_exited().await;
+        }
+        // 2. Leadership: release the lease so a standby takes over at once.
+        if let Some(l) = &leadership {
+            l.shutdown().await;
+        }
+        // 3. Informers.
+        for m in &shared.members {
+            m.shutdown().await;
+        }
+        Ok(())
+    }
+}
+
+/// Reads a running controller's counts.
+#[derive(Clone)]
+pub struct StatsHandle(Arc<Counts>);
+
+impl fmt::Debug for StatsHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.get().fmt(f)
+    }
+}
+
+impl StatsHandle {
+    /// The counts now.
+    pub fn get(&self) -> ControllerStats {
+        let c = &self.0;
+        ControllerStats {
+            reconciles: c.reconciles.load(Ordering::Relaxed),
+            errors: c.errors.load(Ordering::Relaxed),
+            cancelled: c.cancelled.load(Ordering::Relaxed),
+            waited_for_writes: c.waited.load(Ordering::Relaxed),
+            write_waits_timed_out: c.wait_timeouts.load(Ordering::Relaxed),
+            fenced_writes: c.fenced.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Why a controller could not run.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ControllerError {
+    /// An informer refused to start (stopped already) or a handler could not be added.
+    Informer(Error),
+    /// A task could not be spawned.
+    Spawn(SpawnError),
+    /// Leader election could not start.
+    LeaderElection(LeaderElectionError),
+}
+
+impl fmt::Display for ControllerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ControllerError::Informer(e) => write!(f, "controller: {e}"),
+            ControllerError::Spawn(e) => write!(f, "controller: {e}"),
+            ControllerError::LeaderElection(e) => write!(f, "controller: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ControllerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ControllerError::Informer(e) => Some(e),
+            ControllerError::Spawn(e) => Some(e),
+            ControllerError::LeaderElection(e) => Some(e),
+        }
+    }
+}
+
+impl From<Error> for ControllerError {
+    fn from(e: Error) -> Self {
+        ControllerError::Informer(e)
+    }
+}
+
+impl From<SpawnError> for ControllerError {
+    fn from(e: SpawnError) -> Self {
+        ControllerError::Spawn(e)
+    }
+}
+
+impl From<LeaderElectionError> for ControllerError {
+    fn from(e: LeaderElectionError) -> Self {
+        ControllerError::LeaderElection(e)
+    }
+}
+
+struct Shared<K, R: Runtime, B: Backend> {
+    rt: R,
+    client: Client<B>,
+    primary: Informer<K, R>,
+    members: Vec<Box<dyn Member>>,
+    queue: WorkQueue<Key>,
+    leadership: Option<Leadership>,
+    reconcile: Reconcile<K, B>,
+    on_delete: Option<Reconcile<K, B>>,
+    recorder: Option<Recorder>,
+    deleted: Arc<Mutex<HashMap<Key, Arc<K>>>>,
+    /// Per key, the resourceVersions its last reconcile wrote, per resource.
+    written: Mutex<HashMap<Key, Vec<(Resource, u64)>>>,
+    stats: Arc<Counts>,
+    ryw_bound: Duration,
+    shutdown: Arc<Event>,
+    stopping: Arc<AtomicBool>,
+    /// The shutdown grace ran out: cancel what is in flight.
+    cancel_now: AtomicBool,
+    running: AtomicUsize,
+    exited: Event,
+}
+
+impl<K, R: Runtime, B: Backend> Shared<K, R, B> {
+    async fn all_exited(&self) {
+        loop {
+            let l = self.exited.listen();
+            if self.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            l.await;
+        }
+    }
+
+    fn leading(&self) -> bool {
+        self.leadership.as_ref().is_none_or(Leadership::is_leader)
+    }
+}
+
+/// Resolves once `flag` is set (checked after each notification of `event`).
+async fn wait_set(flag: &AtomicBool, event: &Event) {
+    loop {
+        let l = event.listen();
+        if flag.load(Ordering::Acquire) {
+            return;
+        }
+        l.await;
+    }
+}
+
+/// The fence and the write record of one reconcile.
+struct Fence<K, R: Runtime, B: Backend> {
+    shared: Arc<Shared<K, R, B>>,
+    key: Key,
+}
+
+impl<K, R, B> WriteHook for Fence<K, R, B>
+where
+    K: Send + Sync + 'static,
+    R: Runtime,
+    B: Backend,
+{
+    fn before_write(&self, resource: &Resource, _namespace: Option<&str>) -> Result<(), String> {
+        if self.shared.leading() {
+            Ok(())
+        } else {
+            self.shared.stats.fenced.fetch_add(1, Ordering::Relaxed);
+            Err(format!(
+                "not the leader: a write to {} for {} refused",
+                resource.plural, self.key
+            ))
+        }
+    }
+
+    fn after_write(&self, resource: &Resource, _namespace: Option<&str>, resource_version: &str) {
+        let Ok(rv) = resource_version.parse::<u64>() else {
+            return;
+        };
+        let mut written = self
+            .shared
+            .written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let entry = written.entry(self.key.clone()).or_default();
+        match entry
+            .iter_mut()
+            .find(|(r, _)| r.group == resource.group && r.plural == resource.plural)
+        {
+            Some((_, at)) => *at = (*at).max(rv),
+            None => entry.push((resource.clone(), rv)),
+        }
+    }
+}
+
+async fn worker<K, R, B>(shared: Arc<Shared<K, R, B>>)
+where
+    K: Object + Send + Sync + 'static,
+    R: Runtime,
+    B: Backend,
+{
+    struct Exit<'a>(&'a AtomicUsize, &'a Event);
+    impl Drop for Exit<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+            self.1.notify(usize::MAX);
+        }
+    }
+    let _exit = Exit(&shared.running, &shared.exited);
+    loop {
+        // Only while leading.
+        if let Some(l) = &shared.leadership {
+            if !l.is_leader() {
+                let stop = wait_set(&shared.stopping, &shared.shutdown);
+                if let Either::Right(_) = select(Box::pin(l.leading()), Box::pin(stop)).await {
+                    return;
+                }
+            }
+        }
+        let key = match take(&shared).await {
+            Taken::Key(k) => k,
+            Taken::Lost => continue,
+            Taken::ShutDown => return,
+        };
+        if !shared.leading() {
+            // Lost between taking the key and starting it: it waits for the next term.
+            shared.queue.add(key.clone());
+            shared.queue.done(&key);
+            continue;
+        }
+        let outcome = run_one(&shared, &key).await;
+        let q = &shared.queue;
+        match outcome {
+            Outcome::Done(Ok(Action::Done)) => q.forget(&key),
+            Outcome::Done(Ok(Action::RequeueAfter(d))) => {
+                q.forget(&key);
+                q.add_after_with_priority(key.clone(), d, crate::Priority::LOW);
+            }
+            Outcome::Done(Err(e)) => {
+                shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(key = %key, error = %e, requeues = q.num_requeues(&key), "reconcile failed; requeued with backoff");
+                q.add_rate_limited(key.clone());
+            }
+            Outcome::Cancelled => {
+                shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(key = %key, "reconcile cancelled (leadership lost or shutting down); queued again");
+                q.add(key.clone());
+            }
+            Outcome::Nothing => q.forget(&key),
+        }
+        shared.stats.reconciles.fetch_add(1, Ordering::Relaxed);
+        q.done(&key);
+    }
+}
+
+/// What a worker waiting for a key got.
+enum Taken {
+    Key(Key),
+    /// Leadership was lost while waiting (the pending `get` took nothing: no key is lost).
+    Lost,
+    /// The queue is shut down.
+    ShutDown,
+}
+
+async fn take<K, R: Runtime, B: Backend>(shared: &Shared<K, R, B>) -> Taken {
+    let get = shared.queue.get(&shared.rt);
+    let got = match &shared.leadership {
+        None => get.await,
+        Some(l) => match select(Box::pin(get), Box::pin(l.lost())).await {
+            Either::Left((k, _)) => k,
+            Either::Right(_) => return Taken::Lost,
+        },
+    };
+    got.map_or(Taken::ShutDown, Taken::Key)
+}
+
+enum Outcome {
+    Done(Result<Action, String>),
+    Cancelled,
+    Nothing,
+}
+
+async fn run_one<K, R, B>(shared: &Arc<Shared<K, R, B>>, key: &Key) -> Outcome
+where
+    K: Object + Send + Sync + 'static,
+    R: Runtime,
+    B: Backend,
+{
+    // Read your writes: the cache first shows what this key's last reconcile wrote.
+    let writes = shared
+        .written
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(key);
+    if let (Some(writes), false) = (writes, shared.ryw_bound.is_zero()) {
+        shared.stats.waited.fetch_add(1, Ordering::Relaxed);
+        for (resource, rv) in writes {
+            let rv = rv.to_string();
+            for m in shared.members.iter().filter(|m| {
+                m.resource()
+                    .is_some_and(|r| r.group == resource.group && r.plural == resource.plural)
+            }) {
+                if let Err(e) = m.wait_for_rv(&rv, shared.ryw_bound).await {
+                    shared.stats.wait_timeouts.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(key = %key, resource_version = %rv, error = %e, "the cache did not show this key's last write in time; reconciling anyway");
+                }
+            }
+        }
+    }
+    let store = shared.primary.store();
+    let (obj, deleted) = match store.get(key.as_str()) {
+        Some(obj) => {
+            // Alive (again): a deletion seen before is superseded.
+            shared
+                .deleted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(key);
+            (obj, false)
+        }
+        None => {
+            let last = shared
+                .deleted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(key);
+            match last {
+                Some(last) => (last, true),
+                None => return Outcome::Nothing,
+            }
+        }
+    };
+    let f = if deleted {
+        match &shared.on_delete {
+            Some(f) => f.clone(),
+            None => return Outcome::Nothing,
+        }
+    } else {
+        shared.reconcile.clone()
+    };
+    let hook: Arc<dyn WriteHook> = Arc::new(Fence {
+        shared: shared.clone(),
+        key: key.clone(),
+    });
+    let ctx = Context {
+        key: key.clone(),
+        attempt: shared.queue.num_requeues(key),
+        deleted,
+        client: shared.client.with_write_hook(hook),
+        recorder: shared.recorder.clone(),
+    };
+    let work = AssertUnwindSafe(f(obj, ctx)).catch_unwind();
+    // Cancelled when leadership is lost, or when the shutdown grace ran out.
+    let cancel = async {
+        let lost = async {
+            match &shared.leadership {
+                Some(l) => l.lost().await,
+                None => std::future::pending().await,
+            }
+        };
+        let late = wait_set(&shared.cancel_now, &shared.shutdown);
+        select(Box::pin(lost), Box::pin(late)).await;
+    };
+    match select(Box::pin(work), Box::pin(cancel)).await {
+        Either::Left((Ok(r), _)) => Outcome::Done(r),
+        Either::Left((Err(p), _)) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".into());
+            Outcome::Done(Err(format!("panicked: {msg}")))
+        }
+        Either::Right(_) => Outcome::Cancelled,
+    }
+}
+
+/// Resolves on the process's first SIGTERM or SIGINT after it is first called.
+fn signal() -> impl Future<Output = ()> + Send + 'static {
+    static FIRED: std::sync::OnceLock<Arc<(AtomicBool, Event)>> = std::sync::OnceLock::new();
+    let state = FIRED
+        .get_or_init(|| {
+            let state = Arc::new((AtomicBool::new(false), Event::new()));
+            let s = state.clone();
+            if let Err(e) = ctrlc::set_handler(move || {
+                s.0.store(true, Ordering::Release);
+                s.1.notify(usize::MAX);
+            }) {
+                tracing::warn!(error = %e, "no signal handler installed: shutdown_on_signal will not fire");
+            }
+            state
+        })
+        .clone();
+    async move { wait_set(&state.0, &state.1).await }
+}
