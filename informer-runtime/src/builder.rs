@@ -132,6 +132,15 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> InformerBuilder<K, R> {
         Self::with_source(rt, Source::Transport(transport), name.into())
     }
 
+    /// Says which resource an informer built on a transport serves
+    /// ([`Informer::resource`](crate::Informer::resource)), so that a
+    /// [`Controller`](crate::Controller) matches its writes to this informer
+    /// (read-your-writes) and its owner kind to the resource's.
+    pub fn serving(mut self, resource: Resource) -> Self {
+        self.resource = Some(resource);
+        self
+    }
+
     fn with_source(rt: R, source: Source<K>, name: String) -> Self {
         InformerBuilder {
             resource_id: name.clone(),

@@ -279,6 +279,9 @@ scenarios!(
     warm_restart_refuses_truncated_and_foreign_snapshots,
     warm_restart_through_the_factory_and_at_the_last_drop,
     events_are_written_counted_and_grouped,
+    a_replica_that_lost_its_lease_writes_nothing_after_the_new_leader_acquired,
+    a_reconcile_reads_its_own_last_write,
+    a_crd_generated_from_rust_types_is_accepted_and_served,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1762,4 +1765,473 @@ async fn events_are_written_counted_and_grouped<E: Env>(c: Client<E::B>) {
         ]
     );
     assert_eq!((recorder.dropped(), recorder.spam()), (0, 0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Controller (issue 40): fencing, read-your-writes, and a CRD from Rust types.
+
+/// A backend whose Lease requests fail while `cut` is set: a replica partitioned from its
+/// election but not from the rest of the API server (the case fencing exists for).
+struct LeasePartition<B> {
+    inner: Client<B>,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<B: Backend> Backend for LeasePartition<B> {
+    fn send(
+        &self,
+        request: http::Request<bytes::Bytes>,
+    ) -> informer_http::transport::BoxFuture<
+        '_,
+        Result<informer_http::backend::HttpResponse, Failure>,
+    > {
+        if self.cut.load(std::sync::atomic::Ordering::SeqCst)
+            && request.uri().path().contains("/leases")
+        {
+            return Box::pin(async {
+                Err(Failure::ConnectionRefused(
+                    "partitioned from the lease".into(),
+                ))
+            });
+        }
+        self.inner.backend().send(request)
+    }
+}
+
+fn annotate(writer: &str) -> informer_http::write::Patch<serde_json::Value> {
+    informer_http::write::Patch::Merge(json!({"metadata": {"annotations": {"writer": writer}}}))
+}
+
+/// Leadership fences work, against the API server: replica A leads and starts a slow
+/// reconcile (it would write after 6 s); A is then cut off from the Lease (and only from it),
+/// stops leading at its renew deadline and its reconcile is cancelled; a write A's reconcile
+/// handed to a task of its own is refused; B acquires once the lease expired and writes.
+/// Checked on the server: every write of A has a resourceVersion below the Lease update that
+/// made B the holder. Without the fence, A's write lands 6 s after its start, after B took over.
+async fn a_replica_that_lost_its_lease_writes_nothing_after_the_new_leader_acquired<E: Env>(
+    c: Client<E::B>,
+) {
+    use informer_runtime::{Action, Controller, LeaderElectionConfig};
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let ns = format!("fence-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    put_cm(&c, &ns, "subject", &[]).await;
+    let election = |who: &str| {
+        let mut e = LeaderElectionConfig::new(who);
+        e.lease_duration = Duration::from_secs(3);
+        e.renew_deadline = Duration::from_secs(2);
+        e.retry_period = Duration::from_millis(500);
+        e
+    };
+    // The Lease's history, to find the resourceVersion at which B became the holder.
+    let leases = Informer::<DynamicObject, E::R>::builder_for(&c, Resource::LEASES)
+        .namespace(ns.clone())
+        .build()
+        .unwrap();
+    let b_acquired: Arc<Mutex<Option<u64>>> = Arc::default();
+    let b2 = b_acquired.clone();
+    leases
+        .add_handler(
+            HandlerFns::new().on_update(move |_, new: Arc<DynamicObject>| {
+                let v = serde_json::to_value(&*new).unwrap();
+                if v["spec"]["holderIdentity"] == "b" {
+                    let mut at = b2.lock().unwrap();
+                    if at.is_none() {
+                        *at = Some(rv(&new));
+                    }
+                }
+            }),
+        )
+        .unwrap();
+    leases.start().unwrap();
+    leases.wait_for_sync(Some(DEADLINE)).await.unwrap();
+
+    let cut = Arc::new(AtomicBool::new(false));
+    let partitioned = Client::new(
+        LeasePartition {
+            inner: c.clone(),
+            cut: cut.clone(),
+        },
+        c.config().clone(),
+    );
+    let a_writes: Arc<Mutex<Vec<Result<u64, String>>>> = Arc::default();
+    let a_started = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = |flag: Arc<AtomicBool>| async move {
+        while !flag.load(SeqCst) {
+            sleep::<E>(Duration::from_millis(20)).await;
+        }
+    };
+    let cms = |client: &Client<_>| {
+        Informer::<DynamicObject, E::R>::builder_for(client, Resource::CONFIGMAPS)
+            .namespace(ns.clone())
+            .build()
+            .unwrap()
+    };
+    let a = Controller::new(&partitioned, cms(&partitioned))
+        .leader_election(&ns, "fence", election("a"))
+        .shutdown_grace(Duration::from_millis(200))
+        .shutdown_on(stopped(stop.clone()));
+    let a_stats = a.stats_handle();
+    let (w, started) = (a_writes.clone(), a_started.clone());
+    let rt = E::R::default();
+    let a_done = {
+        let (tx, rx) = async_channel::bounded(1);
+        let run = a.run(move |o: Arc<DynamicObject>, ctx| {
+            let (w, started) = (w.clone(), started.clone());
+            async move {
+                if o.name() != "subject" {
+                    return Ok::<_, String>(Action::Done);
+                }
+                started.store(true, SeqCst);
+                // A write that escapes the reconcile: the fence, not the cancellation, stops it.
+                let escaped = ctx.client().clone();
+                let ns = o.namespace().unwrap().to_string();
+                let ns2 = ns.clone();
+                let w2 = w.clone();
+                E::R::default()
+                    .spawn(Box::pin(async move {
+                        sleep::<E>(Duration::from_secs(6)).await;
+                        let api = escaped.api::<DynamicObject>(Resource::CONFIGMAPS, Some(&ns2));
+                        let r = api
+                            .patch("subject", &annotate("a-escaped"), &Default::default())
+                            .await;
+                        w2.lock()
+                            .unwrap()
+                            .push(r.map(|o| rv(&o)).map_err(|e| e.to_string()));
+                    }))
+                    .unwrap();
+                sleep::<E>(Duration::from_secs(6)).await;
+                let api = ctx
+                    .client()
+                    .api::<DynamicObject>(Resource::CONFIGMAPS, Some(&ns));
+                let r = api
+                    .patch("subject", &annotate("a"), &Default::default())
+                    .await;
+                w.lock()
+                    .unwrap()
+                    .push(r.map(|o| rv(&o)).map_err(|e| e.to_string()));
+                Ok(Action::Done)
+            }
+        });
+        rt.spawn(Box::pin(async move {
+            let _ = tx.send(run.await.map_err(|e| e.to_string())).await;
+        }))
+        .unwrap();
+        rx
+    };
+    eventually::<E>("A leads and reconciles", DEADLINE, || {
+        a_started.load(SeqCst)
+    })
+    .await;
+    // B, standing by.
+    let b_wrote = Arc::new(AtomicBool::new(false));
+    let b_cms = Informer::<DynamicObject, E::R>::builder_for(&c, Resource::CONFIGMAPS)
+        .namespace(ns.clone())
+        .build()
+        .unwrap();
+    let b = Controller::new(&c, b_cms)
+        .leader_election(&ns, "fence", election("b"))
+        .shutdown_on(stopped(stop.clone()));
+    let bw = b_wrote.clone();
+    let b_done = {
+        let (tx, rx) = async_channel::bounded(1);
+        let run = b.run(move |o: Arc<DynamicObject>, ctx| {
+            let bw = bw.clone();
+            async move {
+                if o.name() == "subject" {
+                    let api = ctx
+                        .client()
+                        .api::<DynamicObject>(Resource::CONFIGMAPS, o.namespace());
+                    api.patch("subject", &annotate("b"), &Default::default())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    bw.store(true, SeqCst);
+                }
+                Ok::<_, String>(Action::Done)
+            }
+        });
+        rt.spawn(Box::pin(async move {
+            let _ = tx.send(run.await.map_err(|e| e.to_string())).await;
+        }))
+        .unwrap();
+        rx
+    };
+    cut.store(true, SeqCst);
+    eventually::<E>("B takes over and writes", DEADLINE, || b_wrote.load(SeqCst)).await;
+    // Past the point where A's writes would have landed.
+    sleep::<E>(Duration::from_secs(7)).await;
+    let acquired = b_acquired.lock().unwrap().expect("the Lease went to b");
+    let writes = a_writes.lock().unwrap().clone();
+    for w in &writes {
+        if let Ok(at) = w {
+            assert!(
+                *at < acquired,
+                "A wrote at {at}, after B acquired at {acquired}: {writes:?}"
+            );
+        }
+    }
+    assert!(
+        writes
+            .iter()
+            .any(|w| matches!(w, Err(e) if e.contains("refused"))),
+        "the escaped write was refused: {writes:?}"
+    );
+    let stats = a_stats.get();
+    assert!(
+        stats.cancelled >= 1,
+        "A's reconcile was cancelled: {stats:?}"
+    );
+    assert!(stats.fenced_writes >= 1, "{stats:?}");
+    stop.store(true, SeqCst);
+    a_done.recv().await.unwrap().unwrap();
+    b_done.recv().await.unwrap().unwrap();
+    leases.shutdown().await;
+}
+
+/// The watch of `inner`, each event of a marked object held back 1.5 s (a slow watch: the
+/// runtime is not blocked meanwhile).
+struct SlowMarks<E: Env> {
+    inner: informer_http::Api<DynamicObject, E::B>,
+    _e: std::marker::PhantomData<fn() -> E>,
+}
+
+impl<E: Env> informer_http::Transport<DynamicObject> for SlowMarks<E> {
+    fn list<'a>(
+        &'a self,
+        request: &'a ListRequest,
+    ) -> informer_http::transport::BoxFuture<
+        'a,
+        Result<informer_core::protocol::ListPage<DynamicObject>, Failure>,
+    > {
+        informer_http::Transport::list(&self.inner, request)
+    }
+
+    fn watch<'a>(
+        &'a self,
+        request: &'a informer_core::protocol::WatchRequest,
+    ) -> informer_http::transport::BoxFuture<
+        'a,
+        Result<
+            informer_http::transport::BoxStream<
+                'static,
+                informer_core::protocol::WatchEvent<DynamicObject>,
+            >,
+            Failure,
+        >,
+    > {
+        Box::pin(async move {
+            let events = informer_http::Transport::watch(&self.inner, request).await?;
+            let slowed = events.then(|ev| async move {
+                use informer_core::protocol::WatchEvent as W;
+                if let W::Added(o) | W::Modified(o) = &ev {
+                    let v = serde_json::to_value(&**o).unwrap();
+                    if v["metadata"]["annotations"]["marked"].is_string() {
+                        E::R::default().sleep(Duration::from_millis(1500)).await;
+                    }
+                }
+                ev
+            });
+            Ok(Box::pin(slowed) as informer_http::transport::BoxStream<'static, _>)
+        })
+    }
+}
+
+/// Read-your-writes: a reconcile that marks its object and asks to run again at once finds
+/// its mark in the cache the next time, though the watch is slowed (a transport holding each
+/// marked event back 1.5 s, blocking nothing): one write. With the wait turned off, the same
+/// controller acts on the stale cache and writes again.
+async fn a_reconcile_reads_its_own_last_write<E: Env>(c: Client<E::B>) {
+    use informer_runtime::{Action, Controller};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+    let ns = format!("ryw-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    for (bound, name) in [
+        (Duration::from_secs(5), "guarded"),
+        (Duration::ZERO, "unguarded"),
+    ] {
+        put_cm(&c, &ns, name, &[]).await;
+        let writes = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let slowed = SlowMarks::<E> {
+            inner: c.api::<DynamicObject>(Resource::CONFIGMAPS, Some(&ns)),
+            _e: std::marker::PhantomData,
+        };
+        let inf = informer_runtime::InformerBuilder::<DynamicObject, E::R>::from_transport(
+            E::R::default(),
+            Arc::new(slowed),
+            "slowed configmaps",
+        )
+        .serving(Resource::CONFIGMAPS)
+        .field_selector(format!("metadata.name={name}"))
+        .build()
+        .unwrap();
+        let flag = stop.clone();
+        let controller = Controller::new(&c, inf)
+            .read_your_writes(bound)
+            .shutdown_on(async move {
+                while !flag.load(SeqCst) {
+                    sleep::<E>(Duration::from_millis(20)).await;
+                }
+            });
+        let stats = controller.stats_handle();
+        let w = writes.clone();
+        let (tx, rx) = async_channel::bounded(1);
+        let run = controller.run(move |o: Arc<DynamicObject>, ctx| {
+            let w = w.clone();
+            async move {
+                let v = serde_json::to_value(&*o).unwrap();
+                if v["metadata"]["annotations"]["marked"].is_string() {
+                    return Ok::<_, String>(Action::Done);
+                }
+                let api = ctx
+                    .client()
+                    .api::<DynamicObject>(Resource::CONFIGMAPS, o.namespace());
+                let n = w.fetch_add(1, SeqCst) + 1;
+                let patch = informer_http::write::Patch::Merge(
+                    json!({"metadata": {"annotations": {"marked": n.to_string()}}}),
+                );
+                api.patch(o.name(), &patch, &Default::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                // Look again at once: the mark must be seen.
+                Ok(Action::RequeueAfter(Duration::ZERO))
+            }
+        });
+        E::R::default()
+            .spawn(Box::pin(async move {
+                let _ = tx.send(run.await.map_err(|e| e.to_string())).await;
+            }))
+            .unwrap();
+        eventually::<E>("marked", DEADLINE, || writes.load(SeqCst) >= 1).await;
+        sleep::<E>(Duration::from_secs(4)).await;
+        stop.store(true, SeqCst);
+        rx.recv().await.unwrap().unwrap();
+        let n = writes.load(SeqCst);
+        if bound.is_zero() {
+            assert!(
+                n >= 2,
+                "without the wait the stale cache is acted on: {n} writes"
+            );
+        } else {
+            assert_eq!(n, 1, "one write: {:?}", stats.get());
+            assert!(stats.get().waited_for_writes >= 1);
+            assert_eq!(stats.get().write_waits_timed_out, 0);
+        }
+    }
+}
+
+/// A CRD generated from Rust types (`informer_http::crd`) is accepted by the API server,
+/// becomes Established, and serves objects whose spec and status round-trip, status through
+/// its subresource.
+async fn a_crd_generated_from_rust_types_is_accepted_and_served<E: Env>(c: Client<E::B>) {
+    use informer_http::crd::Crd;
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    #[serde(rename_all = "camelCase")]
+    struct WidgetSpec {
+        /// What to say.
+        message: String,
+        replicas: u32,
+        labels: BTreeMap<String, String>,
+        note: Option<String>,
+    }
+    #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    #[serde(rename_all = "camelCase")]
+    struct WidgetStatus {
+        phase: Option<String>,
+        observed_generation: Option<i64>,
+    }
+    let kind = format!("Widget{}", E::NAME.to_uppercase());
+    let plural = format!("widgets{}", E::NAME);
+    let res = Resource::new("example.com", "v1", kind, plural.clone(), true);
+    let crd = Crd::new(&res)
+        .spec::<WidgetSpec>()
+        .status::<WidgetStatus>()
+        .to_json()
+        .unwrap();
+    let crds = c.api::<DynamicObject>(
+        Resource::new(
+            "apiextensions.k8s.io",
+            "v1",
+            "CustomResourceDefinition",
+            "customresourcedefinitions",
+            false,
+        ),
+        None,
+    );
+    let obj: DynamicObject = serde_json::from_value(crd).unwrap();
+    match crds.create(&obj, &Default::default()).await {
+        Ok(_) => {}
+        Err(e) if e.is_conflict() => {}
+        Err(e) => panic!("the API server refused the generated CRD: {e}"),
+    }
+    let name = format!("{plural}.example.com");
+    let t0 = Instant::now();
+    loop {
+        let got = crds.get(&name).await.unwrap();
+        let v = serde_json::to_value(&got).unwrap();
+        let established = v["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        });
+        if established {
+            break;
+        }
+        assert!(t0.elapsed() < DEADLINE, "not established: {v}");
+        sleep::<E>(Duration::from_millis(100)).await;
+    }
+    let ns = format!("crd-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    let widgets = c.api::<DynamicObject>(res.clone(), Some(&ns));
+    let w: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": res.kind,
+        "metadata": {"name": "w1", "namespace": ns},
+        "spec": {"message": "hi", "replicas": 3, "labels": {"a": "b"}},
+        "status": {"phase": "ignored on create"}
+    }))
+    .unwrap();
+    // A fresh API group may take a moment to be served.
+    let t0 = Instant::now();
+    let created = loop {
+        match widgets.create(&w, &Default::default()).await {
+            Ok(o) => break o,
+            Err(e) if e.is_conflict() => break widgets.get("w1").await.unwrap(),
+            Err(e) if t0.elapsed() < DEADLINE && e.is_not_found() => {
+                sleep::<E>(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let v = serde_json::to_value(&created).unwrap();
+    assert_eq!(v["spec"]["replicas"], 3);
+    assert!(
+        v.get("status").is_none(),
+        "status only through its subresource: {v}"
+    );
+    let patched = widgets
+        .patch_status(
+            "w1",
+            &informer_http::write::Patch::Merge(
+                json!({"status": {"phase": "Ready", "observedGeneration": 1}}),
+            ),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+    let v = serde_json::to_value(&patched).unwrap();
+    assert_eq!(v["status"]["phase"], "Ready");
+    // A field the schema does not know is pruned by the server.
+    let pruned = widgets
+        .patch(
+            "w1",
+            &informer_http::write::Patch::Merge(json!({"spec": {"unknown": 1}})),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        serde_json::to_value(&pruned).unwrap()["spec"]
+            .get("unknown")
+            .is_none()
+    );
 }
