@@ -1963,13 +1963,11 @@ async fn a_replica_that_lost_its_lease_writes_nothing_after_the_new_leader_acqui
     sleep::<E>(Duration::from_secs(7)).await;
     let acquired = b_acquired.lock().unwrap().expect("the Lease went to b");
     let writes = a_writes.lock().unwrap().clone();
-    for w in &writes {
-        if let Ok(at) = w {
-            assert!(
-                *at < acquired,
-                "A wrote at {at}, after B acquired at {acquired}: {writes:?}"
-            );
-        }
+    for at in writes.iter().flatten() {
+        assert!(
+            *at < acquired,
+            "A wrote at {at}, after B acquired at {acquired}: {writes:?}"
+        );
     }
     assert!(
         writes
