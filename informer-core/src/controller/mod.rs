@@ -1,6 +1,6 @@
 //! The sans-IO state machines a controller runs beside its informers: the rate-limited
 //! [work queue](workqueue) (client-go `workqueue`) and [leader election](leaderelection)
-//! (client-go `leaderelection` over a Lease), and the [finalizer](finalizer) decisions.
+//! (client-go `leaderelection` over a Lease), and the [finalizer] decisions.
 
 pub mod events;
 pub mod finalizer;
