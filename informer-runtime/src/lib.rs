@@ -16,7 +16,8 @@
 //! - Controllers: a [`WorkQueue`] (client-go `util/workqueue` rules) fed by handlers
 //!   ([`WorkQueue::handler`], [`owner_keys`]), [`Workers`] reconciling its keys (async or
 //!   blocking; done, requeue after, or an error requeued with backoff; draining shutdown),
-//!   [`Leadership`] on a Lease, and the writes of [`informer_http::write`].
+//!   [`Leadership`] on a Lease, [`finalizer`] (add the finalizer, clean up on deletion, remove
+//!   it), and the writes of [`informer_http::write`].
 //!
 //! # Contracts
 //!
@@ -86,6 +87,7 @@ mod builder;
 mod consistency;
 mod controller;
 mod factory;
+mod finalizer;
 mod leader;
 mod reconciler;
 mod snapshot;
@@ -107,6 +109,9 @@ pub use driver::{WatchError, WatchErrorHook};
 pub use error::Error;
 pub use events::{EventType, Recorder, Reporter};
 pub use factory::{InformerOptions, SharedInformerFactory};
+pub use finalizer::{
+    FinalizerError, FinalizerEvent, FinalizerNameError, FinalizerPatch, finalizer,
+};
 pub use handler::{EventHandler, HandlerFns, HandlerRegistration};
 pub use informer::Informer;
 pub use informer_core::controller::leaderelection::LeaderElectionConfig;
@@ -176,6 +181,9 @@ macro_rules! runtime_crate_api {
         pub use $crate::{
             Action, EventType, LeaderElectionConfig, LeaderElectionError, Leadership,
             OwnerReference, Recorder, Reporter, WorkQueue, events, owner_keys, owner_references,
+        };
+        pub use $crate::{
+            FinalizerError, FinalizerEvent, FinalizerNameError, FinalizerPatch, finalizer,
         };
         pub use $crate::{MetadataError, OwnerReferenceRef, Priority, Timestamp, controller_of};
         #[doc = concat!("Reconcile workers on ", $name, ".")]

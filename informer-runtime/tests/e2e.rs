@@ -282,6 +282,8 @@ scenarios!(
     a_replica_that_lost_its_lease_writes_nothing_after_the_new_leader_acquired,
     a_reconcile_reads_its_own_last_write,
     a_crd_generated_from_rust_types_is_accepted_and_served,
+    finalizer_adds_cleans_up_removes_and_never_clobbers,
+    finalizer_under_workers_retries_a_failed_cleanup_until_the_object_is_gone,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -2232,4 +2234,329 @@ async fn a_crd_generated_from_rust_types_is_accepted_and_served<E: Env>(c: Clien
             .get("unknown")
             .is_none()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finalizers.
+
+const FINALIZER: &str = "informer-rs.io/cleanup";
+const OTHER: &str = "other.example.com/keep";
+
+/// One call of `finalizer` whose reconcile answers `outcome`: its result and the events the
+/// reconcile was called with.
+async fn finalize<B: Backend>(
+    api: &informer_http::Api<DynamicObject, B>,
+    obj: &DynamicObject,
+    outcome: Result<informer_runtime::Action, &str>,
+) -> (
+    Result<informer_runtime::Action, informer_runtime::FinalizerError<String>>,
+    Vec<(&'static str, Arc<DynamicObject>)>,
+) {
+    use informer_runtime::FinalizerEvent;
+    let mut seen = Vec::new();
+    let result = informer_runtime::finalizer(api, FINALIZER, Arc::new(obj.clone()), |event| {
+        seen.push(match event {
+            FinalizerEvent::Apply(o) => ("apply", o),
+            FinalizerEvent::Cleanup(o) => ("cleanup", o),
+        });
+        async move { outcome.map_err(str::to_string) }
+    })
+    .await;
+    (result, seen)
+}
+
+fn finalizers_of(o: &DynamicObject) -> Vec<String> {
+    o.finalizers()
+        .unwrap()
+        .iter()
+        .map(|f| f.to_string())
+        .collect()
+}
+
+/// Another controller's JSON patch of the finalizers.
+async fn patch_finalizers<B: Backend>(
+    api: &informer_http::Api<DynamicObject, B>,
+    name: &str,
+    ops: serde_json::Value,
+) -> DynamicObject {
+    use informer_http::write::{Patch, PatchParams};
+    api.patch(name, &Patch::Json(&ops), &PatchParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("patch {name} with {ops}: {e}"))
+}
+
+/// `finalizer` against the API server, step by step: it adds the finalizer and applies on the
+/// object the server returned (through an all-namespaces Api: the object's namespace is used);
+/// an invalid name is a typed error before any write; once the ConfigMap is deleted (it stays,
+/// with a deletionTimestamp) a failing cleanup keeps the finalizer, a cleanup asking to come
+/// back keeps it too, a successful one removes ours and leaves another controller's; the
+/// object goes once the last finalizer does. A concurrent change between the read and the
+/// patch (to an empty list, to a non-empty list, and moving ours before the removal) is
+/// `FinalizerError::Conflict`, and the other writer's finalizers are all still there.
+async fn finalizer_adds_cleans_up_removes_and_never_clobbers<E: Env>(c: Client<E::B>) {
+    use informer_runtime::{Action, FinalizerError, FinalizerPatch};
+    use serde_json::json;
+    let ns = format!("finalizer-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    let api = c.api::<DynamicObject>(Resource::CONFIGMAPS, Some(&ns));
+    let all_namespaces = c.api::<DynamicObject>(Resource::CONFIGMAPS, None);
+
+    // Added before the first apply; apply sees the object with it.
+    put_cm(&c, &ns, "guarded", &[]).await;
+    let cm = api.get("guarded").await.unwrap();
+    let invalid = informer_runtime::finalizer(&api, "cleanup", Arc::new(cm.clone()), |_| async {
+        Ok::<_, String>(Action::Done)
+    })
+    .await;
+    assert!(
+        matches!(invalid, Err(FinalizerError::InvalidName(_))),
+        "{invalid:?}"
+    );
+    let (r, seen) = finalize(&all_namespaces, &cm, Ok(Action::Done)).await;
+    assert_eq!(r.unwrap(), Action::Done);
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].0, "apply");
+    assert_eq!(finalizers_of(&seen[0].1), [FINALIZER]);
+    let cm = api.get("guarded").await.unwrap();
+    assert_eq!(finalizers_of(&cm), [FINALIZER]);
+    // Already there: apply only, no write.
+    let (r, seen) = finalize(&api, &cm, Ok(Action::RequeueAfter(Duration::from_secs(5)))).await;
+    assert_eq!(r.unwrap(), Action::RequeueAfter(Duration::from_secs(5)));
+    assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), ["apply"]);
+    assert_eq!(
+        api.get("guarded").await.unwrap().resource_version(),
+        cm.resource_version()
+    );
+
+    // Another controller's finalizer joins; the ConfigMap is deleted and stays.
+    patch_finalizers(
+        &api,
+        "guarded",
+        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": OTHER}]),
+    )
+    .await;
+    let pending = api
+        .delete("guarded", &Default::default())
+        .await
+        .unwrap()
+        .expect("held by finalizers");
+    assert!(pending.deletion_timestamp().unwrap().is_some());
+    assert_eq!(finalizers_of(&pending), [FINALIZER, OTHER]);
+
+    // A failing cleanup keeps our finalizer; one not finished yet too.
+    let (r, seen) = finalize(&api, &pending, Err("cloud API down")).await;
+    assert!(
+        matches!(&r, Err(FinalizerError::Cleanup(e)) if e == "cloud API down"),
+        "{r:?}"
+    );
+    assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), ["cleanup"]);
+    let (r, _) = finalize(
+        &api,
+        &pending,
+        Ok(Action::RequeueAfter(Duration::from_secs(1))),
+    )
+    .await;
+    assert_eq!(r.unwrap(), Action::RequeueAfter(Duration::from_secs(1)));
+    let still = api.get("guarded").await.unwrap();
+    assert_eq!(finalizers_of(&still), [FINALIZER, OTHER]);
+    // The retry succeeds: ours goes, the other controller's stays, and so does the object.
+    let (r, seen) = finalize(&api, &still, Ok(Action::Done)).await;
+    assert_eq!(r.unwrap(), Action::Done);
+    assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), ["cleanup"]);
+    let after = api.get("guarded").await.unwrap();
+    assert_eq!(finalizers_of(&after), [OTHER]);
+    // Ours gone: nothing to do, the reconcile is not called.
+    let (r, seen) = finalize(&api, &after, Ok(Action::Done)).await;
+    assert_eq!(r.unwrap(), Action::Done);
+    assert!(seen.is_empty());
+    // The other controller lets go; the object is gone.
+    patch_finalizers(
+        &api,
+        "guarded",
+        json!([{"op": "remove", "path": "/metadata/finalizers/0"}]),
+    )
+    .await;
+    assert!(api.get_opt("guarded").await.unwrap().is_none());
+
+    // Races. Adding to an empty list, read before another controller added its own.
+    put_cm(&c, &ns, "raced", &[]).await;
+    let stale = api.get("raced").await.unwrap();
+    patch_finalizers(
+        &api,
+        "raced",
+        json!([{"op": "add", "path": "/metadata/finalizers", "value": [OTHER]}]),
+    )
+    .await;
+    let (r, seen) = finalize(&api, &stale, Ok(Action::Done)).await;
+    assert!(
+        matches!(
+            &r,
+            Err(FinalizerError::Conflict {
+                patch: FinalizerPatch::Add,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    assert!(r.as_ref().unwrap_err().is_conflict());
+    assert!(seen.is_empty(), "no apply after a refused add");
+    assert_eq!(finalizers_of(&api.get("raced").await.unwrap()), [OTHER]);
+    // Adding to a non-empty list that changed.
+    let stale = api.get("raced").await.unwrap();
+    patch_finalizers(
+        &api,
+        "raced",
+        json!([{"op": "add", "path": "/metadata/finalizers/-", "value": "third.example.com/x"}]),
+    )
+    .await;
+    let (r, _) = finalize(&api, &stale, Ok(Action::Done)).await;
+    assert!(r.as_ref().is_err_and(|e| e.is_conflict()), "{r:?}");
+    let fresh = api.get("raced").await.unwrap();
+    assert_eq!(finalizers_of(&fresh), [OTHER, "third.example.com/x"]);
+    let (r, _) = finalize(&api, &fresh, Ok(Action::Done)).await;
+    assert_eq!(r.unwrap(), Action::Done);
+    assert_eq!(
+        finalizers_of(&api.get("raced").await.unwrap()),
+        [OTHER, "third.example.com/x", FINALIZER]
+    );
+    // Removing after ours moved (another finalizer before it went): refused, nothing lost.
+    let stale = api
+        .delete("raced", &Default::default())
+        .await
+        .unwrap()
+        .expect("held by finalizers");
+    patch_finalizers(
+        &api,
+        "raced",
+        json!([{"op": "remove", "path": "/metadata/finalizers/0"}]),
+    )
+    .await;
+    let (r, seen) = finalize(&api, &stale, Ok(Action::Done)).await;
+    assert!(
+        matches!(
+            &r,
+            Err(FinalizerError::Conflict {
+                patch: FinalizerPatch::Remove,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), ["cleanup"]);
+    let fresh = api.get("raced").await.unwrap();
+    assert_eq!(finalizers_of(&fresh), ["third.example.com/x", FINALIZER]);
+    // The retry (cleanup again: it must be idempotent) removes ours only.
+    let (r, _) = finalize(&api, &fresh, Ok(Action::Done)).await;
+    assert_eq!(r.unwrap(), Action::Done);
+    assert_eq!(
+        finalizers_of(&api.get("raced").await.unwrap()),
+        ["third.example.com/x"]
+    );
+    patch_finalizers(
+        &api,
+        "raced",
+        json!([{"op": "remove", "path": "/metadata/finalizers/0"}]),
+    )
+    .await;
+    assert!(api.get_opt("raced").await.unwrap().is_none());
+
+    // Adding to an object that started being deleted after the read (its finalizers
+    // unchanged): refused, no apply.
+    put_cm(&c, &ns, "doomed", &[]).await;
+    patch_finalizers(
+        &api,
+        "doomed",
+        json!([{"op": "add", "path": "/metadata/finalizers", "value": [OTHER]}]),
+    )
+    .await;
+    let stale = api.get("doomed").await.unwrap();
+    api.delete("doomed", &Default::default()).await.unwrap();
+    let (r, seen) = finalize(&api, &stale, Ok(Action::Done)).await;
+    assert!(r.as_ref().is_err_and(|e| e.is_conflict()), "{r:?}");
+    assert!(seen.is_empty(), "no apply after a refused add");
+    let fresh = api.get("doomed").await.unwrap();
+    assert_eq!(finalizers_of(&fresh), [OTHER]);
+    // The retry on the current object: ours was never added, nothing to do.
+    let (r, seen) = finalize(&api, &fresh, Ok(Action::Done)).await;
+    assert_eq!(r.unwrap(), Action::Done);
+    assert!(seen.is_empty());
+    patch_finalizers(
+        &api,
+        "doomed",
+        json!([{"op": "remove", "path": "/metadata/finalizers/0"}]),
+    )
+    .await;
+    assert!(api.get_opt("doomed").await.unwrap().is_none());
+}
+
+/// `finalizer` as a controller runs it: an informer queues keys, `Workers` reconcile from the
+/// store. A created ConfigMap gets the finalizer and is applied; once deleted, the first
+/// cleanup fails (the finalizer stays, the key is requeued with backoff), the retry succeeds,
+/// and the ConfigMap is gone.
+async fn finalizer_under_workers_retries_a_failed_cleanup_until_the_object_is_gone<E: Env>(
+    c: Client<E::B>,
+) {
+    use informer_runtime::{Action, FinalizerEvent, Key, WorkQueue, Workers};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let ns = format!("finalizer-workers-{}", E::NAME);
+    ensure_namespace(&c, &ns).await;
+    let api = c.api::<DynamicObject>(Resource::CONFIGMAPS, Some(&ns));
+    let informer = builder::<E>(&c, Resource::CONFIGMAPS, &ns).build().unwrap();
+    let queue = WorkQueue::<Key>::new();
+    informer.add_handler(queue.key_handler()).unwrap();
+    informer.start().unwrap();
+    informer.wait_for_sync(Some(DEADLINE)).await.unwrap();
+
+    let applies = Arc::new(AtomicUsize::new(0));
+    let cleanups = Arc::new(AtomicUsize::new(0));
+    let store = informer.store();
+    let workers = {
+        let (applies, cleanups, api) = (applies.clone(), cleanups.clone(), api.clone());
+        Workers::<Key, E::R>::spawn(E::R::default(), &queue, 2, move |key: Key| {
+            let (applies, cleanups, api) = (applies.clone(), cleanups.clone(), api.clone());
+            let obj = store.get(key.as_str());
+            async move {
+                let Some(obj) = obj else {
+                    return Ok(Action::Done);
+                };
+                informer_runtime::finalizer(&api, FINALIZER, obj, |event| async move {
+                    match event {
+                        FinalizerEvent::Apply(_) => {
+                            applies.fetch_add(1, Ordering::SeqCst);
+                            Ok(Action::Done)
+                        }
+                        FinalizerEvent::Cleanup(_) => {
+                            if cleanups.fetch_add(1, Ordering::SeqCst) == 0 {
+                                Err("first cleanup fails".to_string())
+                            } else {
+                                Ok(Action::Done)
+                            }
+                        }
+                    }
+                })
+                .await
+            }
+        })
+        .unwrap()
+    };
+
+    put_cm(&c, &ns, "owned", &[]).await;
+    let t0 = Instant::now();
+    loop {
+        let cm = api.get("owned").await.unwrap();
+        if finalizers_of(&cm) == [FINALIZER] && applies.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        assert!(t0.elapsed() < DEADLINE, "finalizer never added: {cm:?}");
+        sleep::<E>(Duration::from_millis(20)).await;
+    }
+    api.delete("owned", &Default::default()).await.unwrap();
+    let t0 = Instant::now();
+    while api.get_opt("owned").await.unwrap().is_some() {
+        assert!(t0.elapsed() < DEADLINE, "the ConfigMap was never released");
+        sleep::<E>(Duration::from_millis(20)).await;
+    }
+    assert_eq!(cleanups.load(Ordering::SeqCst), 2, "one failure, one retry");
+    workers.shutdown().await;
+    informer.shutdown().await;
 }

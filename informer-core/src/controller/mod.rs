@@ -1,7 +1,8 @@
 //! The sans-IO state machines a controller runs beside its informers: the rate-limited
 //! [work queue](workqueue) (client-go `workqueue`) and [leader election](leaderelection)
-//! (client-go `leaderelection` over a Lease).
+//! (client-go `leaderelection` over a Lease), and the [finalizer] decisions.
 
 pub mod events;
+pub mod finalizer;
 pub mod leaderelection;
 pub mod workqueue;
