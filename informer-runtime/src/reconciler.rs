@@ -51,7 +51,7 @@ use informer_http::{Backend, Client, Resource, WriteHook};
 
 use crate::controller::{Action, WorkQueue};
 use crate::error::Error;
-use crate::events::Recorder;
+use crate::events::{Recorder, Reporter};
 use crate::informer::Informer;
 use crate::leader::{LeaderElectionError, Leadership};
 use crate::runtime::{BoxFuture, Runtime, SpawnError};
@@ -182,6 +182,7 @@ pub struct Controller<K, R: Runtime, B: Backend> {
     ryw_bound: Duration,
     on_delete: Option<Reconcile<K, B>>,
     recorder: Option<Recorder>,
+    reporter: Option<Reporter>,
     stats: Arc<Counts>,
     deleted: Arc<Mutex<HashMap<Key, Arc<K>>>>,
 }
@@ -217,6 +218,7 @@ where
             ryw_bound: Duration::from_secs(5),
             on_delete: None,
             recorder: None,
+            reporter: None,
             stats: Arc::default(),
             deleted,
         }
@@ -328,7 +330,16 @@ where
         self
     }
 
-    /// Hands reconciles `recorder` through [`Context::recorder`].
+    /// Records events as `reporter` (an [`events::Recorder`](crate::events::Recorder) on
+    /// the controller's runtime and client), handed to reconciles through
+    /// [`Context::recorder`].
+    pub fn events(mut self, reporter: Reporter) -> Self {
+        self.reporter = Some(reporter);
+        self
+    }
+
+    /// Hands reconciles this `recorder` (shared with other code) through
+    /// [`Context::recorder`].
     pub fn recorder(mut self, recorder: Recorder) -> Self {
         self.recorder = Some(recorder);
         self
@@ -377,10 +388,14 @@ where
             grace,
             ryw_bound,
             on_delete,
-            recorder,
+            mut recorder,
+            reporter,
             stats,
             deleted,
         } = self;
+        if let (None, Some(reporter)) = (&recorder, reporter) {
+            recorder = Some(Recorder::new(&rt, client.clone(), reporter)?);
+        }
         // The primary's handler: its own key, and the last state of what is deleted.
         let keys = {
             let deleted = deleted.clone();

@@ -28,6 +28,15 @@ mod copier_tokio;
 #[path = "../../informer-smol/examples/configmap_copier.rs"]
 mod copier_smol;
 
+// The Greeting operator (a CRD from Rust types on the `Controller`), likewise.
+#[allow(dead_code, unused_imports, clippy::duplicate_mod)]
+#[path = "../../informer-tokio/examples/greeter.rs"]
+mod greeter_tokio;
+
+#[allow(dead_code, unused_imports, clippy::duplicate_mod)]
+#[path = "../../informer-smol/examples/greeter.rs"]
+mod greeter_smol;
+
 const DEADLINE: Duration = Duration::from_secs(60);
 
 struct Shared {
@@ -340,7 +349,7 @@ async fn poll<F: Future<Output = bool>>(
 }
 
 macro_rules! scenarios {
-    ($name:ident, $rt:ident, $copier:ident, $block_on:expr) => {
+    ($name:ident, $rt:ident, $copier:ident, $greeter:ident, $block_on:expr) => {
         mod $name {
             use super::*;
             use $copier::copier::{COPIED_TO, Copier, Options, TARGET_LABEL, SOURCE_LABEL};
@@ -570,6 +579,162 @@ macro_rules! scenarios {
                     namespace(&c, &n3, &[(TARGET_LABEL, "false")]).await;
                 });
             }
+
+            /// The Greeting operator (`examples/greeter.rs`) end to end: its CRD from the Rust
+            /// types; create, scale up and down, change, delete (the finalizer deletes the
+            /// ConfigMaps); two replicas, of which only the leader writes (every event names
+            /// it); the leader stopped mid-way and the standby carrying on; kube-apiserver
+            /// restarted over a compaction.
+            #[test]
+            fn greeter_operator_converges_and_only_the_leader_writes() {
+                use $greeter::greeter::{self as greeter, Greeting};
+                use rt::HasResource;
+                run(|c| async move {
+                    let ns = format!("greet-{}", stringify!($name));
+                    namespace(&c, &ns, &[]).await;
+                    let crds = c.api::<DynamicObject>(
+                        Resource::new("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false),
+                        None,
+                    );
+                    match crds.create(&dynamic(greeter::crd()), &PostParams::default()).await {
+                        Ok(_) => {}
+                        Err(e) if e.is_conflict() => {}
+                        Err(e) => panic!("CRD refused: {e}"),
+                    }
+                    let greetings = c.api::<DynamicObject>(Greeting::resource(), Some(&ns));
+                    poll("the CRD is served", DEADLINE, sleeper, || async {
+                        greetings.list_page(&Default::default()).await.is_ok()
+                    }).await;
+                    let cms = c.api::<DynamicObject>(Resource::CONFIGMAPS, Some(&ns));
+                    let children = || async {
+                        let page = cms
+                            .list_page(&informer_core::protocol::ListRequest {
+                                selectors: informer_core::protocol::Selectors {
+                                    label: Some("greeting=g1".into()),
+                                    field: None,
+                                },
+                                ..Default::default()
+                            })
+                            .await
+                            .unwrap();
+                        let mut v: Vec<(String, String)> = page
+                            .items
+                            .iter()
+                            .map(|o| {
+                                let data = o.field::<serde_json::Value>("data").unwrap().unwrap();
+                                (o.name().to_string(), data["message"].as_str().unwrap_or("").to_string())
+                            })
+                            .collect();
+                        v.sort();
+                        v
+                    };
+                    let status = || async {
+                        greetings.get_opt("g1").await.unwrap().map(|g| {
+                            let v = serde_json::to_value(&g).unwrap();
+                            (v["metadata"]["generation"].as_i64().unwrap_or(0), v["status"].clone(), v["metadata"]["finalizers"].clone())
+                        })
+                    };
+                    let start = |id: &'static str| {
+                        let (tx, rx) = async_channel::bounded::<()>(1);
+                        let c = c.clone();
+                        let ns = ns.clone();
+                        let (done_tx, done_rx) = async_channel::bounded::<String>(1);
+                        rt::spawn(async move {
+                            let r = greeter::run(c, &ns, id, async move { let _ = rx.recv().await; })
+                                .await
+                                .map_err(|e| e.to_string());
+                            let _ = done_tx.send(format!("{r:?}")).await;
+                        }).unwrap();
+                        (tx, done_rx)
+                    };
+                    let holder = || async {
+                        c.api::<DynamicObject>(Resource::LEASES, Some(&ns))
+                            .get_opt("greeter")
+                            .await
+                            .unwrap()
+                            .and_then(|l| serde_json::to_value(&l).unwrap()["spec"]["holderIdentity"].as_str().map(str::to_string))
+                    };
+                    let (stop_a, a_done) = start("greeter-a");
+                    poll("a leads", DEADLINE, sleeper, || async { holder().await.as_deref() == Some("greeter-a") }).await;
+                    let (stop_b, b_done) = start("greeter-b");
+
+                    // Create.
+                    let g1 = dynamic(json!({"apiVersion": "example.com/v1", "kind": "Greeting",
+                        "metadata": {"name": "g1", "namespace": ns},
+                        "spec": {"message": "hello", "replicas": 2}}));
+                    greetings.create(&g1, &PostParams::default()).await.unwrap();
+                    let two = |m: &str| vec![("g1-0".to_string(), m.to_string()), ("g1-1".to_string(), m.to_string())];
+                    poll("two ConfigMaps", DEADLINE, sleeper, || async { children().await == two("hello") }).await;
+                    poll("status and finalizer", DEADLINE, sleeper, || async {
+                        status().await.is_some_and(|(generation, s, f)| {
+                            s["phase"] == "Ready" && s["observedGeneration"] == generation && s["configMaps"] == 2
+                                && f == json!(["example.com/cleanup"])
+                        })
+                    }).await;
+                    // Scale up, then down, then change the message.
+                    let spec = |s: serde_json::Value| Patch::Merge(json!({"spec": s}));
+                    greetings.patch("g1", &spec(json!({"replicas": 4})), &PatchParams::default()).await.unwrap();
+                    poll("four", DEADLINE, sleeper, || async { children().await.len() == 4 }).await;
+                    greetings.patch("g1", &spec(json!({"replicas": 1})), &PatchParams::default()).await.unwrap();
+                    poll("one", DEADLINE, sleeper, || async {
+                        children().await == [("g1-0".to_string(), "hello".to_string())]
+                    }).await;
+                    greetings.patch("g1", &spec(json!({"message": "bye"}))
+                        , &PatchParams::default()).await.unwrap();
+                    poll("changed", DEADLINE, sleeper, || async {
+                        children().await == [("g1-0".to_string(), "bye".to_string())]
+                    }).await;
+                    poll("status follows", DEADLINE, sleeper, || async {
+                        status().await.is_some_and(|(generation, s, _)| s["observedGeneration"] == generation && s["configMaps"] == 1)
+                    }).await;
+
+                    // kube-apiserver restarted over a compaction: watches come back to a 410.
+                    {
+                        let mut tc = shared().cluster.lock().unwrap();
+                        tc.stop_apiserver().expect("stop apiserver");
+                        tc.compact().expect("compact");
+                        tc.start_apiserver().expect("start apiserver");
+                    }
+                    greetings.patch("g1", &spec(json!({"replicas": 2})), &PatchParams::default()).await.unwrap();
+                    poll("two after the restart", DEADLINE, sleeper, || async { children().await == two("bye") }).await;
+
+                    // The leader stops; the standby (the lease released at once) carries on.
+                    poll("someone leads", DEADLINE, sleeper, || async { holder().await.is_some_and(|h| !h.is_empty()) }).await;
+                    let first = holder().await.unwrap();
+                    let (stop_first, first_done, second) = if first == "greeter-a" {
+                        (&stop_a, &a_done, "greeter-b")
+                    } else {
+                        (&stop_b, &b_done, "greeter-a")
+                    };
+                    stop_first.send(()).await.unwrap();
+                    assert_eq!(first_done.recv().await.unwrap(), "Ok(())");
+                    poll("the standby leads", DEADLINE, sleeper, || async { holder().await.as_deref() == Some(second) }).await;
+                    greetings.patch("g1", &spec(json!({"replicas": 3})), &PatchParams::default()).await.unwrap();
+                    poll("three", DEADLINE, sleeper, || async { children().await.len() == 3 }).await;
+
+                    // Delete: the finalizer takes the ConfigMaps first.
+                    greetings.delete("g1", &DeleteParams::default()).await.unwrap();
+                    poll("gone with its ConfigMaps", DEADLINE, sleeper, || async {
+                        status().await.is_none() && children().await.is_empty()
+                    }).await;
+
+                    // Only the leader wrote: every event names the replica leading then.
+                    let events = c.api::<DynamicObject>(Resource::EVENTS, Some(&ns)).list_page(&Default::default()).await.unwrap();
+                    let mut by: Vec<String> = events
+                        .items
+                        .iter()
+                        .map(|e| serde_json::to_value(&**e).unwrap())
+                        .filter(|v| v["reason"] == "Reconciled")
+                        .map(|v| v["reportingInstance"].as_str().unwrap_or("").to_string())
+                        .collect();
+                    by.dedup();
+                    assert!(!by.is_empty());
+                    assert_eq!(by.last().map(String::as_str), Some(second), "{by:?}");
+                    let (stop_second, second_done) = if second == "greeter-b" { (&stop_b, &b_done) } else { (&stop_a, &a_done) };
+                    stop_second.send(()).await.unwrap();
+                    assert_eq!(second_done.recv().await.unwrap(), "Ok(())");
+                });
+            }
         }
     };
 }
@@ -583,5 +748,5 @@ fn tokio_block_on<F: Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
-scenarios!(tokio, informer_tokio, copier_tokio, tokio_block_on);
-scenarios!(smol, informer_smol, copier_smol, ::smol::block_on);
+scenarios!(tokio, informer_tokio, copier_tokio, greeter_tokio, tokio_block_on);
+scenarios!(smol, informer_smol, copier_smol, greeter_smol, ::smol::block_on);
