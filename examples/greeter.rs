@@ -69,7 +69,10 @@ impl HasResource for Greeting {
 /// The CRD, from the types above.
 pub fn crd() -> serde_json::Value {
     let crd = Crd::new(&Greeting::resource()).spec::<GreetingSpec>();
-    crd.status::<GreetingStatus>().short_names(["gr"]).to_json().expect("structural")
+    crd.status::<GreetingStatus>()
+        .short_names(["gr"])
+        .to_json()
+        .expect("structural")
 }
 
 const FINALIZER: &str = "example.com/cleanup";
@@ -91,7 +94,10 @@ pub async fn run(
         .label_index("greeting")
         .build()?;
     let store = children.store();
-    let reporter = Reporter { controller: MANAGER.into(), instance: identity.into() };
+    let reporter = Reporter {
+        controller: MANAGER.into(),
+        instance: identity.into(),
+    };
     Controller::new(&client, greetings)
         .owns(children)
         .concurrency(4)
@@ -121,9 +127,17 @@ fn child_name(g: &Greeting, i: u32) -> String {
 }
 
 /// ConfigMaps as the spec says, surplus ones deleted, status and an event if anything changed.
-async fn apply(g: &Greeting, ctx: &Context, store: &Store<DynamicObject>) -> Result<Action, WriteError> {
-    let cms = ctx.client().api::<DynamicObject>(Resource::CONFIGMAPS, g.namespace());
-    let owner = Greeting::resource().controller_of(g).map_err(|e| WriteError::Encode(e.to_string()))?;
+async fn apply(
+    g: &Greeting,
+    ctx: &Context,
+    store: &Store<DynamicObject>,
+) -> Result<Action, WriteError> {
+    let cms = ctx
+        .client()
+        .api::<DynamicObject>(Resource::CONFIGMAPS, g.namespace());
+    let owner = Greeting::resource()
+        .controller_of(g)
+        .map_err(|e| WriteError::Encode(e.to_string()))?;
     let mut changed = false;
     for i in 0..g.spec.replicas {
         let name = child_name(g, i);
@@ -136,12 +150,24 @@ async fn apply(g: &Greeting, ctx: &Context, store: &Store<DynamicObject>) -> Res
             let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": name, "labels": {"greeting": g.name()}, "ownerReferences": [owner]},
                 "data": {"message": g.spec.message}});
-            cms.patch(&name, &Patch::Apply(cm), &PatchParams::apply(MANAGER).force()).await?;
+            cms.patch(
+                &name,
+                &Patch::Apply(cm),
+                &PatchParams::apply(MANAGER).force(),
+            )
+            .await?;
             changed = true;
         }
     }
-    for cm in store.by_index("label:greeting", g.name()).unwrap_or_default() {
-        let index = cm.name().rsplit('-').next().and_then(|i| i.parse::<u32>().ok());
+    for cm in store
+        .by_index("label:greeting", g.name())
+        .unwrap_or_default()
+    {
+        let index = cm
+            .name()
+            .rsplit('-')
+            .next()
+            .and_then(|i| i.parse::<u32>().ok());
         if index.is_some_and(|i| i >= g.spec.replicas) {
             cms.delete(cm.name(), &DeleteParams::default()).await?;
             changed = true;
@@ -154,20 +180,40 @@ async fn apply(g: &Greeting, ctx: &Context, store: &Store<DynamicObject>) -> Res
     };
     if g.status.as_ref() != Some(&status) {
         let api = ctx.client().api_for::<Greeting>(g.namespace());
-        api.patch_status(g.name(), &Patch::Merge(json!({"status": status})), &PatchParams::default()).await?;
+        api.patch_status(
+            g.name(),
+            &Patch::Merge(json!({"status": status})),
+            &PatchParams::default(),
+        )
+        .await?;
         changed = true;
     }
     if let (true, Some(recorder)) = (changed, ctx.recorder()) {
         let about = reference_to(&Greeting::resource(), g);
-        recorder.publish(about, EventType::Normal, "Reconciled", "Reconcile", format!("{} ConfigMaps", g.spec.replicas));
+        recorder.publish(
+            about,
+            EventType::Normal,
+            "Reconciled",
+            "Reconcile",
+            format!("{} ConfigMaps", g.spec.replicas),
+        );
     }
     Ok(Action::Done)
 }
 
 /// The Greeting is going: its ConfigMaps go first.
-async fn cleanup(g: &Greeting, ctx: &Context, store: &Store<DynamicObject>) -> Result<Action, WriteError> {
-    let cms = ctx.client().api::<DynamicObject>(Resource::CONFIGMAPS, g.namespace());
-    for cm in store.by_index("label:greeting", g.name()).unwrap_or_default() {
+async fn cleanup(
+    g: &Greeting,
+    ctx: &Context,
+    store: &Store<DynamicObject>,
+) -> Result<Action, WriteError> {
+    let cms = ctx
+        .client()
+        .api::<DynamicObject>(Resource::CONFIGMAPS, g.namespace());
+    for cm in store
+        .by_index("label:greeting", g.name())
+        .unwrap_or_default()
+    {
         cms.delete(cm.name(), &DeleteParams::default()).await?;
     }
     Ok(Action::Done)

@@ -748,5 +748,17 @@ fn tokio_block_on<F: Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
-scenarios!(tokio, informer_tokio, copier_tokio, greeter_tokio, tokio_block_on);
-scenarios!(smol, informer_smol, copier_smol, greeter_smol, ::smol::block_on);
+scenarios!(
+    tokio,
+    informer_tokio,
+    copier_tokio,
+    greeter_tokio,
+    tokio_block_on
+);
+scenarios!(
+    smol,
+    informer_smol,
+    copier_smol,
+    greeter_smol,
+    ::smol::block_on
+);
