@@ -37,7 +37,7 @@ use crate::state::{Shared, State, StateLock};
 ///     .namespace("default")
 ///     .label_selector("app=web")
 ///     .resync(Duration::from_secs(30))
-///     .index("by-app", index_fn(|o: &DynamicObject| o.label("app").map(Into::into).into_iter().collect()))
+///     .index("by-app", index_fn(|o: &DynamicObject| o.label("app").into_iter().collect()))
 ///     .build()?;
 /// # Ok(()) }
 /// ```
