@@ -17,10 +17,10 @@
 //!    and after, for `configmaps`, `greetings` and `events`; the harness's own requests are taken
 //!    off), so nothing in the operator has to count or report anything.
 //! 3. The machine's floor, once per run and first (it warms the API server's paths for the
-//!    operators): the writes an operator must send for the workload
-//!    (per Greeting: the finalizer patch, `replicas` server-side applies of a ConfigMap, a status
-//!    patch, an event), sent straight by `--writers` threads of this process to Greetings made
-//!    beforehand: whether the API server bounds the operators' figures.
+//!    operators): the workload's requests sent straight by `--writers` threads of this process,
+//!    per Greeting its create, then the writes an operator must send (the finalizer patch,
+//!    `replicas` server-side applies of a ConfigMap, a status patch, an event), timed from the
+//!    first request to the last answer: whether the API server bounds the operators' figures.
 //! 4. Prints a table (converge time, CPU, RSS, writes by kind, failed writes, reads, cleanup,
 //!    lines of code of the operator's source), then informer-rs / kube-rs of the same run and
 //!    each operator's time against the floor.
@@ -130,7 +130,12 @@ struct Operator {
 /// `--compare`, then the other `--operator`s; and why the informer-rs one is missing, if it is.
 fn operators(o: &Options) -> Result<(Vec<Operator>, Option<String>), String> {
     let root = super::root();
-    let given = |name: &str| o.commands.iter().find(|(n, _)| n == name).map(|(_, c)| c.clone());
+    let given = |name: &str| {
+        o.commands
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c.clone())
+    };
     let source = |name: &str, default: Option<PathBuf>| {
         o.sources
             .iter()
@@ -189,7 +194,14 @@ fn build_greeter() -> Result<PathBuf, String> {
     let step = "build the informer-rs operator (informer-tokio --example greeter, release)";
     eprintln!("\n==> {step}");
     let out = super::cargo()
-        .args(["build", "--release", "-p", "informer-tokio", "--example", "greeter"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "informer-tokio",
+            "--example",
+            "greeter",
+        ])
         .arg("--message-format=json-render-diagnostics")
         .stderr(Stdio::inherit())
         .output()
@@ -283,7 +295,8 @@ struct Row {
     run: usize,
     /// Operator start (floor: first write) until converged (floor: every write answered).
     converge_s: f64,
-    cpu_s: f64,
+    /// The operator's CPU (none for the floor: the harness is a debug build).
+    cpu_s: Option<f64>,
     rss_mb: Option<f64>,
     hwm_mb: Option<f64>,
     /// The API server's count over the convergence (the harness's own taken off).
@@ -328,8 +341,7 @@ impl Counts {
             }
             let ok = label("code").starts_with('2');
             let value: f64 = value.trim().parse().unwrap_or(0.0);
-            *c.0
-                .entry((resource, label("subresource"), label("verb"), ok))
+            *c.0.entry((resource, label("subresource"), label("verb"), ok))
                 .or_default() += value;
         }
         Ok(c)
@@ -411,25 +423,32 @@ impl Watch {
         let lists = Arc::new(AtomicUsize::new(0));
         let path = format!("{GREETINGS}/{ns}/greetings");
         let path2 = path.clone();
-        let list = move |api: &Api, shared: &(Mutex<WatchState>, Condvar)| -> Result<String, String> {
-            let v: Value = serde_json::from_str(&api.get(&path)?).map_err(|e| e.to_string())?;
-            let mut s = shared.0.lock().unwrap();
-            s.ready = v["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|g| (g["metadata"]["name"].as_str().unwrap_or("").to_string(), ready(g)))
-                .collect();
-            s.changed = Some(Instant::now());
-            shared.1.notify_all();
-            Ok(v["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap_or("0")
-                .to_string())
-        };
+        let list =
+            move |api: &Api, shared: &(Mutex<WatchState>, Condvar)| -> Result<String, String> {
+                let v: Value = serde_json::from_str(&api.get(&path)?).map_err(|e| e.to_string())?;
+                let mut s = shared.0.lock().unwrap();
+                s.ready = v["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|g| {
+                        (
+                            g["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                            ready(g),
+                        )
+                    })
+                    .collect();
+                s.changed = Some(Instant::now());
+                shared.1.notify_all();
+                Ok(v["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or("0")
+                    .to_string())
+            };
         let mut rv = list(api, &shared)?;
         lists.fetch_add(1, Ordering::Relaxed);
-        let (api, shared2, stop2, lists2) = (api.clone(), shared.clone(), stop.clone(), lists.clone());
+        let (api, shared2, stop2, lists2) =
+            (api.clone(), shared.clone(), stop.clone(), lists.clone());
         thread::spawn(move || {
             let mut failures = 0;
             while !stop2.load(Ordering::Relaxed) {
@@ -571,7 +590,12 @@ fn proc_usage(pid: u32) -> Result<(f64, f64, f64), String> {
         .rsplit_once(')')
         .map(|(_, rest)| rest.split_whitespace().collect())
         .unwrap_or_default();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
     // USER_HZ is 100 on Linux.
     let cpu = (ticks(11) + ticks(12)) / 100.0;
     let status =
@@ -602,8 +626,8 @@ fn operator_run(
             .replace(|c: char| !c.is_ascii_alphanumeric(), "-"),
         run + 1
     );
-    create_namespace(&api, &ns)?;
-    let watch = Watch::start(&api, &ns)?;
+    create_namespace(api, &ns)?;
+    let watch = Watch::start(api, &ns)?;
     let log = std::env::temp_dir().join(format!("informer-bench-operator-{ns}.log"));
     let stderr = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
     let before = Counts::read(api.as_ref())?;
@@ -626,7 +650,11 @@ fn operator_run(
                 &greeting(i, o.replicas),
             )
         })?;
-        eprintln!("    {} Greetings created in {}", o.objects, super::secs(t0.elapsed()));
+        eprintln!(
+            "    {} Greetings created in {}",
+            o.objects,
+            super::secs(t0.elapsed())
+        );
         let mut done = watch.wait("convergence", |s| {
             s.ready.len() == o.objects && s.ready.values().all(|r| *r)
         })?;
@@ -634,12 +662,15 @@ fn operator_run(
         let mut lists = 0;
         loop {
             lists += 1;
-            let per = children(&api, &ns)?;
+            let per = children(api, &ns)?;
             if per.len() == o.objects && per.values().all(|n| *n == o.replicas) {
                 break;
             }
             if t0.elapsed() > PATIENCE {
-                return Err(format!("{}: the children never came to {} each", op.name, o.replicas));
+                return Err(format!(
+                    "{}: the children never came to {} each",
+                    op.name, o.replicas
+                ));
             }
             if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
                 return Err(format!("{}: {}", op.name, super::outcome(status)));
@@ -669,7 +700,7 @@ fn operator_run(
         api.send("DELETE", &format!("{GREETINGS}/{ns}/greetings"), "{}")?;
         watch.wait("cleanup", |s| s.ready.is_empty())?;
         let mut lists = 0;
-        while !children(&api, &ns)?.is_empty() {
+        while !children(api, &ns)?.is_empty() {
             lists += 1;
             if t.elapsed() > PATIENCE {
                 return Err(format!("{}: children left after the cleanup", op.name));
@@ -690,7 +721,7 @@ fn operator_run(
             name: op.name.clone(),
             run,
             converge_s,
-            cpu_s,
+            cpu_s: Some(cpu_s),
             rss_mb: Some(rss_mb),
             hwm_mb: Some(hwm_mb),
             counts,
@@ -710,18 +741,18 @@ fn operator_run(
     result
 }
 
-/// CPU time of this process (utime + stime of every thread).
-fn own_cpu() -> f64 {
-    proc_usage(std::process::id()).map_or(f64::NAN, |u| u.0)
-}
-
 /// The machine's floor: the writes the workload needs, sent straight from this process.
 fn floor_run(api: &Api, o: &Options, run: usize) -> Result<Row, String> {
-    eprintln!("==> the floor: the same writes from a bare client (run {})", run + 1);
+    eprintln!(
+        "==> the floor: the same writes from a bare client (run {})",
+        run + 1
+    );
     let ns = format!("op-floor-{}", run + 1);
     create_namespace(api, &ns)?;
-    let uids: Vec<Mutex<String>> = (0..o.objects).map(|_| Mutex::default()).collect();
+    let before = Counts::read(api)?;
+    let t = Instant::now();
     parallel(o.objects, o.writers, |i| {
+        let name = format!("g-{i}");
         let body = api.write(
             "POST",
             &format!("{GREETINGS}/{ns}/greetings"),
@@ -729,15 +760,7 @@ fn floor_run(api: &Api, o: &Options, run: usize) -> Result<Row, String> {
             &greeting(i, o.replicas),
         )?;
         let v: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
-        *uids[i].lock().unwrap() = v["metadata"]["uid"].as_str().unwrap_or("").to_string();
-        Ok(())
-    })?;
-    let before = Counts::read(api)?;
-    let cpu = own_cpu();
-    let t = Instant::now();
-    parallel(o.objects, o.writers, |i| {
-        let name = format!("g-{i}");
-        let uid = uids[i].lock().unwrap().clone();
+        let uid = v["metadata"]["uid"].as_str().unwrap_or("").to_string();
         let greeting = format!("{GREETINGS}/{ns}/greetings/{name}");
         api.write(
             "PATCH",
@@ -761,7 +784,9 @@ fn floor_run(api: &Api, o: &Options, run: usize) -> Result<Row, String> {
             });
             api.write(
                 "PATCH",
-                &format!("/api/v1/namespaces/{ns}/configmaps/{name}-{k}?fieldManager=greeter&force=true"),
+                &format!(
+                    "/api/v1/namespaces/{ns}/configmaps/{name}-{k}?fieldManager=greeter&force=true"
+                ),
                 "application/apply-patch+yaml",
                 &cm.to_string(),
             )?;
@@ -792,14 +817,18 @@ fn floor_run(api: &Api, o: &Options, run: usize) -> Result<Row, String> {
         .map(drop)
     })?;
     let converge_s = t.elapsed().as_secs_f64();
-    let cpu_s = own_cpu() - cpu;
-    let counts = Counts::read(api)?.minus(&before);
-    eprintln!("    {:.0} writes in {converge_s:.2} s", counts.writes());
+    let mut counts = Counts::read(api)?.minus(&before);
+    counts.take("greetings", "POST", o.objects as f64);
+    eprintln!(
+        "    {} Greetings created and {:.0} writes in {converge_s:.2} s",
+        o.objects,
+        counts.writes()
+    );
     Ok(Row {
         name: "floor".into(),
         run,
         converge_s,
-        cpu_s,
+        cpu_s: None,
         rss_mb: None,
         hwm_mb: None,
         counts,
@@ -871,11 +900,11 @@ fn print_table(o: &Options, ops: &[Operator], rows: &[Row], missing: Option<&str
     for r in rows {
         let c = &r.counts;
         println!(
-            "{:<12} {:>3} | {:>10.2} {:>6.2} {:>7} {:>7} | {:>6.0} {:>22} {:>6.0} {:>6.0} {:>6.0} | {:>9} {:>7} | {:>5}",
+            "{:<12} {:>3} | {:>10.2} {:>6} {:>7} {:>7} | {:>6.0} {:>22} {:>6.0} {:>6.0} {:>6.0} | {:>9} {:>7} | {:>5}",
             r.name,
             r.run + 1,
             r.converge_s,
-            r.cpu_s,
+            opt(r.cpu_s, 2),
             opt(r.rss_mb, 1),
             opt(r.hwm_mb, 1),
             c.writes(),
@@ -905,10 +934,11 @@ fn print_table(o: &Options, ops: &[Operator], rows: &[Row], missing: Option<&str
          writes in the {SETTLE:?} after convergence; reads: GETs and LISTs (watches are counted \
          when they end: not here). cleanup: every Greeting deleted at once until no Greeting and \
          no child is left, and the writes it took. LOC: non-blank, non-comment lines of the \
-         operator's source. floor: this process sending the workload's writes straight (per \
-         Greeting: finalizer, {} applies, status, event) from {} threads; its CPU is this \
-         process's.",
-        o.replicas, o.replicas, o.writers
+         operator's source. floor: this process sending the workload straight from {} \
+         threads, from its first request to its last answer: per Greeting its create (not \
+         counted in writes, as for the operators), then the finalizer, {} applies, the status, \
+         the event (its CPU is not shown: xtask is a debug build).",
+        o.replicas, o.writers, o.replicas
     );
     for op in ops {
         println!(
@@ -943,7 +973,7 @@ fn print_table(o: &Options, ops: &[Operator], rows: &[Row], missing: Option<&str
                  reads {}, cleanup {}, LOC {}",
                 run + 1,
                 ratio(Some(ours.converge_s), Some(peer.converge_s)),
-                ratio(Some(ours.cpu_s), Some(peer.cpu_s)),
+                ratio(ours.cpu_s, peer.cpu_s),
                 ratio(ours.rss_mb, peer.rss_mb),
                 ratio(ours.hwm_mb, peer.hwm_mb),
                 ratio(Some(ours.counts.writes()), Some(peer.counts.writes())),
@@ -955,12 +985,13 @@ fn print_table(o: &Options, ops: &[Operator], rows: &[Row], missing: Option<&str
         if let Some(floor) = floor {
             for r in rows.iter().filter(|r| r.run == run && r.name != "floor") {
                 println!(
-                    "  run {}: {} converged in {:.2}x the floor's time ({:.2} s for {:.0} writes; \
-                     {:.0} writes per second from the floor, {:.0} from {})",
+                    "  run {}: {} converged in {:.2}x the floor's time ({:.2} s for {} creates and \
+                     {:.0} writes; {:.0} writes per second from the floor, {:.0} from {})",
                     run + 1,
                     r.name,
                     r.converge_s / floor.converge_s,
                     floor.converge_s,
+                    o.objects,
                     floor.counts.writes(),
                     floor.counts.writes() / floor.converge_s,
                     r.counts.writes() / r.converge_s,
@@ -983,10 +1014,21 @@ mod tests {
 
     #[test]
     fn operators_and_sources_are_name_value_pairs() {
-        let o = parse(&["--operator", "informer-rs=./greeter --x", "--source", "informer-rs=a.rs"])
-            .unwrap();
-        assert_eq!(o.commands, vec![("informer-rs".into(), "./greeter --x".into())]);
-        assert_eq!(o.sources, vec![("informer-rs".into(), PathBuf::from("a.rs"))]);
+        let o = parse(&[
+            "--operator",
+            "informer-rs=./greeter --x",
+            "--source",
+            "informer-rs=a.rs",
+        ])
+        .unwrap();
+        assert_eq!(
+            o.commands,
+            vec![("informer-rs".into(), "./greeter --x".into())]
+        );
+        assert_eq!(
+            o.sources,
+            vec![("informer-rs".into(), PathBuf::from("a.rs"))]
+        );
         assert!(parse(&["--operator", "nothing"]).is_err());
         assert_eq!(parse(&[]).unwrap().objects, 1000);
     }

@@ -8,7 +8,7 @@
 //! status (`phase: Ready`, `observedGeneration`, `configMaps`) is written through the status
 //! subresource only when it differs, and a `Normal` event `Reconciled` is recorded only when the
 //! reconcile changed something. On delete (finalizer `example.com/cleanup`) the children are
-//! deleted first: a bare API server has no garbage collector. Errors requeue the object with
+//! deleted first, one by one (a bare API server has no garbage collector). Errors requeue the object with
 //! client-go's per-item backoff (5 ms, doubled per failure, at most 1000 s).
 //!
 //! The children are read from a reflector store of the owned ConfigMaps, fed by the same watch
@@ -23,7 +23,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{self, finalizer};
@@ -153,10 +153,25 @@ async fn apply(g: &Greeting, ctx: &Ctx) -> Result<Action, kube::Error> {
 }
 
 async fn cleanup(g: &Greeting, ctx: &Ctx) -> Result<Action, kube::Error> {
-    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &g.namespace().unwrap());
-    let children = ListParams::default().labels(&format!("greeting={}", g.name_any()));
-    cms.delete_collection(&DeleteParams::default(), &children)
-        .await?;
+    let (ns, name) = (g.namespace().unwrap(), g.name_any());
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+    // The children the spec names (even if not cached yet), then the cached ones beyond.
+    for i in 0.. {
+        let child = format!("{name}-{i}");
+        if i >= g.spec.replicas
+            && ctx
+                .children
+                .get(&ObjectRef::new(&child).within(&ns))
+                .is_none()
+        {
+            break;
+        }
+        match cms.delete(&child, &DeleteParams::default()).await {
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => return Err(e),
+            Ok(_) => {}
+        }
+    }
     Ok(Action::await_change())
 }
 
