@@ -950,12 +950,14 @@ fn print_table(o: &Options, ops: &[Operator], rows: &[Row], missing: Option<&str
                 .map_or("source not given".to_string(), |p| p.display().to_string())
         );
     }
-    println!(
-        "  kube-rs: kube 5 (kube-runtime Controller with owns_stream over a reflector of the \
+    if ops.iter().any(|op| op.name == "kube-rs") {
+        println!(
+            "  kube-rs: kube 5 (kube-runtime Controller with owns_stream over a reflector of the \
          children, finalizer helper, events Recorder; kube-derive CustomResource), tokio \
          multi-threaded runtime, the Controller's default concurrency (unbounded). No leader \
          election in kube-rs 5: one replica, the same for every operator."
-    );
+        );
+    }
     if let Some(m) = missing {
         println!("NOTE: {m}");
     }
