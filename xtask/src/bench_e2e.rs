@@ -996,7 +996,7 @@ fn configmap(i: usize) -> String {
 }
 
 /// Runs `f(0..n)` on `workers` threads, failing with the first error.
-fn parallel(
+pub(super) fn parallel(
     n: usize,
     workers: usize,
     f: impl Fn(usize) -> Result<(), String> + Sync,
@@ -1054,15 +1054,16 @@ struct RawList {
     bytes: usize,
 }
 
-/// A blocking HTTPS client for the test cluster (admin token, its CA).
-struct Api {
+/// A blocking HTTPS client for the test cluster (admin token, its CA); `bench operator` uses it
+/// too.
+pub(super) struct Api {
     agent: ureq::Agent,
     server: String,
     auth: String,
 }
 
 impl Api {
-    fn new(cluster: &TestCluster) -> Result<Api, String> {
+    pub(super) fn new(cluster: &TestCluster) -> Result<Api, String> {
         use ureq::tls::{PemItem, RootCerts, TlsConfig, parse_pem};
         let mut roots = Vec::new();
         for item in parse_pem(&cluster.ca_pem) {
@@ -1089,14 +1090,14 @@ impl Api {
         })
     }
 
-    /// A write, retried on 429 / 5xx / connection errors (up to 10 times).
-    fn write(
+    /// A write, retried on 429 / 5xx / connection errors (up to 10 times); the response's body.
+    pub(super) fn write(
         &self,
         method: &str,
         path: &str,
         content_type: &str,
         body: &str,
-    ) -> Result<(), String> {
+    ) -> Result<String, String> {
         let url = format!("{}{path}", self.server);
         let mut last = String::new();
         for attempt in 0..10 {
@@ -1116,7 +1117,7 @@ impl Api {
                     let status = resp.status().as_u16();
                     let text = resp.body_mut().read_to_string().unwrap_or_default();
                     if (200..300).contains(&status) {
-                        return Ok(());
+                        return Ok(text);
                     }
                     last = format!("{method} {path}: {status} {text}");
                     if status != 429 && status < 500 {
@@ -1129,12 +1130,52 @@ impl Api {
         Err(last)
     }
 
-    fn send(&self, method: &str, path: &str, body: &str) -> Result<(), String> {
-        self.write(method, path, "application/json", body)
+    pub(super) fn send(&self, method: &str, path: &str, body: &str) -> Result<(), String> {
+        self.write(method, path, "application/json", body).map(drop)
     }
 
-    fn patch(&self, path: &str, body: &str) -> Result<(), String> {
+    pub(super) fn patch(&self, path: &str, body: &str) -> Result<(), String> {
         self.write("PATCH", path, "application/merge-patch+json", body)
+            .map(drop)
+    }
+
+    /// A GET's body (up to 256 MiB), failing on any status but 2xx.
+    pub(super) fn get(&self, path: &str) -> Result<String, String> {
+        let mut resp = self
+            .agent
+            .get(format!("{}{path}", self.server))
+            .header("Authorization", &self.auth)
+            .header("Accept", "application/json")
+            .call()
+            .map_err(|e| format!("GET {path}: {e}"))?;
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(256 << 20)
+            .read_to_string()
+            .map_err(|e| format!("GET {path}: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!("GET {path}: {} {text}", resp.status()));
+        }
+        Ok(text)
+    }
+
+    /// A GET whose body is read as it comes (a watch), with no overall time limit.
+    pub(super) fn stream(&self, path: &str) -> Result<impl BufRead + use<>, String> {
+        let resp = self
+            .agent
+            .get(format!("{}{path}", self.server))
+            .header("Authorization", &self.auth)
+            .header("Accept", "application/json")
+            .config()
+            .timeout_global(None)
+            .build()
+            .call()
+            .map_err(|e| format!("GET {path}: {e}"))?;
+        if !resp.status().is_success() {
+            return Err(format!("GET {path}: {}", resp.status()));
+        }
+        Ok(BufReader::new(resp.into_body().into_reader()))
     }
 
     /// Waits until the API server's watch cache of ConfigMaps is ready (after a restart it

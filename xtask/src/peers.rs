@@ -1,5 +1,5 @@
-//! The peers that `cargo xtask bench core --compare` and `cargo xtask bench e2e --compare` run
-//! next to informer-rs, each built once and cached outside the main workspace:
+//! The peers that `cargo xtask bench core --compare`, `cargo xtask bench e2e --compare` and
+//! `cargo xtask bench operator --compare` run next to informer-rs, each built once and cached outside the main workspace:
 //!
 //! - client-go v1.20.2 (`bench/peers/client-go`): Go programs built by its `build.sh` against
 //!   the client-go inside Debian's `kubernetes` source tree (the tree the test cluster's
@@ -51,6 +51,12 @@ pub fn client_go() -> Result<PathBuf, String> {
 
 /// Builds the kube-rs peer (release); its `sync-kube-rs` executable.
 pub fn kube_rs() -> Result<PathBuf, String> {
+    kube_rs_bin("sync-kube-rs")
+}
+
+/// Builds the kube-rs peer (release); the executable of its bin `name` (`sync-kube-rs`,
+/// `operator`).
+pub fn kube_rs_bin(name: &str) -> Result<PathBuf, String> {
     let step = "kube-rs 5 peer (bench/peers/kube-rs, its own workspace, release)";
     eprintln!("\n==> {step}");
     let t = Instant::now();
@@ -70,9 +76,9 @@ pub fn kube_rs() -> Result<PathBuf, String> {
     let exe = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|m| m["target"]["name"] == "sync-kube-rs")
+        .find(|m| m["target"]["name"] == name)
         .and_then(|m| m["executable"].as_str().map(PathBuf::from))
-        .ok_or_else(|| format!("{step}: cargo built no sync-kube-rs"))?;
+        .ok_or_else(|| format!("{step}: cargo built no {name}"))?;
     eprintln!("<== {step}: ok in {}", super::secs(t.elapsed()));
     Ok(exe)
 }
@@ -102,6 +108,7 @@ pub fn check_sources() -> super::Result {
     let status = Command::new("rustfmt")
         .args(["--check", "--edition", "2024"])
         .arg(root.join("bench/peers/kube-rs/src/main.rs"))
+        .arg(root.join("bench/peers/kube-rs/src/operator.rs"))
         .status()
         .map_err(|e| format!("{step}: rustfmt: {e}"))?;
     super::finish(step, status, t)
