@@ -100,7 +100,7 @@ pub async fn run(
     };
     Controller::new(&client, greetings)
         .owns(children)
-        .concurrency(4)
+        .concurrency(16)
         .leader_election(namespace, MANAGER, LeaderElectionConfig::new(identity))
         .events(reporter)
         .shutdown_on_signal()
@@ -219,9 +219,13 @@ async fn cleanup(
     Ok(Action::Done)
 }
 
-/// The example's `main`: `greeter crd` prints the CRD; `greeter [NAMESPACE]` runs the operator.
+/// The example's `main`: `greeter crd` prints the CRD; `greeter [NAMESPACE]` runs the operator
+/// (the namespace from `OPERATOR_NAMESPACE` when not given; `default` without either).
 pub fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let arg = std::env::args().nth(1).unwrap_or_else(|| "default".into());
+    let arg = std::env::args()
+        .nth(1)
+        .or_else(|| std::env::var("OPERATOR_NAMESPACE").ok())
+        .unwrap_or_else(|| "default".into());
     if arg == "crd" {
         println!("{}", super::runtime::http::crd::to_yaml(&crd()));
         return Ok(());

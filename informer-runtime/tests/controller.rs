@@ -762,3 +762,35 @@ scenarios!(
     greeter_smol,
     ::smol::block_on
 );
+
+/// The Greeting CRD the sample generates from its Rust types is the one the operator bench
+/// applies (`bench/operator/greetings.crd.yaml`, which the kube-rs peer also serves): the same
+/// names, scope, version, status subresource and schema, descriptions aside.
+#[test]
+fn the_greeter_crd_from_rust_types_is_the_benchs() {
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.remove("description");
+                m.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut ours = greeter_tokio::greeter::crd();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../bench/operator/greetings.crd.yaml"
+    ))
+    .unwrap();
+    let mut bench: serde_json::Value = serde_norway::from_str(&text).unwrap();
+    strip(&mut ours);
+    strip(&mut bench);
+    // Short names are the sample's own addition.
+    ours["spec"]["names"]
+        .as_object_mut()
+        .unwrap()
+        .remove("shortNames");
+    assert_eq!(ours, bench);
+}
