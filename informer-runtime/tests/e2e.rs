@@ -2556,7 +2556,11 @@ async fn finalizer_under_workers_retries_a_failed_cleanup_until_the_object_is_go
         assert!(t0.elapsed() < DEADLINE, "the ConfigMap was never released");
         sleep::<E>(Duration::from_millis(20)).await;
     }
-    assert_eq!(cleanups.load(Ordering::SeqCst), 2, "one failure, one retry");
+    // One failure, then the retry that released it. A third run is allowed: the key may be
+    // reconciled again from a store that has not seen the finalizer go yet (plain `Workers`
+    // do not wait for their own writes, the `Controller` does), and cleanup is idempotent.
+    let n = cleanups.load(Ordering::SeqCst);
+    assert!(n >= 2, "one failure, one retry: {n}");
     workers.shutdown().await;
     informer.shutdown().await;
 }
