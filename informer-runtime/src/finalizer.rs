@@ -150,8 +150,7 @@ impl<E: std::error::Error + 'static> std::error::Error for FinalizerError<E> {
 /// - being deleted, finalizer gone: nothing, `Ok(Action::Done)`.
 ///
 /// Both patches are JSON patches testing what the decision was made on (informer-core's
-/// [`add_patch`](informer_core::controller::finalizer::add_patch) and
-/// [`remove_patch`](informer_core::controller::finalizer::remove_patch)): another
+/// `add_patch` and `remove_patch` in `informer_core::controller::finalizer`): another
 /// controller's finalizer is never overwritten, and a change in between is a
 /// [`FinalizerError::Conflict`]. An object gone meanwhile (404) is not an error: there is
 /// nothing left to apply to, or to hold. Any step may be repeated after a crash or a conflict

@@ -1,38 +1,4 @@
-//! [`Controller`]: informers, a work queue, reconcile workers, leader election and graceful
-//! shutdown, wired as a controller needs them.
-//!
-//! What it guarantees (each a test in `tests/reconciler.rs` or `tests/e2e.rs`):
-//!
-//! - Every informer (the primary, owned and watched ones) is started and synced before any
-//!   reconcile runs, and before the controller campaigns for leadership, so a new leader is
-//!   warm: its first reconciles read a full cache.
-//! - One key is never reconciled twice at once (the work queue's rule); up to `concurrency`
-//!   keys are.
-//! - Keys from the initial list and resyncs wait behind keys from real changes (the work
-//!   queue's priorities).
-//! - **Leadership fences work.** With leader election, no key starts unless this replica leads;
-//!   once it stops leading (the lease lost, or not renewed within the renew deadline, which is
-//!   before any other replica may acquire it) the reconciles in flight are **cancelled** (their
-//!   futures dropped at their next await: no write starts after that point), their keys queued
-//!   again, and every write through [`Context::client`] is refused with
-//!   [`WriteError::Refused`](informer_http::write::WriteError::Refused) until it leads again.
-//! - **Read your writes.** A write through [`Context::client`] records the resourceVersion the
-//!   server answered; the next reconcile of the same key first waits (at most
-//!   [`read_your_writes`](Controller::read_your_writes), 5 s by default, then goes on with a
-//!   warning and a count in [`ControllerStats`]) until the informer of the written resource
-//!   shows that version or a newer one. So a reconcile never acts on a cache older than its
-//!   own last write (client-go 1.36's controllers do this, KEP-5647).
-//! - A deleted object reaches the [`on_delete`](Controller::on_delete) path with its last
-//!   state, once.
-//! - An error goes through the error policy: by default client-go's per-key exponential
-//!   backoff (5 ms doubling to 1000 s, and the 10 qps bucket); [`Action::RequeueAfter`] asks
-//!   for another look later.
-//! - **Shutdown order**: on a shutdown trigger ([`shutdown_on`](Controller::shutdown_on),
-//!   [`shutdown_on_signal`](Controller::shutdown_on_signal)) the workers stop taking keys and
-//!   the reconciles in flight get [`shutdown_grace`](Controller::shutdown_grace) (10 s) to
-//!   finish before they are cancelled; then the lease is released (so a standby takes over at
-//!   once, not after the lease expires); then the informers stop. A deliberate stop logs no
-//!   warning.
+//! The [`Controller`] and what it hands a reconcile.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -121,7 +87,7 @@ impl<B: Backend> Context<B> {
     }
 
     /// The controller's client: its writes are fenced by leadership and recorded for
-    /// read-your-writes (see the [module](self)). Write through it.
+    /// read-your-writes (see [`Controller`]). Write through it.
     pub fn client(&self) -> &Client<B> {
         &self.client
     }
@@ -165,8 +131,43 @@ type Reconcile<K, B> =
     Arc<dyn Fn(Arc<K>, Context<B>) -> BoxFuture<'static, Result<Action, String>> + Send + Sync>;
 type Trigger = BoxFuture<'static, ()>;
 
-/// A controller for objects of type `K` on runtime `R`, writing through a client on backend
-/// `B` (see the [module](self) for what it guarantees).
+/// A controller: informers, a work queue, reconcile workers, leader election and graceful
+/// shutdown, wired as a controller needs them.
+///
+/// What it guarantees (each a test in `tests/reconciler.rs` or `tests/e2e.rs`):
+///
+/// - Every informer (the primary, owned and watched ones) is started and synced before any
+///   reconcile runs, and before the controller campaigns for leadership, so a new leader is
+///   warm: its first reconciles read a full cache.
+/// - One key is never reconciled twice at once (the work queue's rule); up to `concurrency`
+///   keys are.
+/// - Keys from the initial list and resyncs wait behind keys from real changes (the work
+///   queue's priorities).
+/// - **Leadership fences work.** With leader election, no key starts unless this replica leads;
+///   once it stops leading (the lease lost, or not renewed within the renew deadline, which is
+///   before any other replica may acquire it) the reconciles in flight are **cancelled** (their
+///   futures dropped at their next await: no write starts after that point), their keys queued
+///   again, and every write through [`Context::client`] is refused with
+///   [`WriteError::Refused`](informer_http::write::WriteError::Refused) until it leads again.
+/// - **Read your writes.** A write through [`Context::client`] records the resourceVersion the
+///   server answered; the next reconcile of the same key first waits (at most
+///   [`read_your_writes`](Controller::read_your_writes), 5 s by default, then goes on with a
+///   warning and a count in [`ControllerStats`]) until the informer of the written resource
+///   shows that version or a newer one. So a reconcile never acts on a cache older than its
+///   own last write (client-go 1.36's controllers do this, KEP-5647).
+/// - A deleted object reaches the [`on_delete`](Controller::on_delete) path with its last
+///   state, once.
+/// - An error goes through the error policy: by default client-go's per-key exponential
+///   backoff (5 ms doubling to 1000 s, and the 10 qps bucket); [`Action::RequeueAfter`] asks
+///   for another look later.
+/// - **Shutdown order**: on a shutdown trigger ([`shutdown_on`](Controller::shutdown_on),
+///   [`shutdown_on_signal`](Controller::shutdown_on_signal)) the workers stop taking keys and
+///   the reconciles in flight get [`shutdown_grace`](Controller::shutdown_grace) (10 s) to
+///   finish before they are cancelled; then the lease is released (so a standby takes over at
+///   once, not after the lease expires); then the informers stop. A deliberate stop logs no
+///   warning.
+///
+/// Objects of type `K`, on runtime `R`, written through a client on backend `B`.
 pub struct Controller<K, R: Runtime, B: Backend> {
     rt: R,
     client: Client<B>,
@@ -276,7 +277,7 @@ where
         self
     }
 
-    /// Runs only while holding the Lease `namespace/name` (see the [module](self) for the
+    /// Runs only while holding the Lease `namespace/name` (see [`Controller`] for the
     /// fencing). The election starts once every informer has synced.
     pub fn leader_election(
         mut self,
@@ -288,7 +289,7 @@ where
         self
     }
 
-    /// Shuts the controller down (in the order the [module](self) states) when `trigger`
+    /// Shuts the controller down (in the order [`Controller`] states) when `trigger`
     /// resolves. Several triggers: the first one.
     pub fn shutdown_on(mut self, trigger: impl Future<Output = ()> + Send + 'static) -> Self {
         self.shutdown.push(Box::pin(trigger));
