@@ -28,6 +28,10 @@
 mod kube_client;
 #[cfg(feature = "kube")]
 pub use kube_client::{KubeBackend, kube_client};
+#[cfg(feature = "kube")]
+mod kube_object;
+#[cfg(feature = "kube")]
+pub use kube_object::Kube;
 
 use std::time::Duration;
 

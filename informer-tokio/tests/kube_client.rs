@@ -103,5 +103,62 @@ fn an_informer_on_a_kube_client_syncs_and_sees_changes() {
         assert_eq!(cm.metadata.name.as_deref(), Some("after"));
         assert_eq!(typed.store().len(), 6);
         typed.shutdown().await;
+
+        // A kube-derive custom resource, with the CRD kube-derive made, as `Kube<T>`.
+        use informer_tokio::{HasResource, Kube, Object};
+        use kube::CustomResourceExt;
+        let crd = serde_json::to_string(&Gizmo::crd()).unwrap();
+        let (status, body) = tc
+            .request(
+                "POST",
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                Some(&crd),
+            )
+            .unwrap();
+        assert!((200..300).contains(&status), "{status} {body}");
+        let gizmo = r#"{"apiVersion":"example.com/v1","kind":"Gizmo","metadata":{"name":"g","labels":{"a":"b"}},"spec":{"size":3}}"#;
+        let mut waited = 0;
+        loop {
+            let (status, body) = tc
+                .request(
+                    "POST",
+                    "/apis/example.com/v1/namespaces/kube-rs/gizmos",
+                    Some(gizmo),
+                )
+                .unwrap();
+            if (200..300).contains(&status) {
+                break;
+            }
+            // The new resource is served a moment after its CRD is accepted.
+            assert!(waited < 600 && status == 404, "{status} {body}");
+            informer_tokio::sleep(Duration::from_millis(50)).await;
+            waited += 1;
+        }
+        let resource = Kube::<Gizmo>::resource();
+        assert_eq!((resource.plural.as_ref(), resource.namespaced), ("gizmos", true));
+        let gizmos = Informer::<Kube<Gizmo>>::builder_for(&client, resource)
+            .namespace("kube-rs")
+            .build()
+            .unwrap();
+        gizmos.start().unwrap();
+        gizmos
+            .wait_for_sync(Some(Duration::from_secs(60)))
+            .await
+            .expect("custom resources synced");
+        let g = gizmos.store().get("kube-rs/g").expect("the gizmo");
+        assert_eq!(g.spec.size, 3);
+        assert_eq!((g.kind(), g.api_version()), (Some("Gizmo"), Some("example.com/v1")));
+        assert_eq!(g.labels().get("a"), Some("b"));
+        assert!(g.uid().is_some());
+        gizmos.shutdown().await;
     });
+}
+
+/// A custom resource as kube-rs users define one.
+#[derive(
+    kube::CustomResource, serde::Serialize, serde::Deserialize, Clone, Debug, schemars::JsonSchema,
+)]
+#[kube(group = "example.com", version = "v1", kind = "Gizmo", namespaced)]
+struct GizmoSpec {
+    size: u32,
 }

@@ -59,14 +59,10 @@ impl<T> informer_core::snapshot::SnapshotCodec for K8s<T> where
 
 impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> Object for K8s<T> {
     fn name(&self) -> &str {
-        self.0.metadata().name.as_deref().unwrap_or("")
+        meta::name(self.0.metadata())
     }
     fn namespace(&self) -> Option<&str> {
-        self.0
-            .metadata()
-            .namespace
-            .as_deref()
-            .filter(|n| !n.is_empty())
+        meta::namespace(self.0.metadata())
     }
     fn resource_version(&self) -> Option<&str> {
         self.0.metadata().resource_version.as_deref()
@@ -87,7 +83,41 @@ impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> Object for K8s<T> {
         Ok(self.0.metadata().generation)
     }
     fn deletion_timestamp(&self) -> Result<Option<Timestamp>, MetadataError> {
-        let Some(t) = &self.0.metadata().deletion_timestamp else {
+        meta::deletion_timestamp(self.0.metadata())
+    }
+    fn finalizers(&self) -> Result<Finalizers<'_>, MetadataError> {
+        Ok(meta::finalizers(self.0.metadata()))
+    }
+    fn owner_references(&self) -> Result<OwnerReferences<'_>, MetadataError> {
+        Ok(meta::owner_references(self.0.metadata()))
+    }
+    fn api_version(&self) -> Option<&str> {
+        Some(T::API_VERSION)
+    }
+    fn kind(&self) -> Option<&str> {
+        Some(T::KIND)
+    }
+}
+
+/// k8s-openapi's `ObjectMeta` read as [`Object`] reads metadata: for other wrappers of types
+/// that carry it (informer-tokio's `Kube<T>` for kube-rs types).
+#[doc(hidden)]
+pub mod meta {
+    use super::*;
+
+    /// The name (empty when absent).
+    pub fn name(m: &ObjectMeta) -> &str {
+        m.name.as_deref().unwrap_or("")
+    }
+
+    /// The namespace (`None` when absent or empty).
+    pub fn namespace(m: &ObjectMeta) -> Option<&str> {
+        m.namespace.as_deref().filter(|n| !n.is_empty())
+    }
+
+    /// `deletionTimestamp` as a [`Timestamp`].
+    pub fn deletion_timestamp(m: &ObjectMeta) -> Result<Option<Timestamp>, MetadataError> {
+        let Some(t) = &m.deletion_timestamp else {
             return Ok(None);
         };
         // jiff counts the fraction of an instant before 1970 as negative nanoseconds.
@@ -103,21 +133,15 @@ impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> Object for K8s<T> {
                 error,
             })
     }
-    fn finalizers(&self) -> Result<Finalizers<'_>, MetadataError> {
-        Ok(self
-            .0
-            .metadata()
-            .finalizers
-            .iter()
-            .flatten()
-            .map(String::as_str)
-            .collect())
+
+    /// The finalizers.
+    pub fn finalizers(m: &ObjectMeta) -> Finalizers<'_> {
+        m.finalizers.iter().flatten().map(String::as_str).collect()
     }
-    fn owner_references(&self) -> Result<OwnerReferences<'_>, MetadataError> {
-        Ok(self
-            .0
-            .metadata()
-            .owner_references
+
+    /// The owner references, borrowed.
+    pub fn owner_references(m: &ObjectMeta) -> OwnerReferences<'_> {
+        m.owner_references
             .iter()
             .flatten()
             .map(|r| OwnerReferenceRef {
@@ -128,13 +152,7 @@ impl<T: k8s_openapi::Metadata<Ty = ObjectMeta>> Object for K8s<T> {
                 controller: r.controller,
                 block_owner_deletion: r.block_owner_deletion,
             })
-            .collect())
-    }
-    fn api_version(&self) -> Option<&str> {
-        Some(T::API_VERSION)
-    }
-    fn kind(&self) -> Option<&str> {
-        Some(T::KIND)
+            .collect()
     }
 }
 

@@ -8,6 +8,9 @@ mod k8s;
 pub mod write;
 
 #[cfg(feature = "k8s-openapi")]
+#[doc(hidden)]
+pub use k8s::meta as k8s_meta;
+#[cfg(feature = "k8s-openapi")]
 pub use k8s::{K8s, k8s_owner_reference};
 
 use std::fmt;
