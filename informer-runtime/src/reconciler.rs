@@ -847,7 +847,17 @@ where
         let late = wait_set(&shared.cancel_now, &shared.shutdown);
         select(Box::pin(lost), Box::pin(late)).await;
     };
-    match select(Box::pin(work), Box::pin(cancel)).await {
+    let outcome = select(Box::pin(work), Box::pin(cancel)).await;
+    if deleted {
+        // The object is gone: what its cleanup wrote has no next reconcile to wait for it (and
+        // the key may never come back), so nothing is kept for it.
+        shared
+            .written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+    match outcome {
         Either::Left((Ok(r), _)) => Outcome::Done(r),
         Either::Left((Err(p), _)) => {
             let msg = p
