@@ -20,6 +20,16 @@ pub use informer_core::controller::events::{CorrelatorConfig, EventType, ObjectR
 /// Events queued and not yet written, beyond which [`Recorder::publish`] drops (and counts).
 pub const QUEUE: usize = 1024;
 
+/// Writes in flight at once (each on a task of its own; one event's writes on one of them).
+const LANES: usize = 4;
+
+/// One decided write.
+struct Job {
+    decided: Correlated,
+    wall: Duration,
+    event: EventSpec,
+}
+
 /// Who reports: the controller's name (`reportingComponent`, `source.component`) and this
 /// replica's identity (`reportingInstance`, e.g. the pod name).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,18 +75,59 @@ impl Recorder {
     ) -> Result<Recorder, SpawnError> {
         let (tx, rx) = async_channel::bounded(QUEUE);
         let counts = Arc::new(Counts::default());
-        let writer = Writer {
+        let writer = Arc::new(Writer {
             client,
             reporter,
-            correlator: EventCorrelator::new(config),
             counts: counts.clone(),
-            start: (runtime.now(), SystemTime::now()),
-        };
+        });
+        // The writes go out on `LANES` tasks: an event's create and its later bumps on the same
+        // one (by its name), in order; different events side by side.
+        let mut lanes = Vec::with_capacity(LANES);
+        for _ in 0..LANES {
+            let (lane_tx, lane_rx) = async_channel::bounded::<Job>(QUEUE / LANES);
+            let writer = writer.clone();
+            runtime.spawn(Box::pin(async move {
+                while let Ok(job) = lane_rx.recv().await {
+                    writer.perform(job).await;
+                }
+            }))?;
+            lanes.push(lane_tx);
+        }
+        let mut correlator = EventCorrelator::new(config);
+        let start = (runtime.now(), SystemTime::now());
         let clock = runtime.clone();
+        let spam = counts.clone();
         runtime.spawn(Box::pin(async move {
-            let mut writer = writer;
             while let Ok(event) = rx.recv().await {
-                writer.write(&clock, event).await;
+                let mono = clock.now().saturating_duration_since(start.0);
+                let now = informer_core::time::Instant::from_epoch(mono);
+                let wall = (start.1 + mono)
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default();
+                let reporter = (
+                    writer.reporter.controller.as_str(),
+                    writer.reporter.instance.as_str(),
+                );
+                let decided = correlator.correlate(now, wall, reporter, &event);
+                let name = match &decided {
+                    Correlated::Spam => {
+                        spam.spam.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    Correlated::Create { name, .. } | Correlated::Bump { name, .. } => name,
+                };
+                let lane = name
+                    .bytes()
+                    .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
+                    % LANES;
+                let job = Job {
+                    decided,
+                    wall,
+                    event,
+                };
+                if lanes[lane].send(job).await.is_err() {
+                    return;
+                }
             }
         }))?;
         Ok(Recorder { tx, counts })
@@ -148,24 +199,16 @@ pub fn reference_to<K: Object + ?Sized>(resource: &Resource, obj: &K) -> ObjectR
 struct Writer<B: Backend> {
     client: Client<B>,
     reporter: Reporter,
-    correlator: EventCorrelator,
     counts: Arc<Counts>,
-    /// The runtime's clock and the wall clock at the same moment.
-    start: (std::time::Instant, SystemTime),
 }
 
 impl<B: Backend> Writer<B> {
-    async fn write<R: Runtime>(&mut self, clock: &R, event: EventSpec) {
-        let mono = clock.now().saturating_duration_since(self.start.0);
-        let now = informer_core::time::Instant::from_epoch(mono);
-        let wall = (self.start.1 + mono)
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        let reporter = (
-            self.reporter.controller.as_str(),
-            self.reporter.instance.as_str(),
-        );
-        let decided = self.correlator.correlate(now, wall, reporter, &event);
+    async fn perform(&self, job: Job) {
+        let Job {
+            decided,
+            wall,
+            event,
+        } = job;
         let namespace = event
             .regarding
             .namespace
@@ -175,10 +218,7 @@ impl<B: Backend> Writer<B> {
             .client
             .api::<DynamicObject>(Resource::EVENTS, Some(&namespace));
         let result = match &decided {
-            Correlated::Spam => {
-                self.counts.spam.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
+            Correlated::Spam => return,
             Correlated::Create { name, message } => {
                 self.create(&api, &namespace, name, message, 1, wall, &event)
                     .await
