@@ -353,7 +353,7 @@ impl<K, R> fmt::Debug for Workers<K, R> {
 }
 
 /// What a worker does with a reconcile's outcome.
-fn settle<K: Hash + Eq + Clone + Send + 'static, E: fmt::Display>(
+pub(crate) fn settle<K: Hash + Eq + Clone + Send + 'static, E: fmt::Display>(
     queue: &WorkQueue<K>,
     key: K,
     outcome: Result<Result<Action, E>, String>,
@@ -377,7 +377,7 @@ fn settle<K: Hash + Eq + Clone + Send + 'static, E: fmt::Display>(
     queue.done(&key);
 }
 
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())

@@ -15,7 +15,7 @@ use informer_core::controller::leaderelection::LeaderElectionConfig;
 use informer_core::object::{Key, Object, ObjectOrTombstone};
 use informer_http::{Backend, Client, Resource, WriteHook};
 
-use crate::controller::{Action, WorkQueue};
+use crate::controller::{Action, WorkQueue, panic_message, settle};
 use crate::error::Error;
 use crate::events::{Recorder, Reporter};
 use crate::informer::Informer;
@@ -130,6 +130,7 @@ struct Counts {
 type Reconcile<K, B> =
     Arc<dyn Fn(Arc<K>, Context<B>) -> BoxFuture<'static, Result<Action, String>> + Send + Sync>;
 type Trigger = BoxFuture<'static, ()>;
+type Attach = Box<dyn FnOnce(&WorkQueue<Key>, Option<&str>) -> Result<(), ControllerError> + Send>;
 
 /// A controller: informers, a work queue, reconcile workers, leader election and graceful
 /// shutdown, wired as a controller needs them.
@@ -175,6 +176,8 @@ pub struct Controller<K, R: Runtime, B: Backend> {
     kind: Option<String>,
     queue: WorkQueue<Key>,
     members: Vec<Box<dyn Member>>,
+    /// The handlers of `owns` and `watches`, added at `run` (with the owner kind then).
+    attach: Vec<Attach>,
     concurrency: usize,
     election: Option<(String, String, LeaderElectionConfig)>,
     shutdown: Vec<Trigger>,
@@ -211,6 +214,7 @@ where
             kind,
             queue,
             members: Vec::new(),
+            attach: Vec::new(),
             concurrency: 1,
             election: None,
             shutdown: Vec::new(),
@@ -235,17 +239,27 @@ where
     /// Reconciles the controller owner of each object of `child` that changes: the object's
     /// `ownerReferences` entry with `controller: true` whose kind is this controller's, in the
     /// child's namespace (client-go's `EnqueueRequestForOwner` with `OnlyControllerOwner`).
-    pub fn owns<C: Object + Send + Sync + 'static>(self, child: Informer<C, R>) -> Self {
-        let kind = self.kind.clone().unwrap_or_default();
-        self.watches(child, move |c: &C| {
-            c.controller_owner()
-                .ok()
-                .flatten()
-                .filter(|r| r.kind == kind.as_str())
-                .map(|r| Key::new(c.namespace(), &r.name))
-                .into_iter()
-                .collect()
-        })
+    pub fn owns<C: Object + Send + Sync + 'static>(mut self, child: Informer<C, R>) -> Self {
+        // Attached at `run`, with the kind as it is then (`kind` may come after `owns`).
+        let informer = child.clone();
+        self.attach.push(Box::new(move |queue, kind| {
+            let Some(kind) = kind.map(str::to_owned) else {
+                return Err(ControllerError::NoOwnerKind);
+            };
+            let owner_of = move |c: &C| -> Vec<Key> {
+                c.controller_owner()
+                    .ok()
+                    .flatten()
+                    .filter(|r| r.kind == kind.as_str())
+                    .map(|r| Key::new(c.namespace(), &r.name))
+                    .into_iter()
+                    .collect()
+            };
+            informer.add_handler(queue.handler(owner_of))?;
+            Ok(())
+        }));
+        self.members.push(Box::new(child));
+        self
     }
 
     /// Reconciles the keys `mapper` names for each object of `other` that changes (any other
@@ -255,9 +269,11 @@ where
         other: Informer<T, R>,
         mapper: impl Fn(&T) -> Vec<Key> + Send + Sync + 'static,
     ) -> Self {
-        let handler = self.queue.handler(move |o: &T| mapper(o));
-        // A stopped informer refuses handlers: `run` reports it when it starts it.
-        let _ = other.add_handler(handler);
+        let informer = other.clone();
+        self.attach.push(Box::new(move |queue, _kind| {
+            informer.add_handler(queue.handler(move |o: &T| mapper(o)))?;
+            Ok(())
+        }));
         self.members.push(Box::new(other));
         self
     }
@@ -379,9 +395,10 @@ where
             rt,
             client,
             primary,
-            kind: _,
+            kind,
             queue,
             mut members,
+            attach,
             concurrency,
             election,
             shutdown: triggers,
@@ -414,6 +431,9 @@ where
                 })
         };
         primary.add_handler(keys)?;
+        for a in attach {
+            a(&queue, kind.as_deref())?;
+        }
         members.insert(0, Box::new(primary.clone()));
         for m in &members {
             m.start()?;
@@ -545,6 +565,10 @@ pub enum ControllerError {
     Spawn(SpawnError),
     /// Leader election could not start.
     LeaderElection(LeaderElectionError),
+    /// `owns` was asked of a controller whose kind is unknown (a primary informer on a bare
+    /// transport, of a type that does not know its kind): say it with
+    /// [`kind`](Controller::kind).
+    NoOwnerKind,
 }
 
 impl fmt::Display for ControllerError {
@@ -553,6 +577,9 @@ impl fmt::Display for ControllerError {
             ControllerError::Informer(e) => write!(f, "controller: {e}"),
             ControllerError::Spawn(e) => write!(f, "controller: {e}"),
             ControllerError::LeaderElection(e) => write!(f, "controller: {e}"),
+            ControllerError::NoOwnerKind => f.write_str(
+                "controller: `owns` needs the primary's kind (its informer does not know it): set it with `kind`",
+            ),
         }
     }
 }
@@ -563,6 +590,7 @@ impl std::error::Error for ControllerError {
             ControllerError::Informer(e) => Some(e),
             ControllerError::Spawn(e) => Some(e),
             ControllerError::LeaderElection(e) => Some(e),
+            ControllerError::NoOwnerKind => None,
         }
     }
 }
@@ -715,27 +743,27 @@ where
             continue;
         }
         let outcome = run_one(&shared, &key).await;
+        shared.stats.reconciles.fetch_add(1, Ordering::Relaxed);
         let q = &shared.queue;
         match outcome {
-            Outcome::Done(Ok(Action::Done)) => q.forget(&key),
-            Outcome::Done(Ok(Action::RequeueAfter(d))) => {
-                q.forget(&key);
-                q.add_after_with_priority(key.clone(), d, crate::Priority::LOW);
-            }
-            Outcome::Done(Err(e)) => {
-                shared.stats.errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(key = %key, error = %e, requeues = q.num_requeues(&key), "reconcile failed; requeued with backoff");
-                q.add_rate_limited(key.clone());
+            // Done, requeued after, or failed (an error or a panic): as `Workers` settle them.
+            Outcome::Done(outcome) => {
+                if !matches!(outcome, Ok(Ok(_))) {
+                    shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+                }
+                settle(q, key, outcome, Key::to_string);
             }
             Outcome::Cancelled => {
                 shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(key = %key, "reconcile cancelled (leadership lost or shutting down); queued again");
                 q.add(key.clone());
+                q.done(&key);
             }
-            Outcome::Nothing => q.forget(&key),
+            Outcome::Nothing => {
+                q.forget(&key);
+                q.done(&key);
+            }
         }
-        shared.stats.reconciles.fetch_add(1, Ordering::Relaxed);
-        q.done(&key);
     }
 }
 
@@ -761,7 +789,8 @@ async fn take<K, R: Runtime, B: Backend>(shared: &Shared<K, R, B>) -> Taken {
 }
 
 enum Outcome {
-    Done(Result<Action, String>),
+    /// The reconcile's result, or its panic's message.
+    Done(Result<Result<Action, String>, String>),
     Cancelled,
     Nothing,
 }
@@ -858,15 +887,7 @@ where
             .remove(key);
     }
     match outcome {
-        Either::Left((Ok(r), _)) => Outcome::Done(r),
-        Either::Left((Err(p), _)) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "panic".into());
-            Outcome::Done(Err(format!("panicked: {msg}")))
-        }
+        Either::Left((done, _)) => Outcome::Done(done.map_err(panic_message)),
         Either::Right(_) => Outcome::Cancelled,
     }
 }

@@ -213,9 +213,8 @@ impl<K: Object + 'static> Pipeline<K> {
         }
         match self.order {
             DeliveryOrder::InOrder => {
-                // What is queued came before the list (only a `DeltaFifo` pipeline queues, so
-                // nothing is): applied first, then the list in one go.
-                while self.process_next() {}
+                // Only a `DeltaFifo` pipeline ever queues.
+                debug_assert!(self.fifo.is_empty());
                 if self.fifo.mark_populated() {
                     self.populate_now(items, admit);
                 } else {
@@ -606,11 +605,11 @@ impl<K: Object + 'static> Pipeline<K> {
         self.arm_resync_check(now);
     }
 
-    /// A resync applied at once, after anything queued: a `Sync` of every stored object, as
-    /// `HandleDeltas` handles one (an update from the object to itself, for the handlers due).
-    /// The store is not written: the object it would store is the one it holds.
+    /// A resync applied at once (in-order: nothing is queued): a `Sync` of every stored
+    /// object, as `HandleDeltas` handles one (an update from the object to itself, for the
+    /// handlers due). The store is not written: the object it would store is the one it holds.
     fn resync_now(&mut self) {
-        while self.process_next() {}
+        debug_assert!(self.fifo.is_empty());
         let Self {
             indexer, processor, ..
         } = self;
