@@ -118,7 +118,7 @@ pub use informer_core::controller::leaderelection::LeaderElectionConfig;
 pub use informer_core::controller::workqueue::Priority;
 pub use informer_core::object::{MetadataError, OwnerReferenceRef, Timestamp, controller_of};
 pub use leader::{LeaderElectionError, Leadership};
-pub use metrics::Metrics;
+pub use metrics::{Metrics, refresh_gauges};
 pub use reconciler::{Context, Controller, ControllerError, ControllerStats, StatsHandle};
 pub use runtime::{BoxFuture, Runtime, SpawnError};
 pub use snapshot_file::{SnapshotLoad, SnapshotWritten};

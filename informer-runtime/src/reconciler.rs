@@ -45,6 +45,7 @@ use std::time::Duration;
 use event_listener::Event;
 use futures_util::FutureExt;
 use futures_util::future::{Either, select};
+use tracing::Instrument;
 use informer_core::controller::leaderelection::LeaderElectionConfig;
 use informer_core::object::{Key, Object, ObjectOrTombstone};
 use informer_http::{Backend, Client, Resource, WriteHook};
@@ -54,6 +55,7 @@ use crate::error::Error;
 use crate::events::{Recorder, Reporter};
 use crate::informer::Informer;
 use crate::leader::{LeaderElectionError, Leadership};
+use crate::metrics::{Count, Gauge, Histogram};
 use crate::runtime::{BoxFuture, Runtime, SpawnError};
 
 /// Any informer the controller starts, syncs, stops and reads resourceVersions of.
@@ -172,6 +174,7 @@ pub struct Controller<K, R: Runtime, B: Backend> {
     client: Client<B>,
     primary: Informer<K, R>,
     kind: Option<String>,
+    name: Option<String>,
     queue: WorkQueue<Key>,
     members: Vec<Box<dyn Member>>,
     concurrency: usize,
@@ -208,6 +211,7 @@ where
             client: client.clone(),
             primary,
             kind,
+            name: None,
             queue,
             members: Vec::new(),
             concurrency: 1,
@@ -228,6 +232,15 @@ where
     /// informer that does not know its resource.
     pub fn kind(mut self, kind: impl Into<String>) -> Self {
         self.kind = Some(kind.into());
+        self
+    }
+
+    /// The controller's name: the `controller` label of its metrics (and `name`, `controller`
+    /// of its work queue's), and the `controller` field of its reconcile spans. Default: the
+    /// owner-reference kind in lower case (`greeting`), as controller-runtime's builder names
+    /// a controller, or `controller`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
         self
     }
 
@@ -378,7 +391,8 @@ where
             rt,
             client,
             primary,
-            kind: _,
+            kind,
+            name,
             queue,
             mut members,
             concurrency,
@@ -393,6 +407,13 @@ where
             stats,
             deleted,
         } = self;
+        let name: Arc<str> = name
+            .or_else(|| kind.map(|k| k.to_lowercase()))
+            .unwrap_or_else(|| "controller".into())
+            .into();
+        queue.export_metrics(&name);
+        let metrics = ReconcileMetrics::new(&name);
+        metrics.max_concurrent.set(concurrency);
         if let (None, Some(reporter)) = (&recorder, reporter) {
             recorder = Some(Recorder::new(&rt, client.clone(), reporter)?);
         }
@@ -464,6 +485,8 @@ where
             None => None,
         };
         let shared = Arc::new(Shared {
+            name,
+            metrics,
             rt: rt.clone(),
             client,
             primary,
@@ -584,7 +607,53 @@ impl From<LeaderElectionError> for ControllerError {
     }
 }
 
+/// controller-runtime's reconcile metrics of one controller (label `controller`), registered
+/// once.
+struct ReconcileMetrics {
+    success: Count,
+    error: Count,
+    requeue: Count,
+    requeue_after: Count,
+    errors: Count,
+    panics: Count,
+    time: Histogram,
+    active_workers: Gauge,
+    max_concurrent: Gauge,
+}
+
+impl ReconcileMetrics {
+    fn new(controller: &str) -> Self {
+        let labels = [("controller", controller.to_string())];
+        let total = |result: &str| {
+            Count::exported(
+                "controller_runtime_reconcile_total",
+                &[
+                    ("controller", controller.to_string()),
+                    ("result", result.to_string()),
+                ],
+            )
+        };
+        ReconcileMetrics {
+            success: total("success"),
+            error: total("error"),
+            requeue: total("requeue"),
+            requeue_after: total("requeue_after"),
+            errors: Count::exported("controller_runtime_reconcile_errors_total", &labels),
+            panics: Count::exported("controller_runtime_reconcile_panics_total", &labels),
+            time: Histogram::exported("controller_runtime_reconcile_time_seconds", &labels),
+            active_workers: Gauge::exported("controller_runtime_active_workers", &labels),
+            max_concurrent: Gauge::exported(
+                "controller_runtime_max_concurrent_reconciles",
+                &labels,
+            ),
+        }
+    }
+}
+
 struct Shared<K, R: Runtime, B: Backend> {
+    /// The controller's name (metrics labels, spans).
+    name: Arc<str>,
+    metrics: ReconcileMetrics,
     rt: R,
     client: Client<B>,
     primary: Informer<K, R>,
@@ -713,26 +782,66 @@ where
             shared.queue.done(&key);
             continue;
         }
-        let outcome = run_one(&shared, &key).await;
+        let attempt = shared.queue.num_requeues(&key);
+        let span = tracing::info_span!(
+            "reconcile",
+            controller = %shared.name,
+            key = %key,
+            attempt,
+            result = tracing::field::Empty,
+            duration_seconds = tracing::field::Empty,
+        );
+        let m = &shared.metrics;
+        m.active_workers.add(1.0);
+        let t0 = std::time::Instant::now();
+        let outcome = run_one(&shared, &key, attempt)
+            .instrument(span.clone())
+            .await;
+        let took = t0.elapsed();
+        m.active_workers.add(-1.0);
+        let _entered = span.enter();
         let q = &shared.queue;
-        match outcome {
-            Outcome::Done(Ok(Action::Done)) => q.forget(&key),
+        let result = match outcome {
+            Outcome::Done(Ok(Action::Done)) => {
+                q.forget(&key);
+                m.success.add(1);
+                "success"
+            }
             Outcome::Done(Ok(Action::RequeueAfter(d))) => {
                 q.forget(&key);
                 q.add_after_with_priority(key.clone(), d, crate::Priority::LOW);
+                m.requeue_after.add(1);
+                "requeue_after"
             }
-            Outcome::Done(Err(e)) => {
+            Outcome::Done(Err(e)) | Outcome::Panicked(e) => {
                 shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+                if e.starts_with(PANICKED) {
+                    m.panics.add(1);
+                }
+                m.error.add(1);
+                m.errors.add(1);
                 tracing::warn!(key = %key, error = %e, requeues = q.num_requeues(&key), "reconcile failed; requeued with backoff");
                 q.add_rate_limited(key.clone());
+                "error"
             }
             Outcome::Cancelled => {
                 shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(key = %key, "reconcile cancelled (leadership lost or shutting down); queued again");
                 q.add(key.clone());
+                m.requeue.add(1);
+                "requeue"
             }
-            Outcome::Nothing => q.forget(&key),
-        }
+            Outcome::Nothing => {
+                q.forget(&key);
+                m.success.add(1);
+                "success"
+            }
+        };
+        m.time.record(took);
+        span.record("result", result);
+        span.record("duration_seconds", took.as_secs_f64());
+        tracing::debug!(result, duration_seconds = took.as_secs_f64(), "reconciled");
+        drop(_entered);
         shared.stats.reconciles.fetch_add(1, Ordering::Relaxed);
         q.done(&key);
     }
@@ -759,13 +868,18 @@ async fn take<K, R: Runtime, B: Backend>(shared: &Shared<K, R, B>) -> Taken {
     got.map_or(Taken::ShutDown, Taken::Key)
 }
 
+/// How a panic's error message starts.
+const PANICKED: &str = "panicked: ";
+
 enum Outcome {
     Done(Result<Action, String>),
+    /// The reconcile panicked (the message starts with [`PANICKED`]).
+    Panicked(String),
     Cancelled,
     Nothing,
 }
 
-async fn run_one<K, R, B>(shared: &Arc<Shared<K, R, B>>, key: &Key) -> Outcome
+async fn run_one<K, R, B>(shared: &Arc<Shared<K, R, B>>, key: &Key, attempt: u32) -> Outcome
 where
     K: Object + Send + Sync + 'static,
     R: Runtime,
@@ -829,7 +943,7 @@ where
     });
     let ctx = Context {
         key: key.clone(),
-        attempt: shared.queue.num_requeues(key),
+        attempt,
         deleted,
         client: shared.client.with_write_hook(hook),
         recorder: shared.recorder.clone(),
@@ -854,7 +968,7 @@ where
                 .map(|s| s.to_string())
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "panic".into());
-            Outcome::Done(Err(format!("panicked: {msg}")))
+            Outcome::Panicked(format!("{PANICKED}{msg}"))
         }
         Either::Right(_) => Outcome::Cancelled,
     }
