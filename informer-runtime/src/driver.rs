@@ -237,7 +237,10 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             let mut now = self.shared.now();
             let mut outs = std::mem::take(&mut self.outs);
             let mut stop = false;
-            let (deadline, backoff) = match self.step(first, &mut now, &mut outs, &mut stop) {
+            self.shared.counters.step_begin();
+            let stepped = self.step(first, &mut now, &mut outs, &mut stop);
+            self.shared.counters.step_end();
+            let (deadline, backoff) = match stepped {
                 Ok(stepped) => {
                     self.schedule_publish(stepped.published);
                     (stepped.deadline, stepped.backoff)

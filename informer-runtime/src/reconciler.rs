@@ -65,6 +65,8 @@ trait Member: Send + Sync {
     fn shutdown(&self) -> BoxFuture<'_, ()>;
     fn resource(&self) -> Option<&Resource>;
     fn wait_for_rv<'a>(&'a self, rv: &'a str, bound: Duration) -> BoxFuture<'a, Result<(), Error>>;
+    #[cfg(feature = "admin")]
+    fn add_checks(&self, admin: &crate::admin::Admin);
 }
 
 impl<T: Object + Send + Sync + 'static, R: Runtime> Member for Informer<T, R> {
@@ -83,6 +85,10 @@ impl<T: Object + Send + Sync + 'static, R: Runtime> Member for Informer<T, R> {
     fn wait_for_rv<'a>(&'a self, rv: &'a str, bound: Duration) -> BoxFuture<'a, Result<(), Error>> {
         let deadline = self.shared().rt.now() + bound;
         Box::pin(Informer::wait_for_resource_version(self, rv, deadline))
+    }
+    #[cfg(feature = "admin")]
+    fn add_checks(&self, admin: &crate::admin::Admin) {
+        admin.informer(self);
     }
 }
 
@@ -188,6 +194,8 @@ pub struct Controller<K, R: Runtime, B: Backend> {
     reporter: Option<Reporter>,
     stats: Arc<Counts>,
     deleted: Arc<Mutex<HashMap<Key, Arc<K>>>>,
+    #[cfg(feature = "admin")]
+    admin: Option<crate::admin::AdminServer>,
 }
 
 impl<K, R, B> Controller<K, R, B>
@@ -225,6 +233,8 @@ where
             reporter: None,
             stats: Arc::default(),
             deleted,
+            #[cfg(feature = "admin")]
+            admin: None,
         }
     }
 
@@ -358,6 +368,17 @@ where
         self
     }
 
+    /// Reports to `server` (the runtime crate's `serve_admin`): `/readyz` waits for each of
+    /// the controller's informers to sync (`informer/<name>`) and, with leader election, for
+    /// the election to run (`leader-election`: 503 until the controller campaigns, after its
+    /// informers synced); `/livez` watches each informer's driver. The server is stopped
+    /// last, after the informers, when the controller returns.
+    #[cfg(feature = "admin")]
+    pub fn admin(mut self, server: crate::admin::AdminServer) -> Self {
+        self.admin = Some(server);
+        self
+    }
+
     /// The work queue (to add keys from elsewhere).
     pub fn queue(&self) -> &WorkQueue<Key> {
         &self.queue
@@ -406,7 +427,12 @@ where
             reporter,
             stats,
             deleted,
+            #[cfg(feature = "admin")]
+            admin,
         } = self;
+        // Stops the admin server last, however `run` returns.
+        #[cfg(feature = "admin")]
+        let mut _admin_last = AdminLast(admin.clone());
         let name: Arc<str> = name
             .or_else(|| kind.map(|k| k.to_lowercase()))
             .unwrap_or_else(|| "controller".into())
@@ -435,6 +461,17 @@ where
         };
         primary.add_handler(keys)?;
         members.insert(0, Box::new(primary.clone()));
+        #[cfg(feature = "admin")]
+        if let Some(server) = &admin {
+            for m in &members {
+                m.add_checks(server.admin());
+            }
+            if election.is_some() {
+                server.admin().readiness_check("leader-election", || {
+                    Err("not campaigning yet (waiting for the informers to sync)".into())
+                });
+            }
+        }
         for m in &members {
             m.start()?;
         }
@@ -484,6 +521,10 @@ where
             }
             None => None,
         };
+        #[cfg(feature = "admin")]
+        if let (Some(server), Some(l)) = (&admin, &leadership) {
+            server.admin().leadership(l);
+        }
         let shared = Arc::new(Shared {
             name,
             metrics,
@@ -528,7 +569,27 @@ where
         for m in &shared.members {
             m.shutdown().await;
         }
+        // 4. The admin server.
+        #[cfg(feature = "admin")]
+        if let Some(server) = _admin_last.0.take() {
+            server.shutdown().await;
+        }
         Ok(())
+    }
+}
+
+/// Stops the admin server when `run` returns early (an error, or stopped before the sync);
+/// the normal path takes it out and awaits its shutdown.
+#[cfg(feature = "admin")]
+struct AdminLast(Option<crate::admin::AdminServer>);
+
+#[cfg(feature = "admin")]
+impl Drop for AdminLast {
+    fn drop(&mut self) {
+        if let Some(server) = self.0.take() {
+            // Not awaited: the server's thread ends on its own.
+            server.stop();
+        }
     }
 }
 
