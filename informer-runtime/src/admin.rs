@@ -230,9 +230,9 @@ impl Admin {
             let limit = inner.upgrade().map_or(Duration::from_secs(30), |i| {
                 *i.stall_after.lock().unwrap_or_else(|p| p.into_inner())
             });
-            match shared.counters.busy_for() {
+            match shared.state.held_for() {
                 Some(busy) if busy > limit => Err(format!(
-                    "its driver has been in one step for {:.1} s (a blocking transform, index function or lock?)",
+                    "its cache has been locked by one step for {:.1} s (a transform or index function that blocks?)",
                     busy.as_secs_f64()
                 )),
                 _ => Ok(()),
@@ -315,16 +315,14 @@ impl Admin {
                 None => AdminResponse::text(404, "404 page not found\n"),
                 Some(c) => match (c.run)() {
                     Ok(()) => AdminResponse::text(200, "ok"),
-                    Err(why) => {
-                        AdminResponse::text(503, format!("[-]{} failed: {why}\n", c.name))
-                    }
+                    Err(why) => AdminResponse::text(503, format!("[-]{} failed: {why}\n", c.name)),
                 },
             };
         }
         let mut body = String::new();
         let mut failed = false;
         for c in &checks {
-            if exclude.iter().any(|e| *e == c.name) {
+            if exclude.contains(&c.name) {
                 body.push_str(&format!("[+]{} excluded: ok\n", c.name));
                 continue;
             }
@@ -467,15 +465,16 @@ impl AdminServing {
         T: hyper::rt::Timer + Send + Sync + 'static,
     {
         let admin = self.admin.clone();
-        let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            let path = req
-                .uri()
-                .path_and_query()
-                .map_or("/", |p| p.as_str())
-                .to_string();
-            let r = admin.respond(req.method().as_str(), &path);
-            async move { Ok::<_, Infallible>(to_http(r)) }
-        });
+        let service =
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let path = req
+                    .uri()
+                    .path_and_query()
+                    .map_or("/", |p| p.as_str())
+                    .to_string();
+                let r = admin.respond(req.method().as_str(), &path);
+                async move { Ok::<_, Infallible>(to_http(r)) }
+            });
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(timer)
             .header_read_timeout(Duration::from_secs(10))

@@ -15,12 +15,12 @@
 //!   workers at once. [`Workers::shutdown`] drains: in-flight reconciles finish, queued keys
 //!   are still processed, nothing new is accepted.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 

@@ -237,10 +237,7 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
             let mut now = self.shared.now();
             let mut outs = std::mem::take(&mut self.outs);
             let mut stop = false;
-            self.shared.counters.step_begin();
-            let stepped = self.step(first, &mut now, &mut outs, &mut stop);
-            self.shared.counters.step_end();
-            let (deadline, backoff) = match stepped {
+            let (deadline, backoff) = match self.step(first, &mut now, &mut outs, &mut stop) {
                 Ok(stepped) => {
                     self.schedule_publish(stepped.published);
                     (stepped.deadline, stepped.backoff)

@@ -192,9 +192,9 @@ macro_rules! runtime_crate_api {
         pub use $crate::{MetadataError, OwnerReferenceRef, Priority, Timestamp, controller_of};
         #[doc = concat!("Reconcile workers on ", $name, ".")]
         pub type Workers<K = Key> = $crate::Workers<K, $rt>;
-        pub use $crate::{ControllerError, ControllerStats, StatsHandle, refresh_gauges};
         #[cfg(feature = "admin")]
         pub use $crate::{Admin, AdminError, AdminResponse, AdminServer};
+        pub use $crate::{ControllerError, ControllerStats, StatsHandle, refresh_gauges};
         #[doc = concat!("A controller on ", $name, " (see [`informer_runtime::Controller`]).")]
         pub type Controller<K> = $crate::Controller<K, $rt, Backend>;
         /// What a controller's reconcile gets besides the object.

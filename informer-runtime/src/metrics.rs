@@ -216,15 +216,6 @@ pub(crate) struct Counters {
     /// The resourceVersion readers see, when numeric.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) resource_version: Gauge,
-    /// When the driver's step in progress began (nanoseconds after [`base`] plus one), or 0
-    /// while it waits: the liveness check of a wedged driver.
-    busy_since: AtomicU64,
-}
-
-/// The epoch of [`Counters::step_begin`]'s clock.
-fn base() -> std::time::Instant {
-    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    *BASE.get_or_init(std::time::Instant::now)
 }
 
 /// A snapshot of an informer's counters ([`Informer::metrics`](crate::Informer::metrics)).
@@ -285,27 +276,6 @@ impl Counters {
             divergences: c("informer_divergences_total"),
             publish_retries: c("informer_publish_retries_total"),
             resource_version: Gauge::exported("informer_last_sync_resource_version", &labels),
-            busy_since: AtomicU64::new(0),
-        }
-    }
-
-    /// The driver starts a step (two relaxed stores a step: nothing to measure).
-    pub(crate) fn step_begin(&self) {
-        let since = base().elapsed().as_nanos() as u64;
-        self.busy_since.store(since + 1, Ordering::Relaxed);
-    }
-
-    /// The driver's step is over: it waits for input.
-    pub(crate) fn step_end(&self) {
-        self.busy_since.store(0, Ordering::Relaxed);
-    }
-
-    /// How long the driver has been in its current step, if it is in one.
-    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
-    pub(crate) fn busy_for(&self) -> Option<std::time::Duration> {
-        match self.busy_since.load(Ordering::Relaxed) {
-            0 => None,
-            t => Some(base().elapsed().saturating_sub(std::time::Duration::from_nanos(t - 1))),
         }
     }
 

@@ -45,10 +45,10 @@ use std::time::Duration;
 use event_listener::Event;
 use futures_util::FutureExt;
 use futures_util::future::{Either, select};
-use tracing::Instrument;
 use informer_core::controller::leaderelection::LeaderElectionConfig;
 use informer_core::object::{Key, Object, ObjectOrTombstone};
 use informer_http::{Backend, Client, Resource, WriteHook};
+use tracing::Instrument;
 
 use crate::controller::{Action, WorkQueue};
 use crate::error::Error;
