@@ -95,6 +95,9 @@ const DEFAULT_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// How often the recorder's histograms are folded into their buckets between scrapes.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
 /// The process's Prometheus recorder, installed on first use.
 fn prometheus() -> Result<&'static PrometheusHandle, &'static str> {
     static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
@@ -112,9 +115,25 @@ fn prometheus() -> Result<&'static PrometheusHandle, &'static str> {
                     b.set_buckets_for_metric(Matcher::Prefix("workqueue_".into()), WORKQUEUE_BUCKETS)
                 })
                 .map_err(|e| e.to_string())?;
-            builder.install_recorder().map_err(|e| {
+            let handle = builder.install_recorder().map_err(|e| {
                 format!("the Prometheus recorder could not be installed ({e}): give the admin server a renderer (Admin::metrics_renderer)")
-            })
+            })?;
+            // The recorder keeps each histogram observation until upkeep folds it into the
+            // buckets; a scrape runs upkeep, but a process nobody scrapes would grow without
+            // bound (8 bytes an observation, one per notification). So upkeep runs here too.
+            let upkeep = handle.clone();
+            let spawned = std::thread::Builder::new()
+                .name("informer-metrics-upkeep".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(UPKEEP_EVERY);
+                        upkeep.run_upkeep();
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "no metrics upkeep thread: histograms are folded only when /metrics is scraped");
+            }
+            Ok(handle)
         })
         .as_ref()
         .map_err(String::as_str)
