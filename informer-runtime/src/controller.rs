@@ -20,7 +20,7 @@ use std::future::Future;
 use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use event_listener::{Event, IntoNotification, Listener};
@@ -51,8 +51,12 @@ struct QueueShared<K> {
     ready: Event,
     /// Notified when a key is done (for drain).
     idle: Event,
-    base: std::time::Instant,
+    /// The clock and its reading when first used: the std clock unless a runtime's clock was
+    /// chosen first ([`WorkQueue::use_clock_of`]).
+    clock: OnceLock<(std::time::Instant, Clock)>,
 }
+
+type Clock = Box<dyn Fn() -> std::time::Instant + Send + Sync>;
 
 /// A shared work queue (client-go `workqueue.TypedRateLimitingInterface`): a key is queued at
 /// most once and never handed to two workers at once. Cheap to clone.
@@ -95,7 +99,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
                 state: Mutex::new(workqueue::WorkQueue::with_rate_limiter(limiter)),
                 ready: Event::new(),
                 idle: Event::new(),
-                base: std::time::Instant::now(),
+                clock: OnceLock::new(),
             }),
         }
     }
@@ -105,12 +109,33 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Reads `rt`'s clock ([`Runtime::now`]) from now on instead of the std clock, so that
+    /// under a paused test clock (tokio's) its delays and backoffs move with virtual time.
+    /// Only before the queue first read a clock (as soon as it is made): `false`, and no
+    /// change, after. [`Workers::spawn`] and `Controller` call it.
+    pub fn use_clock_of<R: Runtime>(&self, rt: &R) -> bool {
+        let rt = rt.clone();
+        let mut set = false;
+        self.shared.clock.get_or_init(|| {
+            set = true;
+            (rt.now(), Box::new(move || rt.now()))
+        });
+        set
+    }
+
+    fn clock(&self) -> &(std::time::Instant, Clock) {
+        self.shared
+            .clock
+            .get_or_init(|| (std::time::Instant::now(), Box::new(std::time::Instant::now)))
+    }
+
     fn now(&self) -> CoreInstant {
-        CoreInstant::from_epoch(self.shared.base.elapsed())
+        let (base, clock) = self.clock();
+        CoreInstant::from_epoch(clock().saturating_duration_since(*base))
     }
 
     fn to_std(&self, at: CoreInstant) -> std::time::Instant {
-        self.shared.base + at.since_epoch()
+        self.clock().0 + at.since_epoch()
     }
 
     /// Queues `key` at [`Priority::NORMAL`] (once; a key being processed is processed again
@@ -234,7 +259,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
                 Ok(Ok(k)) => return Some(k),
                 Ok(Err(None)) => listener.await,
                 Ok(Err(Some(at))) => {
-                    let wait = at.saturating_duration_since(std::time::Instant::now());
+                    let wait = at.saturating_duration_since((self.clock().1)());
                     let sleep = rt.sleep(wait);
                     futures_util::future::select(listener, sleep).await;
                 }
@@ -413,6 +438,7 @@ where
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
         E: fmt::Display + Send + 'static,
     {
+        queue.use_clock_of(&rt);
         let w = Workers::empty(rt.clone(), queue);
         let reconcile = Arc::new(reconcile);
         for _ in 0..n.max(1) {

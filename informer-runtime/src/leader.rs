@@ -79,7 +79,7 @@ impl Leadership {
             namespace: namespace.to_string(),
             elector,
             state: state.clone(),
-            base: std::time::Instant::now(),
+            base: rt.now(),
         };
         rt.spawn(Box::pin(driver.run()))
             .map_err(LeaderElectionError::Spawn)?;
@@ -174,7 +174,9 @@ struct Driver<R, B> {
 
 impl<R: Runtime, B: Backend> Driver<R, B> {
     fn now(&self) -> CoreInstant {
-        CoreInstant::from_epoch(self.base.elapsed())
+        // The runtime's clock, not std's: under a paused test clock the elector's deadlines
+        // must move with the sleeps that wait for them.
+        CoreInstant::from_epoch(self.rt.now().saturating_duration_since(self.base))
     }
 
     /// Publishes the elector's events.
