@@ -27,6 +27,11 @@ pub struct Faults {
     pub retry_after: u32,
     /// Requests answered `500 Internal Server Error`.
     pub server_error: f64,
+    /// Whether the 429s and 500s above hit gets and writes too, not only lists and watches
+    /// (on by default). An `Api` call retries a 429 (and a 500 where that is safe) after a
+    /// wait it measures in real time, on a thread, whatever the clock: a run meant to take
+    /// milliseconds turns this off.
+    pub errors_on_writes: bool,
     /// Requests answered only after `slow_by` (virtual time under tokio's paused clock).
     pub slow: f64,
     /// How late a slow answer is.
@@ -57,6 +62,7 @@ impl Faults {
             too_many_requests: 0.0,
             retry_after: 1,
             server_error: 0.0,
+            errors_on_writes: true,
             slow: 0.0,
             slow_by: Duration::from_secs(2),
             conflict: 0.0,
@@ -106,6 +112,11 @@ impl Faults {
     /// Sets [`server_error`](Self::server_error).
     pub fn server_error(mut self, p: f64) -> Self {
         self.server_error = p;
+        self
+    }
+    /// Sets [`errors_on_writes`](Self::errors_on_writes).
+    pub fn errors_on_writes(mut self, on: bool) -> Self {
+        self.errors_on_writes = on;
         self
     }
     /// Sets [`slow`](Self::slow) and [`slow_by`](Self::slow_by).
@@ -176,9 +187,10 @@ pub(crate) fn plan(faults: &Faults, seed: u64, request: &str, nth: u64, kind: Ki
     if hit(faults.slow) {
         plan.delay = Some(faults.slow_by);
     }
-    plan.fail = if hit(faults.too_many_requests) {
+    let errors = faults.errors_on_writes || matches!(kind, Kind::List | Kind::Watch);
+    plan.fail = if errors && hit(faults.too_many_requests) {
         Some(Injected::TooMany(faults.retry_after))
-    } else if hit(faults.server_error) {
+    } else if errors && hit(faults.server_error) {
         Some(Injected::Server)
     } else if matches!(kind, Kind::List | Kind::Watch) && hit(faults.gone) {
         Some(Injected::Gone)

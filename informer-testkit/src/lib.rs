@@ -136,6 +136,8 @@ use state::State;
 #[derive(Clone)]
 pub struct FakeCluster {
     inner: Arc<Inner>,
+    /// Requests through this handle are never faulted ([`FakeCluster::unfaulted`]).
+    clean: bool,
 }
 
 struct Inner {
@@ -206,6 +208,7 @@ impl Builder {
                 state: Mutex::new(State::new(self.seed, self.faults, self.epoch)),
                 clock,
             }),
+            clean: false,
         }
     }
 }
@@ -310,6 +313,17 @@ impl FakeCluster {
             backend,
             Config::new("http://in-process.invalid"),
         ))
+    }
+
+    /// The same cluster, with no faults for requests made through this handle (or a client
+    /// made from it): a test's own setup and checks, beside the code under test that gets
+    /// the faults. Scheduled restarts still happen (they are the cluster's), but its
+    /// requests are not refused while it is down.
+    pub fn unfaulted(&self) -> FakeCluster {
+        FakeCluster {
+            inner: self.inner.clone(),
+            clean: true,
+        }
     }
 
     /// The seed.

@@ -405,13 +405,17 @@ impl FakeCluster {
                         st.next_restart = Some(n + (now - n));
                     }
                 }
-                let down = now < st.down_until;
+                let down = now < st.down_until && !this.clean;
                 let nth = {
                     let n = st.seen.entry(text.clone()).or_insert(0);
                     *n += 1;
                     *n - 1
                 };
-                (plan(&st.faults, st.seed, &text, nth, kind), down)
+                if this.clean {
+                    (crate::faults::Plan::default(), false)
+                } else {
+                    (plan(&st.faults, st.seed, &text, nth, kind), down)
+                }
             };
             if down {
                 this.record(&text, 0, "refused (restarting)");
@@ -476,9 +480,22 @@ impl FakeCluster {
             };
             if kind == Kind::Watch {
                 let gone = plan.fail == Some(Injected::Gone);
+                let note = match plan.watch {
+                    _ if gone => "410 event".to_string(),
+                    WatchFault::Hang => "hung".to_string(),
+                    WatchFault::Drop {
+                        after_events,
+                        after_secs,
+                        reset,
+                    } => format!(
+                        "dropped after {after_events} events or {after_secs} s{}",
+                        if reset { ", reset" } else { "" }
+                    ),
+                    WatchFault::None => String::new(),
+                };
                 return match this.watch(&ctx, plan.watch, gone) {
                     Ok(resp) => {
-                        this.record(&text, 200, if gone { "410 event" } else { "" });
+                        this.record(&text, 200, &note);
                         Ok(resp)
                     }
                     Err(e) => {
