@@ -313,9 +313,11 @@ impl Update<'_> {
                         "{} \"{name}\" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted",
                         info.kind
                     ),
-                ));
+                )
+                .kind_details(info, name));
             }
         }
+        crate::state::prune_empty(&mut result, info);
         if result == *self.old {
             return Ok((200, self.old));
         }
@@ -323,8 +325,12 @@ impl Update<'_> {
             return Ok((200, Arc::new(result)));
         }
         if deleting(&result) && finalizers(&result).is_empty() {
-            let gone = st.commit(info, self.key, None).unwrap_or(self.old);
-            return Ok((200, gone));
+            // The last finalizer went: the object goes; the answer is its last state, at the
+            // version it had (as the apiserver answers).
+            // (DELETED carries the stored state, finalizer and all, at the deletion's version.)
+            crate::state::prune_empty(&mut result, info);
+            st.commit(info, self.key, None);
+            return Ok((200, Arc::new(result)));
         }
         let stored = st
             .commit(info, self.key, Some(result))
@@ -467,7 +473,8 @@ impl FakeCluster {
                     404,
                     "NotFound",
                     "the server could not find the requested resource".into(),
-                );
+                )
+                .empty_details();
                 this.record(&text, 404, "");
                 return Ok(e.response());
             };
@@ -630,20 +637,11 @@ impl FakeCluster {
                     .iter()
                     .filter(|c| c.rv > from && c.store == w.store && in_ns(&c.key))
                 {
-                    let gone_obj = if c.new.is_none() {
-                        c.old.as_ref().map(|o| {
-                            let mut o = (**o).clone();
-                            meta_mut(&mut o)
-                                .insert("resourceVersion".into(), json!(c.rv.to_string()));
-                            o
-                        })
-                    } else {
-                        None
-                    };
+                    let gone_obj = c.gone.as_deref();
                     if let Some((k, v)) =
-                        watch_event(&w, c.old.as_deref(), c.new.as_deref(), gone_obj.as_ref())
+                        watch_event(&w, c.old.as_deref(), c.new.as_deref(), gone_obj)
                     {
-                        pending.push_back(event_line(k, &shape(v)));
+                        pending.push_back(event_line(k, &shape(&v)));
                     }
                 }
             }
@@ -714,13 +712,15 @@ fn resolve(st: &State, r: &Route) -> Result<Arc<ResInfo>, ApiError> {
             "NotFound",
             "the server could not find the requested resource".into(),
         )
+        .empty_details()
     })?;
     if !info.namespaced && r.namespace.is_some() {
         return Err(ApiError::new(
             404,
             "NotFound",
             "the server could not find the requested resource".into(),
-        ));
+        )
+        .empty_details());
     }
     Ok(info)
 }
@@ -749,7 +749,8 @@ fn handle(st: &mut State, method: &http::Method, req: &Req) -> Result<(u16, Valu
                 404,
                 "NotFound",
                 "the server could not find the requested resource".into(),
-            ));
+            )
+            .empty_details());
         }
     }
     match (method.as_str(), r.name.as_deref()) {
@@ -764,13 +765,26 @@ fn handle(st: &mut State, method: &http::Method, req: &Req) -> Result<(u16, Valu
                     404,
                     "NotFound",
                     "the server could not find the requested resource".into(),
-                ));
+                )
+                .empty_details());
             }
             let body = body_json(&req.body, false)?;
             create(st, &info, ns.unwrap_or(""), body, dry_run).map(|v| (201, (*v).clone()))
         }
         ("PUT", Some(name)) => {
             let body = body_json(&req.body, false)?;
+            if info.custom && meta_str(&body, "resourceVersion").is_none_or(str::is_empty) {
+                // Custom resources allow no unconditional update.
+                return Err(ApiError::new(
+                    422,
+                    "Invalid",
+                    format!(
+                        "{} \"{name}\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+                        info.kind
+                    ),
+                )
+                .details(&info, name));
+            }
             let k = key(&info, ns, name);
             let old = st
                 .get(&info.store(), &k)
@@ -800,7 +814,7 @@ fn handle(st: &mut State, method: &http::Method, req: &Req) -> Result<(u16, Valu
                 let have = meta_str(&cur, "uid").unwrap_or_default();
                 if uid != have {
                     return Err(ApiError::new(409, "Conflict", format!(
-                        "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {have}", info.qualified())).details(&info, name));
+                        "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {have}", info.qualified())).kind_details(&info, name));
                 }
             }
             if let Some(rv) = opts
@@ -810,7 +824,7 @@ fn handle(st: &mut State, method: &http::Method, req: &Req) -> Result<(u16, Valu
                 let have = meta_str(&cur, "resourceVersion").unwrap_or_default();
                 if rv != have {
                     return Err(ApiError::new(409, "Conflict", format!(
-                        "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {have}", info.qualified())).details(&info, name));
+                        "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {have}", info.qualified())).kind_details(&info, name));
                 }
             }
             let policy = opts.get("propagationPolicy").and_then(Value::as_str);
@@ -823,12 +837,6 @@ fn handle(st: &mut State, method: &http::Method, req: &Req) -> Result<(u16, Valu
             }
             match st.delete_object(&info, &k, policy) {
                 Some(v) => Ok((200, (*v).clone())),
-                None if info.custom => {
-                    // A custom resource's DELETE answers the deleted object.
-                    let mut gone = (*cur).clone();
-                    meta_mut(&mut gone).insert("resourceVersion".into(), json!(st.rv.to_string()));
-                    Ok((200, gone))
-                }
                 None => Ok((
                     200,
                     json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
@@ -861,6 +869,30 @@ impl ApiError {
         self.details = Some(details_of(info, name, None));
         self
     }
+
+    /// Details naming the kind (not the resource), as validation errors and delete
+    /// preconditions carry them.
+    fn kind_details(mut self, info: &ResInfo, name: &str) -> ApiError {
+        let mut d = json!({"kind": info.kind});
+        if !name.is_empty() {
+            d["name"] = json!(name);
+        }
+        if !info.group.is_empty() {
+            d["group"] = json!(info.group);
+        }
+        self.details = Some(d);
+        self
+    }
+
+    fn empty_details(mut self) -> ApiError {
+        self.details = Some(json!({}));
+        self
+    }
+
+    fn list_options(mut self) -> ApiError {
+        self.details = Some(json!({"group": "meta.k8s.io", "kind": "ListOptions"}));
+        self
+    }
 }
 
 fn shaped(v: &Value, metadata_only_: bool) -> Value {
@@ -884,7 +916,7 @@ fn list(st: &State, info: &Arc<ResInfo>, ns: Option<&str>, req: &Req) -> Result<
     };
     let cont = param(q, "continue").filter(|s| !s.is_empty());
     if rvm.is_some() && rv.is_none() {
-        return Err(ApiError::new(422, "Invalid", "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided".into()));
+        return Err(ApiError::new(422, "Invalid", "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided".into()).list_options());
     }
     if let Some(m) = rvm {
         if m != "Exact" && m != "NotOlderThan" {
@@ -894,14 +926,15 @@ fn list(st: &State, info: &Arc<ResInfo>, ns: Option<&str>, req: &Req) -> Result<
                 format!(
                     "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Unsupported value: \"{m}\": supported values: \"Exact\", \"NotOlderThan\", \"\""
                 ),
-            ));
+            )
+            .list_options());
         }
     }
     if cont.is_some() && rv.is_some_and(|r| r != "0") {
-        return Err(ApiError::new(422, "Invalid", "ListOptions.meta.k8s.io \"\" is invalid: resourceVersion: Forbidden: specifying resource version is not allowed when using continue".into()));
+        return Err(ApiError::new(422, "Invalid", "ListOptions.meta.k8s.io \"\" is invalid: resourceVersion: Forbidden: specifying resource version is not allowed when using continue".into()).list_options());
     }
     if rvm == Some("Exact") && rv == Some("0") {
-        return Err(ApiError::new(422, "Invalid", "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".into()));
+        return Err(ApiError::new(422, "Invalid", "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".into()).list_options());
     }
     let too_large = |n: u64| {
         let mut e = ApiError::new(
@@ -1078,7 +1111,8 @@ fn create(
                         "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
                         info.kind
                     ),
-                ));
+                )
+                .kind_details(info, ""));
             }
         },
     };
@@ -1102,7 +1136,8 @@ fn create(
     }
     meta_mut(&mut body).remove("resourceVersion");
     if dry_run {
-        return Ok(Arc::new(body));
+        // Filled in as a create would, stored nowhere (no resourceVersion).
+        return Ok(Arc::new(st.fill_new(info, body, &k.0, &name)));
     }
     let stored = st.stamp_new(info, body, &k.0, &name);
     if info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions" {
@@ -1187,7 +1222,9 @@ fn patch_object(
             if ct == "application/json-patch+json" {
                 patch::json_patch(&mut new, &p).map_err(|e| match e {
                     patch::JsonPatchError::Malformed(m) => ApiError::bad_request(m),
-                    patch::JsonPatchError::Failed(m) => ApiError::new(422, "Invalid", m),
+                    patch::JsonPatchError::Failed(m) => {
+                        ApiError::new(422, "Invalid", m).empty_details()
+                    }
                 })?;
             } else {
                 // Strategic merge on built-ins is taken as a merge patch (lists replaced).
@@ -1281,7 +1318,7 @@ fn apply(
                 if overlaps(p, o) {
                     let short = if p.len() <= o.len() { p } else { o };
                     if patch::at(&old, short) != patch::at(&applied, short) {
-                        conflicts.push((who.to_string(), p.clone()));
+                        conflicts.push((who.to_string(), p.clone(), o.clone()));
                     }
                 }
             }
@@ -1290,7 +1327,7 @@ fn apply(
     if !conflicts.is_empty() && !force {
         let list: Vec<String> = conflicts
             .iter()
-            .map(|(w, p)| format!("conflict with \"{w}\": .{}", p.join(".")))
+            .map(|(w, p, _)| format!("conflict with \"{w}\": .{}", p.join(".")))
             .collect();
         let mut e = ApiError::new(
             409,
@@ -1303,7 +1340,7 @@ fn apply(
             ),
         );
         e.details = Some(
-            json!({"causes": conflicts.iter().map(|(w, p)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{w}\""), "field": format!(".{}", p.join("."))})).collect::<Vec<_>>()}),
+            json!({"causes": conflicts.iter().map(|(w, p, _)| json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{w}\""), "field": format!(".{}", p.join("."))})).collect::<Vec<_>>()}),
         );
         return Err(e);
     }
@@ -1323,8 +1360,9 @@ fn apply(
             previous = owned;
             continue;
         }
-        // Forced: the fields move to this manager.
-        owned.retain(|o| !paths.iter().any(|p| overlaps(p, o)));
+        // Forced: the conflicting fields move to this manager; fields applied with the same
+        // value stay shared.
+        owned.retain(|o| !conflicts.iter().any(|(w, _, c)| *w == who && c == o));
         e["fieldsV1"] = patch::fields_v1(&owned);
         others.extend(owned);
     }

@@ -2,6 +2,7 @@
 //! resumed watches, up to the compaction floor), watchers, and the writes every verb shares
 //! (commit, delete, the garbage collector and namespace cleanup).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,6 +67,8 @@ pub(crate) struct Change {
     pub key: ObjKey,
     pub old: Option<Arc<Value>>,
     pub new: Option<Arc<Value>>,
+    /// A deletion's last state, at the deletion's resourceVersion (what `DELETED` carries).
+    pub gone: Option<Arc<Value>>,
 }
 
 /// What a watch stream is sent.
@@ -410,13 +413,15 @@ impl State {
     }
 
     /// Fills a new object's system fields and commits it (no checks: the callers did them).
-    pub fn stamp_new(
-        &mut self,
-        info: &ResInfo,
-        mut obj: Value,
-        ns: &str,
-        name: &str,
-    ) -> Arc<Value> {
+    pub fn stamp_new(&mut self, info: &ResInfo, obj: Value, ns: &str, name: &str) -> Arc<Value> {
+        let obj = self.fill_new(info, obj, ns, name);
+        self.commit(info, (ns.into(), name.into()), Some(obj))
+            .unwrap_or_else(|| Arc::new(Value::Null))
+    }
+
+    /// A new object's system fields: name, namespace, uid, creationTimestamp, generation,
+    /// apiVersion and kind.
+    pub fn fill_new(&mut self, info: &ResInfo, mut obj: Value, ns: &str, name: &str) -> Value {
         let uid = self.new_uid();
         let ts = self.timestamp();
         let m = meta_mut(&mut obj);
@@ -440,8 +445,8 @@ impl State {
             o.insert("apiVersion".into(), json!(info.api_version()));
             o.insert("kind".into(), json!(info.kind));
         }
-        self.commit(info, (ns.into(), name.into()), Some(obj))
-            .unwrap_or_else(|| Arc::new(Value::Null))
+        prune_empty(&mut obj, info);
+        obj
     }
 
     /// Stores `new` (or removes the object when `None`) at the next resourceVersion, logs the
@@ -459,6 +464,7 @@ impl State {
         let rv = self.rv;
         let (stored, gone) = match new {
             Some(mut v) => {
+                prune_empty(&mut v, info);
                 meta_mut(&mut v).insert("resourceVersion".into(), json!(rv.to_string()));
                 let v = Arc::new(v);
                 self.objects
@@ -491,6 +497,7 @@ impl State {
             key,
             old,
             new: stored.clone(),
+            gone: gone.clone(),
         });
         stored.or(gone)
     }
@@ -511,9 +518,9 @@ impl State {
                 return true;
             };
             let line = if w.metadata_only {
-                event_line(kind, &metadata_only(obj))
+                event_line(kind, &metadata_only(&obj))
             } else {
-                event_line(kind, obj)
+                event_line(kind, &obj)
             };
             w.tx.unbounded_send(Msg::Line(line)).is_ok()
         });
@@ -741,17 +748,57 @@ pub(crate) fn watch_event<'a>(
     old: Option<&'a Value>,
     new: Option<&'a Value>,
     gone: Option<&'a Value>,
-) -> Option<(&'static str, &'a Value)> {
+) -> Option<(&'static str, Cow<'a, Value>)> {
     let sel = |v: &Value| w.labels.matches(&JsonLabels(v)) && w.fields.matches(v);
     let was = old.is_some_and(sel);
     match (new, gone) {
         (Some(n), _) => match (was, sel(n)) {
-            (false, true) => Some(("ADDED", n)),
-            (true, true) => Some(("MODIFIED", n)),
-            (true, false) => Some(("DELETED", n)),
+            (false, true) => Some(("ADDED", Cow::Borrowed(n))),
+            (true, true) => Some(("MODIFIED", Cow::Borrowed(n))),
+            (true, false) => {
+                // Leaving the selection: the object as the watch last matched it, at the
+                // change's resourceVersion (as the watch cache sends it).
+                let mut o = old.cloned().unwrap_or(Value::Null);
+                if let Some(rv) = meta_str(n, "resourceVersion") {
+                    let rv = rv.to_string();
+                    meta_mut(&mut o).insert("resourceVersion".into(), json!(rv));
+                }
+                Some(("DELETED", Cow::Owned(o)))
+            }
             (false, false) => None,
         },
-        (None, Some(g)) if was => Some(("DELETED", g)),
+        (None, Some(g)) if was => Some(("DELETED", Cow::Borrowed(g))),
         _ => None,
+    }
+}
+
+/// Drops what the apiserver's Go types leave out when empty: metadata's maps and lists, and a
+/// built-in's `data`-like maps.
+pub(crate) fn prune_empty(v: &mut Value, info: &ResInfo) {
+    let empty = |x: &Value| {
+        x.is_null()
+            || x.as_object().is_some_and(Map::is_empty)
+            || x.as_array().is_some_and(Vec::is_empty)
+    };
+    let m = meta_mut(v);
+    for f in [
+        "labels",
+        "annotations",
+        "finalizers",
+        "ownerReferences",
+        "managedFields",
+    ] {
+        if m.get(f).is_some_and(empty) {
+            m.remove(f);
+        }
+    }
+    if !info.custom {
+        if let Value::Object(o) = v {
+            for f in ["data", "binaryData", "stringData"] {
+                if o.get(f).is_some_and(empty) {
+                    o.remove(f);
+                }
+            }
+        }
     }
 }
