@@ -30,7 +30,7 @@ pub struct Faults {
     /// Whether the 429s and 500s above hit gets and writes too, not only lists and watches
     /// (on by default). An `Api` call retries a 429 (and a 500 where that is safe) after a
     /// wait it measures in real time, on a thread, whatever the clock: a run meant to take
-    /// milliseconds turns this off.
+    /// milliseconds turns this off. Off, a restart's refused connections spare them too.
     pub errors_on_writes: bool,
     /// Requests answered only after `slow_by` (virtual time under tokio's paused clock).
     pub slow: f64,

@@ -411,7 +411,10 @@ impl FakeCluster {
                         st.next_restart = Some(n + (now - n));
                     }
                 }
-                let down = now < st.down_until && !this.clean;
+                // A restart refuses every connection, but gets and writes only when errors reach
+                // them at all (`errors_on_writes`: their retries wait in real time).
+                let spared = !st.faults.errors_on_writes && !matches!(kind, Kind::List | Kind::Watch);
+                let down = now < st.down_until && !this.clean && !spared;
                 let nth = {
                     let n = st.seen.entry(text.clone()).or_insert(0);
                     *n += 1;
