@@ -90,17 +90,20 @@
 //!
 //! ## Differences from kube-apiserver
 //!
-//! Found by the differential suite (`tests/differential.rs`, against kube-apiserver v1.20.2)
-//! or known by design:
+//! Found by the differential suite (`tests/differential.rs`: 60 scripted request sequences
+//! against kube-apiserver v1.20.2; the scenarios named here are its `KNOWN` ones, any other
+//! difference fails it) or known by design:
 //!
 //! | What | kube-apiserver | FakeCluster |
 //! |---|---|---|
 //! | Admission, validation, defaulting, RBAC | yes | none: any object of a known resource is stored as sent |
 //! | `managedFields` on non-apply writes | an `Update` entry per manager | not recorded |
 //! | Apply on lists with merge keys | per item | the list is atomic |
-//! | Garbage collector, namespace cleanup | separate controllers, eventually | synchronous, in the write's request |
+//! | Garbage collector, namespace cleanup | not in a bare kube-apiserver (separate controllers, eventually) | synchronous, in the write's request (`gc_background`, `namespace_delete`) |
 //! | Watch bookmarks | about once a minute, timing not exact | every 60 s of the clock |
-//! | The watch cache's own window (410 for an RV the cache dropped though etcd has it) | yes | only compaction makes 410 |
+//! | A watch from a version etcd compacted away | served from the watch cache while the cache holds it (410 once its window moved on) | 410 at once (`watch_compacted_version`) |
+//! | The watch cache's own window (410 for a version the cache dropped though etcd has it) | yes | only compaction makes 410 |
+//! | Order of a `resourceVersion=0` list and of a watch's initial `ADDED` events | the watch cache's (no order) | key order (the suite compares them sorted) |
 //! | Discovery (`/api`, `/apis`), `deletecollection`, `/scale`, pod logs, exec | yes | 404 / 405 |
 //! | Field selectors on a built-in's unsupported field | 400 | accepted |
 //! | Graceful deletion of pods (`gracePeriodSeconds`) | pods linger | deleted at once |

@@ -413,7 +413,8 @@ impl FakeCluster {
                 }
                 // A restart refuses every connection, but gets and writes only when errors reach
                 // them at all (`errors_on_writes`: their retries wait in real time).
-                let spared = !st.faults.errors_on_writes && !matches!(kind, Kind::List | Kind::Watch);
+                let spared =
+                    !st.faults.errors_on_writes && !matches!(kind, Kind::List | Kind::Watch);
                 let down = now < st.down_until && !this.clean && !spared;
                 let nth = {
                     let n = st.seen.entry(text.clone()).or_insert(0);
@@ -747,7 +748,9 @@ fn handle(st: &mut State, method: &http::Method, req: &Req) -> Result<(u16, Valu
     };
     let sub = r.sub.as_deref();
     if let Some(s) = sub {
-        if !(s == "status" && info.status) && !(s == "finalize" && info.plural == "namespaces") {
+        let served =
+            (s == "status" && info.status) || (s == "finalize" && info.plural == "namespaces");
+        if !served {
             return Err(ApiError::new(
                 404,
                 "NotFound",
@@ -1214,9 +1217,7 @@ fn patch_object(
                 return Err(ApiError::new(
                     415,
                     "UnsupportedMediaType",
-                    format!(
-                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
-                    ),
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".to_string(),
                 ));
             }
             let old = current.ok_or_else(|| ApiError::not_found(info, name))?;

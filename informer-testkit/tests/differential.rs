@@ -679,7 +679,7 @@ async fn run(
 }
 
 /// Reduces an outcome to what must agree (see the module docs).
-fn normalize(v: &mut Value, rvs: &mut HashMap<String, String>, in_object: bool) {
+fn normalize(v: &mut Value, rvs: &mut HashMap<String, String>) {
     match v {
         Value::Object(m) => {
             let is_status = m.get("kind").and_then(Value::as_str) == Some("Status");
@@ -742,13 +742,13 @@ fn normalize(v: &mut Value, rvs: &mut HashMap<String, String>, in_object: bool) 
             }
             for (k, child) in m.iter_mut() {
                 if k != "metadata" {
-                    normalize(child, rvs, in_object || k == "object" || k == "items");
+                    normalize(child, rvs);
                 }
             }
         }
         Value::Array(a) => {
             for x in a {
-                normalize(x, rvs, in_object);
+                normalize(x, rvs);
             }
         }
         _ => {}
@@ -771,7 +771,7 @@ async fn outcomes(side: &Side, ns: &str, steps: &[Step]) -> Vec<Value> {
     run(side, ns, steps, &mut vars, &mut out).await;
     let mut rvs = HashMap::new();
     for o in &mut out {
-        normalize(o, &mut rvs, false);
+        normalize(o, &mut rvs);
     }
     out
 }

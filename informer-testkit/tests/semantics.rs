@@ -422,8 +422,10 @@ async fn selectors_on_lists_and_watches() {
         blues.items.iter().map(|o| o.name()).collect::<Vec<_>>(),
         ["blue"]
     );
-    let mut w = WatchRequest::default();
-    w.resource_version = reds.resource_version.clone();
+    let mut w = WatchRequest {
+        resource_version: reds.resource_version.clone(),
+        ..WatchRequest::default()
+    };
     w.selectors.label = Some("color=red".into());
     let mut events = api.watch_stream(&w).await.unwrap();
     // blue turns red: ADDED for this watch; red turns green: DELETED.
