@@ -189,7 +189,8 @@ impl Builder {
     }
 
     /// The clock (default: [`TokioClock`] with the `tokio` feature, else [`SmolClock`] with
-    /// `smol`, else [`ThreadClock`]).
+    /// `smol`, else [`ThreadClock`]). On smol, say `.clock(SmolClock::new())`: a tokio clock
+    /// needs a tokio runtime to sleep on.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
         self
