@@ -80,7 +80,12 @@ impl Leadership {
             elector,
             state: state.clone(),
             base: rt.now(),
+            master_status: crate::metrics::Gauge::exported(
+                "leader_election_master_status",
+                &[("name", name.to_string())],
+            ),
         };
+        driver.master_status.set(0);
         rt.spawn(Box::pin(driver.run()))
             .map_err(LeaderElectionError::Spawn)?;
         Ok(Leadership { state, identity })
@@ -94,6 +99,12 @@ impl Leadership {
     /// True while this candidate leads.
     pub fn is_leader(&self) -> bool {
         self.state.leader.load(Ordering::Acquire)
+    }
+
+    /// True until the election task has ended (after [`shutdown`](Self::shutdown) or
+    /// [`abandon`](Self::abandon)): leading or campaigning.
+    pub fn is_running(&self) -> bool {
+        !self.state.exited.load(Ordering::Acquire)
     }
 
     /// The Lease's holder as last seen.
@@ -170,6 +181,8 @@ struct Driver<R, B> {
     elector: LeaderElector,
     state: Arc<State>,
     base: std::time::Instant,
+    /// client-go's `leader_election_master_status{name}`: 1 while leading, else 0.
+    master_status: crate::metrics::Gauge,
 }
 
 impl<R: Runtime, B: Backend> Driver<R, B> {
@@ -186,6 +199,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 LeaderEvent::StartedLeading => {
                     tracing::info!(identity = %self.elector.config().identity, lease = %self.name, "started leading");
                     self.state.leader.store(true, Ordering::Release);
+                    self.master_status.set(1);
                 }
                 LeaderEvent::StoppedLeading => {
                     // A deliberate stop (shutdown, abandon) is no news; a lost lease is.
@@ -195,6 +209,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                         tracing::warn!(identity = %self.elector.config().identity, lease = %self.name, "stopped leading");
                     }
                     self.state.leader.store(false, Ordering::Release);
+                    self.master_status.set(0);
                 }
                 LeaderEvent::NewLeader(who) => {
                     tracing::info!(leader = %who, lease = %self.name, "new leader");
@@ -266,6 +281,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             select(timer, stop).await;
         }
         self.state.leader.store(false, Ordering::Release);
+        self.master_status.set(0);
         self.state.exited.store(true, Ordering::Release);
         self.state.changed.notify(usize::MAX);
     }

@@ -26,6 +26,11 @@
 
 #[cfg(feature = "kube")]
 mod kube_client;
+
+#[cfg(feature = "admin")]
+mod admin;
+#[cfg(feature = "admin")]
+pub use admin::serve_admin;
 #[cfg(feature = "kube")]
 pub use kube_client::{KubeBackend, kube_client};
 #[cfg(feature = "kube")]
