@@ -34,7 +34,7 @@ const STEP: Duration = Duration::from_secs(2400);
 fn faults() -> Faults {
     Faults::none()
         .drop_watch(0.3)
-        .hang_watch(0.05)
+        .hang_watch(0.02)
         .gone(0.05)
         .too_many_requests(0.05, 1)
         .server_error(0.05)
@@ -99,6 +99,9 @@ async fn until(seed: u64, what: &str, fake: &FakeCluster, check: impl Fn() -> bo
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if std::env::var_os("GREETER_VERBOSE").is_some() {
+        eprintln!("seed {seed}: {what} after {:?} (virtual)", start.elapsed());
     }
 }
 
@@ -185,7 +188,21 @@ async fn one_seed(seed: u64) -> Summary {
     })
     .await;
     let _ = stop_tx.send(());
+    let stopping = tokio::time::Instant::now();
+    let before = fake.trace().len();
     let outcome = operator.await.expect("the operator task");
+    if std::env::var_os("GREETER_VERBOSE").is_some() {
+        eprintln!(
+            "seed {seed}: stopped after {:?} (virtual)",
+            stopping.elapsed()
+        );
+        if stopping.elapsed() > Duration::from_secs(60) {
+            for t in &fake.trace()[before..] {
+                eprintln!("   after stop: {} {} {}", t.code, t.request, t.note);
+            }
+            eprintln!("   open watches {}", fake.open_watches());
+        }
+    }
     assert_eq!(outcome, Ok(()), "seed {seed}: the operator stops cleanly");
     // Only the operator's own Lease holder ever wrote: the Lease names it.
     let lease = fake.get(&Resource::LEASES, Some(NS), "greeter");
