@@ -82,7 +82,7 @@
 //! requests give the same faults ([`FakeCluster::trace`] shows them).
 //!
 //! Time is the [`Clock`]'s: with [`TokioClock`] (the default) under a paused tokio runtime
-//! (`#[tokio::test(start_paused = true)]`) it is virtual, and the informer's timers, the
+//! (`#[tokio::test(start_paused = true)]`, tokio's `test-util` feature) it is virtual, and the informer's timers, the
 //! work queue's delays and leader election's deadlines (the tokio runtime's clock) move with
 //! it: ten minutes of a controller's life run in milliseconds. Two things stay in real time:
 //! a write's own retry after a 429 or a 500 (informer-http waits on a thread) and handler
