@@ -79,14 +79,20 @@
 //! [`Faults`] by seed: dropped and hung watches, 410s, 429 with `Retry-After`, 500s, slow
 //! answers, conflicts on a fraction of writes, restarts. Every decision is drawn from the seed,
 //! the request's text and how often that request was made, so the same seed and the same
-//! requests give the same faults ([`FakeCluster::trace`] shows them).
+//! requests give the same faults ([`FakeCluster::trace`] shows them). A test driving the
+//! cluster from one task repeats exactly; an informer's handlers run on threads of their own,
+//! so a controller's requests can come in another order from run to run (another
+//! resourceVersion in a watch's URL is another request), and with them other faults: a
+//! failing seed names a run worth replaying, not always one that repeats.
 //!
 //! Time is the [`Clock`]'s: with [`TokioClock`] (the default) under a paused tokio runtime
 //! (`#[tokio::test(start_paused = true)]`, tokio's `test-util` feature) it is virtual, and the informer's timers, the
 //! work queue's delays and leader election's deadlines (the tokio runtime's clock) move with
 //! it: ten minutes of a controller's life run in milliseconds. Two things stay in real time:
 //! a write's own retry after a 429 or a 500 (informer-http waits on a thread) and handler
-//! threads' work. On smol, [`SmolClock`] is real time: smol has no paused clock.
+//! threads' work; while the runtime waits for them, tokio's paused clock jumps to its next
+//! timer, so virtual time runs ahead of what the threads did (harmless to correctness, but a
+//! deadline in virtual time is no measure of real work). On smol, [`SmolClock`] is real time: smol has no paused clock.
 //!
 //! ## Differences from kube-apiserver
 //!
