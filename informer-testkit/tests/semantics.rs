@@ -701,3 +701,41 @@ async fn restart_ends_watches_compacts_and_refuses_for_a_while() {
         Some(WatchEvent::Error(Failure::Expired(_)))
     ));
 }
+
+#[tokio::test(start_paused = true)]
+async fn leader_election_takes_over_after_a_crash_in_virtual_time() {
+    use informer_tokio::LeaderElectionConfig;
+    let fake = FakeCluster::builder()
+        .faults(Faults::none().conflict(0.1))
+        .build();
+    let client: Client = fake.client().unwrap();
+    let a =
+        informer_tokio::leader_election(&client, "default", "lock", LeaderElectionConfig::new("a"))
+            .unwrap();
+    a.leading().await;
+    let b =
+        informer_tokio::leader_election(&client, "default", "lock", LeaderElectionConfig::new("b"))
+            .unwrap();
+    // b waits while a renews: a minute of virtual time.
+    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    assert!(a.is_leader() && !b.is_leader());
+    // a crashes (the Lease is not written free): b leads once the Lease expired (15 s) and
+    // not before.
+    let crashed = tokio::time::Instant::now();
+    a.abandon().await;
+    b.leading().await;
+    let took = crashed.elapsed();
+    assert!(
+        took >= std::time::Duration::from_secs(10),
+        "took over after {took:?}"
+    );
+    assert!(
+        took <= std::time::Duration::from_secs(20),
+        "took over after {took:?}"
+    );
+    let lease = fake
+        .get(&Resource::LEASES, Some("default"), "lock")
+        .unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "b");
+    b.shutdown().await;
+}
