@@ -43,7 +43,8 @@
 //!   `DELETED` for that watch); a watch from a compacted version gets an `ERROR` event with
 //!   a 410 `Status`.
 //! - **compaction** ([`FakeCluster::compact`], and every restart): history before now is
-//!   gone.
+//!   gone; past 100,000 changes ([`Builder::history`]) the older half goes by itself (as
+//!   etcd's periodic compaction), so a long test's memory stays bounded.
 //! - **selectors**: label selectors (the core's parser), field selectors (`=`, `==`, `!=` on
 //!   any dotted path of a built-in; `metadata.name`/`metadata.namespace` only on a custom
 //!   resource, as the apiserver).
@@ -170,6 +171,7 @@ pub struct Builder {
     faults: Faults,
     clock: Option<Arc<dyn Clock>>,
     epoch: i64,
+    history: usize,
 }
 
 impl std::fmt::Debug for Builder {
@@ -209,13 +211,22 @@ impl Builder {
         self
     }
 
+    /// How many changes the history keeps before its older half is compacted (100,000 by
+    /// default; at least 2).
+    pub fn history(mut self, changes: usize) -> Self {
+        self.history = changes.max(2);
+        self
+    }
+
     /// The cluster, with the namespaces `default`, `kube-system`, `kube-public` and
     /// `kube-node-lease`.
     pub fn build(self) -> FakeCluster {
         let clock = self.clock.unwrap_or_else(default_clock);
+        let mut state = State::new(self.seed, self.faults, self.epoch);
+        state.history = self.history;
         FakeCluster {
             inner: Arc::new(Inner {
-                state: Mutex::new(State::new(self.seed, self.faults, self.epoch)),
+                state: Mutex::new(state),
                 clock,
             }),
             clean: false,
@@ -306,6 +317,7 @@ impl FakeCluster {
             faults: Faults::none(),
             clock: None,
             epoch: 1_767_225_600,
+            history: state::HISTORY,
         }
     }
 

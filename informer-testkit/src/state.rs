@@ -176,7 +176,13 @@ pub(crate) struct State {
     pub now: Duration,
     /// Something was deleted or started deleting: the garbage collector has work.
     pub gc_dirty: bool,
+    /// Changes kept before the older half is compacted.
+    pub history: usize,
 }
+
+/// Changes kept for exact lists and resumed watches before the older half is compacted, by
+/// default.
+pub(crate) const HISTORY: usize = 100_000;
 
 /// Finalizers the garbage collector itself handles.
 pub(crate) const FOREGROUND: &str = "foregroundDeletion";
@@ -315,6 +321,7 @@ impl State {
             epoch,
             now: Duration::ZERO,
             gc_dirty: false,
+            history: HISTORY,
         };
         for r in informer_http::Resource::BUILTINS {
             let status = matches!(
@@ -499,6 +506,13 @@ impl State {
             new: stored.clone(),
             gone: gone.clone(),
         });
+        if self.log.len() > self.history {
+            // As etcd's periodic compaction: the older half of the history goes.
+            let drop = self.log.len() / 2;
+            if let Some(last) = self.log.drain(..drop).last() {
+                self.floor = last.rv;
+            }
+        }
         stored.or(gone)
     }
 

@@ -739,3 +739,40 @@ async fn leader_election_takes_over_after_a_crash_in_virtual_time() {
     assert_eq!(lease["spec"]["holderIdentity"], "b");
     b.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn history_is_compacted_by_itself_past_its_bound() {
+    let fake = FakeCluster::builder().history(100).build();
+    let client: Client = fake.client().unwrap();
+    let api = client.api::<DynamicObject>(Resource::CONFIGMAPS, Some("default"));
+    let first = api
+        .create(&cm("h", json!({})), &PostParams::default())
+        .await
+        .unwrap();
+    // 101 more changes: past the bound, the older half goes.
+    for i in 0..101u32 {
+        let p = Patch::Merge(json!({"data": {"n": i.to_string()}}));
+        api.patch("h", &p, &PatchParams::default()).await.unwrap();
+    }
+    let exact = ListRequest {
+        resource_version: first.metadata.resource_version().map(str::to_string),
+        resource_version_match: Some(ResourceVersionMatch::Exact),
+        ..ListRequest::default()
+    };
+    assert!(
+        matches!(api.list_page(&exact).await, Err(Failure::Expired(_))),
+        "the oldest half is gone"
+    );
+    let recent = ListRequest {
+        resource_version: Some((fake.resource_version() - 10).to_string()),
+        resource_version_match: Some(ResourceVersionMatch::Exact),
+        ..ListRequest::default()
+    };
+    let page = api.list_page(&recent).await.unwrap();
+    assert_eq!(page.items.len(), 1, "recent history stays");
+    assert_eq!(
+        page.items[0].field::<Value>("data").unwrap().unwrap()["n"],
+        "90",
+        "as it was then"
+    );
+}
