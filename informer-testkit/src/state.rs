@@ -509,7 +509,7 @@ impl State {
         if self.log.len() > self.history {
             // As etcd's periodic compaction: the older half of the history goes.
             let drop = self.log.len() / 2;
-            if let Some(last) = self.log.drain(..drop).last() {
+            if let Some(last) = self.log.drain(..drop).next_back() {
                 self.floor = last.rv;
             }
         }
