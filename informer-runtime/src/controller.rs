@@ -102,8 +102,12 @@ struct QueueShared<K> {
     ready: Event,
     /// Notified when a key is done (for drain).
     idle: Event,
-    base: std::time::Instant,
+    /// The clock and its reading when first used: the std clock unless a runtime's clock was
+    /// chosen first ([`WorkQueue::use_clock_of`]).
+    clock: OnceLock<(std::time::Instant, Clock)>,
 }
+
+type Clock = Box<dyn Fn() -> std::time::Instant + Send + Sync>;
 
 /// A shared work queue (client-go `workqueue.TypedRateLimitingInterface`): a key is queued at
 /// most once and never handed to two workers at once. Cheap to clone.
@@ -152,7 +156,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
                 refresh: OnceLock::new(),
                 ready: Event::new(),
                 idle: Event::new(),
-                base: std::time::Instant::now(),
+                clock: OnceLock::new(),
             }),
         }
     }
@@ -160,6 +164,26 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
     fn lock(&self) -> MutexGuard<'_, Locked<K>> {
         // The queue's state is consistent after every call: a panic elsewhere cannot break it.
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reads `rt`'s clock ([`Runtime::now`]) from now on instead of the std clock, so that
+    /// under a paused test clock (tokio's) its delays and backoffs move with virtual time.
+    /// Only before the queue first read a clock (as soon as it is made): `false`, and no
+    /// change, after. [`Workers::spawn`] and `Controller` call it.
+    pub fn use_clock_of<R: Runtime>(&self, rt: &R) -> bool {
+        let rt = rt.clone();
+        let mut set = false;
+        self.shared.clock.get_or_init(|| {
+            set = true;
+            (rt.now(), Box::new(move || rt.now()))
+        });
+        set
+    }
+
+    fn clock(&self) -> &(std::time::Instant, Clock) {
+        self.shared
+            .clock
+            .get_or_init(|| (std::time::Instant::now(), Box::new(std::time::Instant::now)))
     }
 
     /// The exported metrics, if [`export_metrics`](Self::export_metrics) was called and the
@@ -209,11 +233,12 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
     }
 
     fn now(&self) -> CoreInstant {
-        CoreInstant::from_epoch(self.shared.base.elapsed())
+        let (base, clock) = self.clock();
+        CoreInstant::from_epoch(clock().saturating_duration_since(*base))
     }
 
     fn to_std(&self, at: CoreInstant) -> std::time::Instant {
-        self.shared.base + at.since_epoch()
+        self.clock().0 + at.since_epoch()
     }
 
     /// Queues `key` at [`Priority::NORMAL`] (once; a key being processed is processed again
@@ -406,7 +431,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
                 Ok(Ok(k)) => return Some(k),
                 Ok(Err(None)) => listener.await,
                 Ok(Err(Some(at))) => {
-                    let wait = at.saturating_duration_since(std::time::Instant::now());
+                    let wait = at.saturating_duration_since((self.clock().1)());
                     let sleep = rt.sleep(wait);
                     futures_util::future::select(listener, sleep).await;
                 }
@@ -585,6 +610,7 @@ where
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
         E: fmt::Display + Send + 'static,
     {
+        queue.use_clock_of(&rt);
         let w = Workers::empty(rt.clone(), queue);
         let reconcile = Arc::new(reconcile);
         for _ in 0..n.max(1) {

@@ -79,7 +79,7 @@ impl Leadership {
             namespace: namespace.to_string(),
             elector,
             state: state.clone(),
-            base: std::time::Instant::now(),
+            base: rt.now(),
             master_status: crate::metrics::Gauge::exported(
                 "leader_election_master_status",
                 &[("name", name.to_string())],
@@ -187,7 +187,9 @@ struct Driver<R, B> {
 
 impl<R: Runtime, B: Backend> Driver<R, B> {
     fn now(&self) -> CoreInstant {
-        CoreInstant::from_epoch(self.base.elapsed())
+        // The runtime's clock, not std's: under a paused test clock the elector's deadlines
+        // must move with the sleeps that wait for them.
+        CoreInstant::from_epoch(self.rt.now().saturating_duration_since(self.base))
     }
 
     /// Publishes the elector's events.

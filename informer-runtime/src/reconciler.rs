@@ -218,6 +218,7 @@ where
             .map(|r| r.kind.to_string())
             .or_else(|| K::type_kind().map(str::to_owned));
         let rt = primary.shared().rt.clone();
+        queue.use_clock_of(&rt);
         Controller {
             rt,
             client: client.clone(),

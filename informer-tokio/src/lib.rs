@@ -111,6 +111,14 @@ impl informer_runtime::Runtime for Tokio {
     fn sleep(&self, duration: Duration) -> informer_runtime::BoxFuture<'static, ()> {
         Box::pin(tokio::time::sleep(duration))
     }
+
+    /// Tokio's clock: on a runtime whose clock is paused (`tokio::time::pause`, tests with
+    /// tokio's `test-util`), the virtual time its timers run on, so the deadlines the
+    /// informer, the work queue and leader election compute agree with the sleeps they wait
+    /// on; else (and off the runtime's threads) the std clock.
+    fn now(&self) -> std::time::Instant {
+        tokio::time::Instant::now().into_std()
+    }
 }
 
 /// The workspace README's Rust blocks, compiled as doctests so its quickstart stays true.

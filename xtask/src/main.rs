@@ -357,6 +357,20 @@ fn test_all_steps() -> Result {
         &["-p", "informer-runtime"],
         &["-p", "informer-tokio"],
         &["-p", "informer-smol"],
+        &[
+            "-p",
+            "informer-testkit",
+            "--no-default-features",
+            "--features",
+            "tokio",
+        ],
+        &[
+            "-p",
+            "informer-testkit",
+            "--no-default-features",
+            "--features",
+            "smol",
+        ],
     ] {
         let mut c = cargo();
         c.arg("check").args(args);
@@ -530,12 +544,13 @@ impl Totals {
 }
 
 /// The crates published to the registry (every other member has `publish = false`).
-const PUBLISHED: [&str; 5] = [
+const PUBLISHED: [&str; 6] = [
     "informer-core",
     "informer-http",
     "informer-runtime",
     "informer-tokio",
     "informer-smol",
+    "informer-testkit",
 ];
 
 /// `cargo package --no-verify` of the published crates: fails if a manifest cannot be
