@@ -12,6 +12,10 @@
 //! - a raw-field read per Pod (the raw JSON of `status`).
 //!
 //! Candidates:
+//! - `CompactObject`: what was chosen and built from these figures
+//!   (`informer_core::object::CompactObject`: `lz4-dict 16K` with owner references shared);
+//!   the dictionary of each run's first Pods is learned in the run (the first run's
+//!   dictionary, with `managedFields`, serves the second run too: one per kind per process);
 //! - `today`: `DynamicObject::from_json_start`: typed metadata in one block, other metadata
 //!   and the top-level fields kept as their JSON text;
 //! - `shared-subtrees`: today's metadata block without its other members, and the other
@@ -37,7 +41,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
 use std::time::Instant;
 
-use informer_core::object::{DynamicObject, Object, ObjectMeta};
+use informer_core::object::{CompactObject, DynamicObject, Object, ObjectMeta};
 use testcluster::pods::Workload;
 
 struct Counting;
@@ -465,6 +469,20 @@ fn run(texts: &[String], label: &str) -> Vec<Row> {
         |o| o.fields.get("status").map_or(0, |s| s.get().len()),
     ));
 
+    rows.push(measure(
+        &format!("CompactObject{label}"),
+        texts,
+        |t| Arc::new(CompactObject::from_json_start(t).expect("a Pod").0),
+        |o| {
+            let owner = o
+                .controller_owner()
+                .ok()
+                .flatten()
+                .map_or(0, |r| r.name.len() + r.uid.len());
+            metadata_read(o.name(), o.resource_version(), o.label("app"), owner)
+        },
+        |o| o.with_fields(|f| f.get("status").map_or(0, |s| s.get().len())),
+    ));
     rows.push(measure(
         &format!("split (no compression){label}"),
         texts,
