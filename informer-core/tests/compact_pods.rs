@@ -116,7 +116,8 @@ fn every_field_of_every_realistic_pod_reads_back_as_sent() {
         assert_eq!(listed.api_version(), None);
         let fill = CompactObject::type_meta_filler().unwrap();
         fill(&mut listed, "v1", "Pod");
-        assert_eq!(listed.is_compressed(), watched.is_compressed(), "pod {i}");
+        // (Whether each is compressed may differ: the process's Pod dictionary may be learned,
+        // by this test or another running beside it, between the two.)
         // Equal objects: the same metadata, owners, kind and decompressed rest.
         assert_eq!(listed, watched, "pod {i}: both ways give the same object");
 

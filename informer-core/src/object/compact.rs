@@ -27,7 +27,8 @@
 //! `DynamicObject`.
 //!
 //! The objects stay immutable and shared as `Arc`s by the cache, the readers' copies and the
-//! handlers, as any object; a snapshot stores them as `DynamicObject`s.
+//! handlers, as any object; a snapshot stores them as `DynamicObject`s (its `SnapshotCodec`
+//! is in `snapshot::codec`).
 
 use alloc::borrow::Cow;
 use alloc::boxed::Box;
@@ -45,7 +46,6 @@ use crate::object::meta_fields::{
 };
 use crate::object::raw::{RawFields, RawFieldsRef, members_len, write_members};
 use crate::object::{DynamicObject, JsonStartReader, Object, ObjectMeta, OtherSource};
-use crate::snapshot::{ObjectReader, ObjectWriter, SnapshotCodec, SnapshotError};
 
 /// Metadata members kept in the metadata block: what [`Object`]'s reads parse.
 const KEPT: [&str; 3] = ["generation", "deletionTimestamp", "finalizers"];
@@ -498,18 +498,5 @@ impl Object for CompactObject {
             obj.type_meta = Some(type_meta);
             obj.compress();
         })
-    }
-}
-
-/// Stored as the [`DynamicObject`] it is (that codec's encoding), compacted again when read.
-impl SnapshotCodec for CompactObject {
-    const CODEC: &'static str = "compact/1";
-
-    fn encode_object(&self, w: &mut ObjectWriter<'_>) -> Result<(), SnapshotError> {
-        self.to_dynamic().encode_object(w)
-    }
-
-    fn decode_object(r: &mut ObjectReader<'_>) -> Result<Self, SnapshotError> {
-        DynamicObject::decode_object(r).map(CompactObject::from_dynamic)
     }
 }
