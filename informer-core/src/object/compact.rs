@@ -20,9 +20,11 @@
 //!
 //! A dictionary is learned once per `apiVersion`/`kind` in the process, from the first objects
 //! decoded (one per distinct owner, up to 16 KB), then frozen and shared by all objects of
-//! that kind as an `Arc`. The objects decoded while it is learned (at most
-//! [`LEARN_OBJECTS`]), and those whose kind is not known, are kept uncompressed: every read
-//! works the same on both. Reading a raw part decompresses the block (a few microseconds for
+//! that kind as an `Arc`; objects without a kind (a list's items: kube-apiserver leaves it to
+//! the list) share one of their own, so a list is compressed item by item as it is read, not
+//! once it is whole. The objects decoded while a dictionary is learned (at most
+//! [`LEARN_OBJECTS`] per dictionary) are kept uncompressed: every read works the same on
+//! both. Reading a raw part decompresses the block (a few microseconds for
 //! a Pod); keys, labels, owners and the other metadata reads cost what they cost on a
 //! `DynamicObject`.
 //!
@@ -252,7 +254,8 @@ impl CompactObject {
         Some((CompactObject::from_dynamic(obj), len))
     }
 
-    /// The object compacted: compressed when its kind is known and its dictionary learned.
+    /// The object compacted: compressed once its kind's dictionary is learned (objects
+    /// without `apiVersion` and `kind`, a list's items, share one).
     pub fn from_dynamic(obj: DynamicObject) -> CompactObject {
         let DynamicObject {
             api_version,
@@ -298,19 +301,23 @@ impl CompactObject {
         obj
     }
 
-    /// Compresses the rest when the kind is known and its dictionary learned (teaching it
-    /// otherwise).
+    /// Compresses the rest when its kind's dictionary is learned (teaching it otherwise).
     fn compress(&mut self) {
-        let (Some(type_meta), Rest::Plain { text, split }) = (&self.type_meta, &self.rest) else {
+        let Rest::Plain { text, split } = &self.rest else {
             return;
         };
         if text.is_empty() {
             return;
         }
         let owner = hash_of(self.owners.as_deref().unwrap_or(""));
+        // Objects without a kind (a list's items, until the list decoder fills it in) have a
+        // dictionary of their own, learned from the first of them: in an informer's process
+        // they are its lists' items. Compressing them at once keeps a list of 100k Pods from
+        // being held whole before it is compressed.
+        let type_meta = self.type_meta.as_deref();
         let (_, dict) = kind_of(
-            type_meta.api_version.as_deref(),
-            type_meta.kind.as_deref(),
+            type_meta.and_then(|t| t.api_version.as_deref()),
+            type_meta.and_then(|t| t.kind.as_deref()),
             Some((text, owner)),
         );
         let Some(dict) = dict else {
@@ -377,8 +384,8 @@ impl CompactObject {
         self.meta.labels().get(name)
     }
 
-    /// Whether the rest is held compressed (not for the objects decoded while their kind's
-    /// dictionary was learned, nor for those whose kind is unknown).
+    /// Whether the rest is held compressed (not for the objects decoded while their
+    /// dictionary was learned).
     pub fn is_compressed(&self) -> bool {
         matches!(self.rest, Rest::Packed { .. })
     }
