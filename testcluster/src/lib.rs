@@ -32,6 +32,7 @@
 //! Requirements: Debian bookworm (or a Debian with bookworm's `kubernetes` source package
 //! reachable), root or password-less `sudo` for the first `apt-get install`, `bash`, `flock`.
 
+pub mod pods;
 #[cfg(feature = "scripted")]
 pub mod scripted;
 

@@ -957,7 +957,7 @@ fn print_restart_medians(all: &[Restarts]) {
 }
 
 /// The client's stdout, line by line, on a channel.
-fn lines_of(child: &mut Child) -> Receiver<String> {
+pub(super) fn lines_of(child: &mut Child) -> Receiver<String> {
     let (tx, rx) = mpsc::channel();
     let out = child.stdout.take().expect("piped stdout");
     thread::spawn(move || {
@@ -971,7 +971,7 @@ fn lines_of(child: &mut Child) -> Receiver<String> {
 }
 
 /// The next JSON line of the client whose `event` is `event`.
-fn next_line(lines: &Receiver<String>, event: &str) -> Result<Value, String> {
+pub(super) fn next_line(lines: &Receiver<String>, event: &str) -> Result<Value, String> {
     loop {
         let line = lines
             .recv_timeout(Duration::from_secs(300))

@@ -1,5 +1,6 @@
 //! What the informer needs from an object, how objects are keyed, and a dynamic object type.
 
+pub mod compact;
 mod impls;
 pub(crate) mod json;
 pub(crate) mod key;
@@ -9,6 +10,7 @@ pub mod raw;
 pub mod selector;
 pub mod string_map;
 
+pub use compact::CompactObject;
 pub use meta_fields::{
     Finalizers, MetaMap, MetadataError, OwnerReference, OwnerReferenceRef, OwnerReferences,
     Timestamp, TimestampError, controller_of,
@@ -469,7 +471,7 @@ impl ObjectMeta {
         out
     }
 
-    fn strings(&self) -> MetaStrings<'_> {
+    pub(crate) fn strings(&self) -> MetaStrings<'_> {
         MetaStrings {
             other: OtherSource::Text(self.other().text()),
             name: self.name(),

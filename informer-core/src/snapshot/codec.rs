@@ -46,7 +46,9 @@ use crate::hash::HashMap;
 use crate::object::metadata::PartialObjectMetadata;
 use crate::object::raw::{RawFields, RawFieldsRef};
 use crate::object::string_map::{StringMapRef, sort_dedup};
-use crate::object::{DynamicObject, MapSource, MetaStrings, Object, ObjectMeta, OtherSource};
+use crate::object::{
+    CompactObject, DynamicObject, MapSource, MetaStrings, Object, ObjectMeta, OtherSource,
+};
 use smallvec::SmallVec;
 
 /// How objects of a type are stored in a snapshot.
@@ -345,6 +347,19 @@ impl SnapshotCodec for DynamicObject {
                     .ok_or_else(|| corrupt("raw fields are not framed as one JSON object"))?,
             },
         })
+    }
+}
+
+/// Stored as the [`DynamicObject`] it is (that codec's encoding), compacted again when read.
+impl SnapshotCodec for CompactObject {
+    const CODEC: &'static str = "compact/1";
+
+    fn encode_object(&self, w: &mut ObjectWriter<'_>) -> Result<(), SnapshotError> {
+        self.to_dynamic().encode_object(w)
+    }
+
+    fn decode_object(r: &mut ObjectReader<'_>) -> Result<Self, SnapshotError> {
+        DynamicObject::decode_object(r).map(CompactObject::from_dynamic)
     }
 }
 

@@ -9,6 +9,12 @@
 // add, then, after --updates N update notifications, one {"event":"updates",...} line; each with
 // wall time since the process started, user and system CPU (getrusage), VmRSS and VmHWM. The API
 // server comes from $KUBECONFIG.
+//
+// For `cargo xtask bench scale --compare`: -resource pods makes it a typed Pod informer (as
+// informers.NewSharedInformerFactory builds it), and -relist makes it, after the synced line,
+// reset its peak RSS and wait for a relist (a second list returned and as many notifications
+// as objects, which client-go's Replace gives for every object), then print
+// {"event":"relisted",...}: its VmHWM is the peak during the relist.
 package main
 
 import (
@@ -68,6 +74,8 @@ func fail(format string, args ...interface{}) {
 func main() {
 	updates := flag.Int64("updates", 0, "update notifications to wait for after the sync")
 	timeoutS := flag.Int("timeout", 120, "seconds to wait for the sync, then for the updates")
+	resource := flag.String("resource", "configmaps", "configmaps or pods")
+	relist := flag.Bool("relist", false, "after the sync, wait for a relist and report its peak RSS")
 	flag.Parse()
 	timeout := time.Duration(*timeoutS) * time.Second
 
@@ -79,15 +87,38 @@ func main() {
 	if err != nil {
 		fail("client: %v", err)
 	}
-	lw := &cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
-			return client.ConfigMaps(metav1.NamespaceAll).List(context.TODO(), o)
-		},
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
-			return client.ConfigMaps(metav1.NamespaceAll).Watch(context.TODO(), o)
-		},
+	var lists int64
+	var lw *cache.ListWatch
+	var example runtime.Object
+	switch *resource {
+	case "configmaps":
+		example = &v1.ConfigMap{}
+		lw = &cache.ListWatch{
+			ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+				l, err := client.ConfigMaps(metav1.NamespaceAll).List(context.TODO(), o)
+				atomic.AddInt64(&lists, 1)
+				return l, err
+			},
+			WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+				return client.ConfigMaps(metav1.NamespaceAll).Watch(context.TODO(), o)
+			},
+		}
+	case "pods":
+		example = &v1.Pod{}
+		lw = &cache.ListWatch{
+			ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+				l, err := client.Pods(metav1.NamespaceAll).List(context.TODO(), o)
+				atomic.AddInt64(&lists, 1)
+				return l, err
+			},
+			WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+				return client.Pods(metav1.NamespaceAll).Watch(context.TODO(), o)
+			},
+		}
+	default:
+		fail("-resource %s: configmaps or pods", *resource)
 	}
-	informer := cache.NewSharedIndexInformer(lw, &v1.ConfigMap{}, 0,
+	informer := cache.NewSharedIndexInformer(lw, example, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	var adds, seen int64
 	done := make(chan struct{}, 1)
@@ -118,6 +149,20 @@ func main() {
 	objects := len(informer.GetStore().ListKeys())
 	poll(func() bool { return atomic.LoadInt64(&adds) >= int64(objects) })
 	report("synced", "objects", objects)
+	if *relist {
+		// The peak from here on is the relist's (Linux: 5 resets VmHWM to VmRSS).
+		if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+			fail("resetting the peak RSS: %v", err)
+		}
+		listed := atomic.LoadInt64(&lists)
+		before := atomic.LoadInt64(&seen)
+		deadline = time.Now().Add(timeout)
+		poll(func() bool {
+			return atomic.LoadInt64(&lists) > listed && atomic.LoadInt64(&seen) >= before+int64(objects)
+		})
+		time.Sleep(time.Second)
+		report("relisted", "objects", len(informer.GetStore().ListKeys()))
+	}
 	if *updates > 0 {
 		select {
 		case <-done:

@@ -8,12 +8,19 @@
 //! the process started, user and system CPU, VmRSS and VmHWM. The "handler" is the loop that
 //! consumes the reflector's stream (kube-rs has no handler registry). The API server comes from
 //! `$KUBECONFIG` (`Client::try_default`).
+//!
+//! For `cargo xtask bench scale --compare`: `--pods` makes it a reflector of every Pod
+//! (k8s-openapi's typed `Pod`) whose watcher lists from the API server's watch cache
+//! (`any_semantic()`, as client-go and informer-rs list; what kube-rs advises for big
+//! clusters), and `--relist` makes it, after the synced line, reset its peak RSS and wait for
+//! the watcher's next `InitDone` (a relist after the watch's 410), then print
+//! `{"event":"relisted",...}`: its VmHWM is the peak during the relist.
 
 use std::pin::pin;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
 
@@ -69,6 +76,41 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let timeout = Duration::from_secs(flag(&args, "--timeout").unwrap_or(120));
 
     let client = Client::try_default().await?;
+    if args.iter().any(|a| a == "--pods") {
+        let relist = args.iter().any(|a| a == "--relist");
+        let api: Api<Pod> = Api::all(client);
+        let (reader, writer) = reflector::store();
+        let config = watcher::Config::default().any_semantic();
+        let mut stream = pin!(reflector(writer, watcher(api, config)).default_backoff());
+        let run = async {
+            let mut synced = false;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::InitDone) if !synced => {
+                        synced = true;
+                        report(started, "synced", "objects", reader.state().len());
+                        if !relist {
+                            return Ok(());
+                        }
+                        // The peak from here on is the relist's (5 resets VmHWM to VmRSS).
+                        std::fs::write("/proc/self/clear_refs", "5").map_err(|e| e.to_string())?;
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        report(started, "relisted", "objects", reader.state().len());
+                        return Ok(());
+                    }
+                    Ok(_) => {}
+                    Err(e) => eprintln!("sync-kube-rs: watcher error (retried): {e}"),
+                }
+            }
+            Err("the watch stream ended".to_string())
+        };
+        tokio::time::timeout(timeout * 2, run)
+            .await
+            .map_err(|_| format!("timed out after {:?}", timeout * 2))??;
+        return Ok(());
+    }
     let api: Api<ConfigMap> = Api::all(client);
     let (reader, writer) = reflector::store();
     let mut stream =
