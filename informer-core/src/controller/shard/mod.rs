@@ -69,6 +69,7 @@ use alloc::string::String;
 use core::time::Duration;
 
 use crate::controller::leaderelection::{ConfigError, LeaderElectionConfig};
+use crate::object::Object;
 
 /// How members are scoped to their shard.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -147,6 +148,33 @@ impl ShardConfig {
     /// The label naming an object's owner: `<ring>/shard`.
     pub fn shard_label(&self) -> String {
         format!("{}/shard", self.ring)
+    }
+
+    /// The label selector of this member's objects (labels mode): `<ring>/shard=<member>`.
+    pub fn label_selector(&self) -> String {
+        format!("{}/shard={}", self.ring, self.member)
+    }
+
+    /// An object's hash ([`HashBy::hash`]: its uid, its controller owner's uid, or its
+    /// namespace). An object without a uid (never from a server) hashes its key.
+    pub fn hash_of<O: Object + ?Sized>(&self, obj: &O) -> u64 {
+        let owner = obj.controller_owner().ok().flatten();
+        let owner_uid = owner.as_ref().map(|o| o.uid.as_ref());
+        let key = obj.key_ref();
+        let fallback = alloc::format!("{key}");
+        let uid = obj.uid().unwrap_or(&fallback);
+        self.hash_by
+            .hash(uid, obj.namespace().unwrap_or(""), owner_uid)
+    }
+
+    /// What a [`Member`] needs of `obj`: its hash and its shard labels.
+    pub fn object_shard<'a, O: Object + ?Sized>(&self, obj: &'a O) -> ObjectShard<'a> {
+        let labels = obj.labels();
+        ObjectShard {
+            hash: self.hash_of(obj),
+            label: labels.get(&self.shard_label()),
+            draining: labels.get(&self.drain_label()).is_some(),
+        }
     }
 
     /// The label marking an object being handed over: `<ring>/drain`.

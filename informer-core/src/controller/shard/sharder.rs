@@ -67,6 +67,8 @@ struct Obj {
     rv: String,
     /// The resourceVersion a write of ours was made at: no decision until a newer one is seen.
     written_at: Option<String>,
+    /// An owned kind's object: relabelled without a drain.
+    direct: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -194,13 +196,39 @@ impl Sharder {
         draining: bool,
         resource_version: &str,
     ) {
+        self.handle(key, hash, label, draining, resource_version, false);
+    }
+
+    /// Labels mode: an object of an owned kind (not reconciled itself: its label only scopes
+    /// the members' caches), relabelled straight to its owner's member without a drain.
+    pub fn handle_owned_object(
+        &mut self,
+        key: &str,
+        hash: u64,
+        label: Option<&str>,
+        resource_version: &str,
+    ) {
+        self.handle(key, hash, label, false, resource_version, true);
+    }
+
+    fn handle(
+        &mut self,
+        key: &str,
+        hash: u64,
+        label: Option<&str>,
+        draining: bool,
+        resource_version: &str,
+        direct: bool,
+    ) {
         let o = self.objects.entry(key.into()).or_insert_with(|| Obj {
             hash,
             label: None,
             draining: false,
             rv: String::new(),
             written_at: None,
+            direct,
         });
+        o.direct = direct;
         o.hash = hash;
         o.label = label.map(String::from);
         o.draining = draining;
@@ -243,6 +271,9 @@ impl Sharder {
                 if let Some(o) = self.objects.get_mut(&key) {
                     match &result {
                         // Nothing more for this key until its next version is seen.
+                        WriteResult::Done(rv) if *rv == o.rv => {
+                            self.dirty.insert(key);
+                        }
                         WriteResult::Done(_) => o.written_at = Some(o.rv.clone()),
                         _ => {
                             o.written_at = None;
@@ -316,8 +347,8 @@ impl Sharder {
                 }),
                 Some(cur) if Some(cur) == target && !o.draining => None,
                 Some(cur) if !self.live.iter().any(|m| m == cur) || self.unsafe_skip_handover => {
-                    // Its owner is gone (it stopped before anyone could see it gone):
-                    // reassign at once.
+                    // Its owner is gone (it stopped before anyone could see it gone), or it is
+                    // not reconciled itself: reassign at once.
                     Some(ShardWrite::Label {
                         key: key.clone(),
                         member: target.map(String::from),
