@@ -820,6 +820,12 @@ where
             Taken::Lost => continue,
             Taken::ShutDown => return,
         };
+        if shared.sharding.as_ref().is_some_and(Sharding::is_retired) {
+            // A retired member never works again: this worker ends (the controller stops).
+            shared.queue.add(key.clone());
+            shared.queue.done(&key);
+            return;
+        }
         if !shared.leading() {
             // Lost between taking the key and starting it: it waits for the next term.
             shared.queue.add(key.clone());

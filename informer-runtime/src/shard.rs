@@ -121,6 +121,9 @@ struct Inner {
     table_version: AtomicU64,
     tasks: AtomicUsize,
     base: std::time::Instant,
+    /// Label acknowledgements to write (labels mode), by the ack task: never in the way of the
+    /// Lease renewals.
+    acks: Mutex<Vec<LabelAck>>,
 }
 
 impl Inner {
@@ -190,8 +193,9 @@ impl Sharding {
             abandon: AtomicBool::new(false),
             changed: Event::new(),
             table_version: AtomicU64::new(0),
-            tasks: AtomicUsize::new(2),
+            tasks: AtomicUsize::new(3),
             base: std::time::Instant::now(),
+            acks: Mutex::new(Vec::new()),
         });
         let leases: Api<DynamicObject, B> = client.api(Resource::LEASES, Some(namespace));
         let mut kinds = vec![primary];
@@ -244,9 +248,13 @@ impl Sharding {
         rt.spawn(Box::pin(member_task(
             rt.clone(),
             inner.clone(),
-            client.clone(),
             leases.clone(),
-            apis.clone(),
+        )))?;
+        rt.spawn(Box::pin(ack_task(
+            rt.clone(),
+            inner.clone(),
+            client.clone(),
+            apis[0].clone(),
         )))?;
         rt.spawn(Box::pin(sharder_task(
             rt.clone(),
@@ -409,18 +417,64 @@ fn split_key(key: &str) -> (Option<&str>, &str) {
     }
 }
 
-async fn member_task<R: Runtime, B: Backend>(
+/// Writes the label acknowledgements (labels mode): removes both labels at the version seen.
+async fn ack_task<R: Runtime, B: Backend>(
     rt: R,
     inner: Arc<Inner>,
     client: Client<B>,
+    primary: Resource,
+) {
+    let _exit = TaskExit(inner.clone());
+    let cfg = inner.cfg.clone();
+    let mut retry: Vec<LabelAck> = Vec::new();
+    loop {
+        let listen = inner.changed.listen();
+        if inner.stop.load(Ordering::Acquire) {
+            break;
+        }
+        let mut batch = std::mem::take(&mut *inner.acks.lock().unwrap_or_else(|p| p.into_inner()));
+        batch.append(&mut retry);
+        if batch.is_empty() {
+            listen.await;
+            continue;
+        }
+        for a in batch {
+            let (ns, name) = split_key(&a.key);
+            let api: Api<DynamicObject, B> = client.api(primary.clone(), ns);
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": a.resource_version,
+                "labels": {cfg.shard_label(): null, cfg.drain_label(): null},
+            }});
+            match api
+                .patch(name, &Patch::Merge(&patch), &PatchParams::default())
+                .await
+            {
+                Ok(_) => {
+                    tracing::debug!(key = %a.key, member = %cfg.member, "drained: acknowledged")
+                }
+                // Changed meanwhile: acknowledged again when the newer version is seen.
+                Err(WriteError::Conflict { .. }) | Err(WriteError::NotFound(_)) => {}
+                Err(e) => {
+                    tracing::warn!(key = %a.key, error = %e, "acknowledging a drain failed; retrying");
+                    retry.push(a);
+                }
+            }
+        }
+        if !retry.is_empty() {
+            rt.sleep(cfg.retry_period).await;
+        }
+    }
+}
+
+async fn member_task<R: Runtime, B: Backend>(
+    rt: R,
+    inner: Arc<Inner>,
     leases: Api<DynamicObject, B>,
-    kinds: Vec<Resource>,
 ) {
     let _exit = TaskExit(inner.clone());
     let cfg = inner.cfg.clone();
     let lease_name = cfg.member_lease();
     let mut next_table = CoreInstant::ZERO;
-    let mut pending_acks: Vec<LabelAck> = Vec::new();
     loop {
         let listen = inner.changed.listen();
         if inner.stop.load(Ordering::Acquire) {
@@ -447,8 +501,17 @@ async fn member_task<R: Runtime, B: Backend>(
             let mut m = inner.member();
             m.handle_timeout(now);
             publish_events(&inner, &mut m);
+            let mut acks = Vec::new();
             while let Some(a) = m.poll_ack() {
-                pending_acks.push(a);
+                acks.push(a);
+            }
+            if !acks.is_empty() {
+                inner
+                    .acks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .append(&mut acks);
+                inner.notify();
             }
             m.poll_lease_request()
         };
@@ -488,28 +551,6 @@ async fn member_task<R: Runtime, B: Backend>(
             publish_events(&inner, &mut m);
             continue;
         }
-        // Label acknowledgements (labels mode): remove both labels at the version seen.
-        for a in std::mem::take(&mut pending_acks) {
-            let (ns, name) = split_key(&a.key);
-            let api: Api<DynamicObject, B> = client.api(kinds[0].clone(), ns);
-            let patch = serde_json::json!({"metadata": {
-                "resourceVersion": a.resource_version,
-                "labels": {cfg.shard_label(): null, cfg.drain_label(): null},
-            }});
-            match api
-                .patch(name, &Patch::Merge(&patch), &PatchParams::default())
-                .await
-            {
-                Ok(_) => {
-                    tracing::debug!(key = %a.key, member = %cfg.member, "drained: acknowledged")
-                }
-                Err(WriteError::Conflict { .. }) | Err(WriteError::NotFound(_)) => {}
-                Err(e) => {
-                    tracing::warn!(key = %a.key, error = %e, "acknowledging a drain failed; retrying");
-                    pending_acks.push(a);
-                }
-            }
-        }
         // The table (filter and server modes).
         if cfg.mode != Mode::Labels && inner.now() >= next_table {
             next_table = inner.now() + cfg.retry_period;
@@ -524,9 +565,6 @@ async fn member_task<R: Runtime, B: Backend>(
         let mut at = inner.member().poll_timeout();
         if cfg.mode != Mode::Labels {
             at = Some(at.map_or(next_table, |a| a.min(next_table)));
-        }
-        if !pending_acks.is_empty() {
-            at = Some(inner.now() + cfg.retry_period);
         }
         select(sleep_until(&rt, &inner, at), listen).await;
     }
