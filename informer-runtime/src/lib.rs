@@ -123,7 +123,7 @@ pub use leader::{LeaderElectionError, Leadership};
 pub use metrics::Metrics;
 pub use reconciler::{Context, Controller, ControllerError, ControllerStats, StatsHandle};
 pub use runtime::{BoxFuture, Runtime, SpawnError};
-pub use shard::{Sharding, ShardingError, member_name};
+pub use shard::{ShardScope, Sharding, ShardingError, member_name};
 pub use snapshot_file::{SnapshotLoad, SnapshotWritten};
 pub use store::Store;
 pub use stream::EventStream;
@@ -192,7 +192,9 @@ macro_rules! runtime_crate_api {
         #[doc = concat!("Reconcile workers on ", $name, ".")]
         pub type Workers<K = Key> = $crate::Workers<K, $rt>;
         pub use $crate::{ControllerError, ControllerStats, StatsHandle};
-        pub use $crate::{HashBy, ShardConfig, ShardMode, Sharding, ShardingError, member_name};
+        pub use $crate::{
+            HashBy, ShardConfig, ShardMode, ShardScope, Sharding, ShardingError, member_name,
+        };
         #[doc = concat!("A controller on ", $name, " (see [`informer_runtime::Controller`]).")]
         pub type Controller<K> = $crate::Controller<K, $rt, Backend>;
         /// What a controller's reconcile gets besides the object.
@@ -210,15 +212,17 @@ macro_rules! runtime_crate_api {
         }
 
         /// Joins the sharded ring of `config` on this crate's runtime, its Leases in
-        /// `namespace`, for a controller of `primary` owning `owned` (see [`Sharding`]).
+        /// `namespace`, for a controller of `primary` owning `owned`, over the objects of
+        /// `scope` (see [`Sharding`]).
         pub fn sharding(
             client: &Client,
             namespace: &str,
             config: $crate::ShardConfig,
             primary: $crate::Resource,
             owned: Vec<$crate::Resource>,
+            scope: $crate::ShardScope,
         ) -> Result<$crate::Sharding, $crate::ShardingError> {
-            $crate::Sharding::spawn($make_rt, client, namespace, config, primary, owned)
+            $crate::Sharding::spawn($make_rt, client, namespace, config, primary, owned, scope)
         }
 
         /// Runs `future` on this crate's runtime, detached.

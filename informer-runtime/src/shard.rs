@@ -39,7 +39,9 @@ use informer_core::controller::shard::{
 use informer_core::object::{DynamicObject, Object, ObjectOrTombstone, PartialObjectMetadata};
 use informer_core::protocol::{ListRequest, Selectors};
 use informer_core::time::Instant as CoreInstant;
-use informer_http::write::{Patch, PatchParams, PostParams, WriteError};
+use informer_http::write::{
+    DeleteParams, Patch, PatchParams, PostParams, Preconditions, WriteError,
+};
 use informer_http::{Api, Backend, Client, Resource};
 
 use crate::handler::HandlerFns;
@@ -67,6 +69,26 @@ pub fn member_name(prefix: &str) -> String {
         nanos ^ u64::from(std::process::id()) << 32 ^ COUNTER.fetch_add(1, Ordering::Relaxed),
     );
     format!("{p}-{:08x}", rng.next_u64() as u32)
+}
+
+/// Which objects the ring shares out (the sharder labels them in the labels mode): those the
+/// controller's informers see. Default: every namespace, every object.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardScope {
+    /// Only this namespace.
+    pub namespace: Option<String>,
+    /// Only primary objects matching this label selector (the primary informer's own).
+    pub label_selector: Option<String>,
+}
+
+impl ShardScope {
+    /// The objects of one namespace.
+    pub fn namespace(namespace: impl Into<String>) -> Self {
+        ShardScope {
+            namespace: Some(namespace.into()),
+            label_selector: None,
+        }
+    }
 }
 
 /// Why sharding could not start, or stopped.
@@ -171,7 +193,8 @@ impl fmt::Debug for Sharding {
 impl Sharding {
     /// Joins the ring of `config` in `namespace` (where the Leases live) on `rt`: starts the
     /// member and sharder tasks. `primary` is the reconciled resource; `owned` the kinds
-    /// hashed by their controller owner (labelled too, in the labels mode).
+    /// hashed by their controller owner (labelled too, in the labels mode); `scope` the
+    /// objects of them the controller sees.
     pub fn spawn<R: Runtime, B: Backend>(
         rt: R,
         client: &Client<B>,
@@ -179,6 +202,7 @@ impl Sharding {
         config: ShardConfig,
         primary: Resource,
         owned: Vec<Resource>,
+        scope: ShardScope,
     ) -> Result<Sharding, ShardingError> {
         let member = Member::new(config.clone()).map_err(ShardingError::Config)?;
         let sharder = Sharder::new(config.clone()).map_err(ShardingError::Config)?;
@@ -200,50 +224,6 @@ impl Sharding {
         let leases: Api<DynamicObject, B> = client.api(Resource::LEASES, Some(namespace));
         let mut kinds = vec![primary];
         kinds.extend(owned);
-        // The sharder's view of every object (labels mode): metadata only.
-        let mut informers: Vec<Informer<PartialObjectMetadata, R>> = Vec::new();
-        if inner.cfg.mode == Mode::Labels {
-            for (i, kind) in kinds.iter().enumerate() {
-                let informer = crate::InformerBuilder::<PartialObjectMetadata, R>::new(
-                    rt.clone(),
-                    client,
-                    kind.clone(),
-                )
-                .name(format!("shard-{}-{}", inner.cfg.ring, kind.plural))
-                .build()
-                .map_err(ShardingError::Informer)?;
-                let seen = inner.clone();
-                let upd = inner.clone();
-                let gone = inner.clone();
-                let observe = move |inner: &Inner, o: &PartialObjectMetadata| {
-                    let key = format!("{i}/{}", o.key_ref());
-                    let s = inner.cfg.object_shard(o);
-                    let rv = o.resource_version().unwrap_or("");
-                    let mut sharder = inner.sharder();
-                    if i == 0 {
-                        sharder.handle_object(&key, s.hash, s.label, s.draining, rv);
-                    } else {
-                        sharder.handle_owned_object(&key, s.hash, s.label, rv);
-                    }
-                    drop(sharder);
-                    inner.notify();
-                };
-                let observe2 = observe;
-                informer
-                    .add_handler(
-                        HandlerFns::new()
-                            .on_add(move |o: Arc<PartialObjectMetadata>, _| observe(&seen, &o))
-                            .on_update(move |_, o: Arc<PartialObjectMetadata>| observe2(&upd, &o))
-                            .on_delete(move |o: ObjectOrTombstone<PartialObjectMetadata>| {
-                                let key = format!("{i}/{}", o.object().key_ref());
-                                gone.sharder().forget_object(&key);
-                            }),
-                    )
-                    .map_err(ShardingError::Informer)?;
-                informer.start().map_err(ShardingError::Informer)?;
-                informers.push(informer);
-            }
-        }
         let apis: Vec<Resource> = kinds;
         rt.spawn(Box::pin(member_task(
             rt.clone(),
@@ -263,7 +243,7 @@ impl Sharding {
             leases,
             namespace.to_string(),
             apis,
-            informers,
+            scope,
         )))?;
         Ok(Sharding { inner })
     }
@@ -554,7 +534,14 @@ async fn member_task<R: Runtime, B: Backend>(
         // The table (filter and server modes).
         if cfg.mode != Mode::Labels && inner.now() >= next_table {
             next_table = inner.now() + cfg.retry_period;
-            if let Some((t, _)) = read_table(&leases, &cfg).await {
+            // Never past the member's deadline: a read hanging (retried by the client) must not
+            // keep a member that lost its Lease from retiring on time.
+            let deadline = sleep_until(&rt, &inner, inner.member().poll_timeout());
+            let read = match select(Box::pin(read_table(&leases, &cfg)), deadline).await {
+                Either::Left((r, _)) => r,
+                Either::Right(_) => None,
+            };
+            if let Some((t, _)) = read {
                 let v = t.version;
                 inner.member().handle_table(t);
                 if inner.table_version.swap(v, Ordering::AcqRel) != v {
@@ -794,6 +781,60 @@ async fn list_members<B: Backend>(
     )
 }
 
+/// The sharder's view of every object (labels mode): metadata-only informers over the primary
+/// and owned kinds in the scope, started when this member is elected and stopped when it is
+/// not (so a member that is not the sharder caches only its own share).
+fn start_informers<R: Runtime, B: Backend>(
+    rt: &R,
+    client: &Client<B>,
+    inner: &Arc<Inner>,
+    kinds: &[Resource],
+    scope: &ShardScope,
+) -> Result<Vec<Informer<PartialObjectMetadata, R>>, crate::Error> {
+    let mut informers = Vec::new();
+    for (i, kind) in kinds.iter().enumerate() {
+        let mut b = crate::InformerBuilder::<PartialObjectMetadata, R>::new(
+            rt.clone(),
+            client,
+            kind.clone(),
+        )
+        .name(format!("shard-{}-{}", inner.cfg.ring, kind.plural));
+        if let Some(ns) = &scope.namespace {
+            b = b.namespace(ns.clone());
+        }
+        if let (0, Some(sel)) = (i, &scope.label_selector) {
+            b = b.label_selector(sel.clone());
+        }
+        let informer = b.build()?;
+        let observe = move |inner: &Inner, o: &PartialObjectMetadata| {
+            let key = format!("{i}/{}", o.key_ref());
+            let s = inner.cfg.object_shard(o);
+            let rv = o.resource_version().unwrap_or("");
+            let mut sharder = inner.sharder();
+            if i == 0 {
+                sharder.handle_object(&key, s.hash, s.label, s.draining, rv);
+            } else {
+                sharder.handle_owned_object(&key, s.hash, s.label, rv);
+            }
+            drop(sharder);
+            inner.notify();
+        };
+        let (seen, upd, gone) = (inner.clone(), inner.clone(), inner.clone());
+        informer.add_handler(
+            HandlerFns::new()
+                .on_add(move |o: Arc<PartialObjectMetadata>, _| observe(&seen, &o))
+                .on_update(move |_, o: Arc<PartialObjectMetadata>| observe(&upd, &o))
+                .on_delete(move |o: ObjectOrTombstone<PartialObjectMetadata>| {
+                    let key = format!("{i}/{}", o.object().key_ref());
+                    gone.sharder().forget_object(&key);
+                }),
+        )?;
+        informer.start()?;
+        informers.push(informer);
+    }
+    Ok(informers)
+}
+
 async fn sharder_task<R: Runtime, B: Backend>(
     rt: R,
     inner: Arc<Inner>,
@@ -801,8 +842,9 @@ async fn sharder_task<R: Runtime, B: Backend>(
     leases: Api<DynamicObject, B>,
     namespace: String,
     kinds: Vec<Resource>,
-    informers: Vec<Informer<PartialObjectMetadata, R>>,
+    scope: ShardScope,
 ) {
+    let mut informers: Vec<Informer<PartialObjectMetadata, R>> = Vec::new();
     let _exit = TaskExit(inner.clone());
     let cfg = inner.cfg.clone();
     let election = LeaderElectionConfig {
@@ -826,6 +868,7 @@ async fn sharder_task<R: Runtime, B: Backend>(
         }
     };
     let mut next_list = CoreInstant::ZERO;
+    let mut next_collect = CoreInstant::ZERO;
     loop {
         let listen = inner.changed.listen();
         if inner.stop.load(Ordering::Acquire) {
@@ -841,6 +884,42 @@ async fn sharder_task<R: Runtime, B: Backend>(
         let leading = leadership.is_leader();
         if inner.leading.swap(leading, Ordering::AcqRel) != leading {
             tracing::info!(member = %cfg.member, leading, "sharder");
+            if cfg.mode == Mode::Labels {
+                for i in informers.drain(..) {
+                    i.shutdown().await;
+                }
+                inner.sharder().forget_objects();
+                if leading {
+                    match start_informers(&rt, &client, &inner, &kinds, &scope) {
+                        Ok(i) => informers = i,
+                        Err(e) => {
+                            tracing::error!(error = %e, "the sharder's informers could not start")
+                        }
+                    }
+                }
+            }
+        }
+        if leading && inner.now() >= next_collect {
+            // Leases of members gone for good (names are per incarnation): deleted at the
+            // resourceVersion seen, so a renewal meanwhile keeps its Lease.
+            next_collect = inner.now() + cfg.lease_duration;
+            let gone = inner.sharder().collectable(inner.now(), cfg.lease_duration);
+            for m in gone {
+                let name = format!("{}-m-{m}", cfg.ring);
+                let rv = inner.sharder().membership().resource_version(&m);
+                let params = DeleteParams {
+                    preconditions: Preconditions {
+                        resource_version: rv,
+                        uid: None,
+                    },
+                    ..DeleteParams::default()
+                };
+                match leases.delete(&name, &params).await {
+                    Ok(_) => tracing::info!(member = %m, "collected the lease of a gone member"),
+                    Err(WriteError::NotFound(_)) | Err(WriteError::Conflict { .. }) => {}
+                    Err(e) => tracing::warn!(member = %m, error = %e, "collecting a lease failed"),
+                }
+            }
         }
         let writes = {
             let now = inner.now();
@@ -936,7 +1015,9 @@ async fn patch_labels<B: Backend>(
         .await
     {
         Ok(o) => WriteResult::Done(o.resource_version().unwrap_or_default().into()),
-        Err(WriteError::Conflict { .. }) | Err(WriteError::NotFound(_)) => WriteResult::Conflict,
+        Err(WriteError::Conflict { .. }) => WriteResult::Conflict,
+        // Deleted: its informer's deletion follows; nothing to decide until then.
+        Err(WriteError::NotFound(_)) => WriteResult::Done(String::new()),
         Err(e) => {
             tracing::warn!(key, error = %e, "labelling failed");
             WriteResult::Failed

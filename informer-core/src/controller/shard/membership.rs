@@ -99,6 +99,11 @@ impl Membership {
             .collect()
     }
 
+    /// The resourceVersion of `member`'s Lease as last seen.
+    pub fn resource_version(&self, member: &str) -> Option<String> {
+        self.seen.get(member).map(|s| s.rv.clone())
+    }
+
     /// The table version `member` last acknowledged, as seen.
     pub fn ack(&self, member: &str) -> Option<u64> {
         self.seen.get(member).and_then(|s| s.ack)
@@ -106,9 +111,14 @@ impl Membership {
 
     /// The members seen whose Leases expired (candidates for collection).
     pub fn expired(&self, now: Instant) -> Vec<&str> {
+        self.expired_for(now, Duration::ZERO)
+    }
+
+    /// The members seen whose Leases were released, or expired at least `grace` ago.
+    pub fn expired_for(&self, now: Instant, grace: Duration) -> Vec<&str> {
         self.seen
             .iter()
-            .filter(|(_, s)| !s.held || now >= s.since + self.lease_duration)
+            .filter(|(_, s)| !s.held || now >= s.since + self.lease_duration + grace)
             .map(|(m, _)| m.as_str())
             .collect()
     }

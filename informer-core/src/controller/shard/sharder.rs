@@ -242,6 +242,23 @@ impl Sharder {
         self.dirty.insert(key.into());
     }
 
+    /// Labels mode: forgets every object (the informer feeding them stopped, at the end of a
+    /// term).
+    pub fn forget_objects(&mut self) {
+        self.objects.clear();
+        self.dirty.clear();
+    }
+
+    /// The members whose Leases expired `grace` or more ago, by this observer: stopped for
+    /// good (names are per incarnation), so their Leases may be deleted.
+    pub fn collectable(&self, now: Instant, grace: core::time::Duration) -> Vec<String> {
+        self.members
+            .expired_for(now, grace)
+            .into_iter()
+            .map(String::from)
+            .collect()
+    }
+
     /// Labels mode: the object was deleted.
     pub fn forget_object(&mut self, key: &str) {
         self.objects.remove(key);

@@ -178,6 +178,12 @@ fn shard_05_membership_counts_from_when_a_version_was_first_seen() {
     m.observe(at(1600), [rel]);
     assert!(m.alive(at(1600)).is_empty());
     assert_eq!(m.expired(at(1600)), ["a"]);
+    // Collectable: released at once; expired, only `grace` after it expired.
+    assert_eq!(m.expired_for(at(1600), ms(1000)), ["a"]);
+    let mut m = Membership::new(ms(2000));
+    m.observe(at(0), [lease("b", "1", None)]);
+    assert!(m.expired_for(at(2999), ms(1000)).is_empty());
+    assert_eq!(m.expired_for(at(3000), ms(1000)), ["b"]);
     m.observe(at(1700), []);
     assert!(!m.is_alive("a", at(1700)));
 }
