@@ -89,7 +89,8 @@ pub struct Sharder {
     live: Vec<String>,
     ring: ShardTable,
     table: Table,
-    in_flight: BTreeMap<WriteId, Option<String>>,
+    /// Writes out: the object's key and the resourceVersion decided on (none: the table).
+    in_flight: BTreeMap<WriteId, Option<(String, String)>>,
     busy: BTreeSet<String>,
     table_busy: bool,
     out: VecDeque<(WriteId, ShardWrite)>,
@@ -283,15 +284,20 @@ impl Sharder {
             return;
         };
         match target {
-            Some(key) => {
+            Some((key, decided_at)) => {
                 self.busy.remove(&key);
                 if let Some(o) = self.objects.get_mut(&key) {
                     match &result {
-                        // Nothing more for this key until its next version is seen.
-                        WriteResult::Done(rv) if *rv == o.rv => {
+                        // Nothing more for this key until a version newer than the one decided
+                        // on is seen; if it was seen already (the write's answer came after the
+                        // informer's event, or after a later change), decide again now.
+                        WriteResult::Done(_) if o.rv == decided_at => {
+                            o.written_at = Some(decided_at)
+                        }
+                        WriteResult::Done(_) => {
+                            o.written_at = None;
                             self.dirty.insert(key);
                         }
-                        WriteResult::Done(_) => o.written_at = Some(o.rv.clone()),
                         _ => {
                             o.written_at = None;
                             self.dirty.insert(key);
@@ -312,10 +318,10 @@ impl Sharder {
         }
     }
 
-    fn emit(&mut self, key: Option<String>, w: ShardWrite) {
+    fn emit(&mut self, key: Option<(String, String)>, w: ShardWrite) {
         self.next_id += 1;
         let id = WriteId(self.next_id);
-        if let Some(k) = &key {
+        if let Some((k, _)) = &key {
             self.busy.insert(k.clone());
         }
         self.in_flight.insert(id, key);
@@ -356,6 +362,7 @@ impl Sharder {
             }
             let target = self.ring.owner(o.hash);
             let rv = o.rv.clone();
+            let decided_at = rv.clone();
             let write = match o.label.as_deref() {
                 None => target.map(|t| ShardWrite::Label {
                     key: key.clone(),
@@ -363,7 +370,11 @@ impl Sharder {
                     resource_version: rv,
                 }),
                 Some(cur) if Some(cur) == target && !o.draining => None,
-                Some(cur) if !self.live.iter().any(|m| m == cur) || self.unsafe_skip_handover => {
+                Some(cur)
+                    if o.direct
+                        || !self.live.iter().any(|m| m == cur)
+                        || self.unsafe_skip_handover =>
+                {
                     // Its owner is gone (it stopped before anyone could see it gone), or it is
                     // not reconciled itself: reassign at once.
                     Some(ShardWrite::Label {
@@ -380,7 +391,7 @@ impl Sharder {
                 Some(_) => None,
             };
             if let Some(w) = write {
-                self.emit(Some(key), w);
+                self.emit(Some((key, decided_at)), w);
             }
         }
     }

@@ -364,6 +364,34 @@ fn shard_08_labels_sharder_labels_drains_and_reassigns_the_gone_at_once() {
         Some((_, ShardWrite::Label { resource_version, .. })) if resource_version == "7"
     ));
     assert_eq!(s.writes(), 5);
+    // The write's answer comes after the informer showed a later change (the owner's ack):
+    // decided again at once, not held until a newer version that may never come.
+    let mut s = Sharder::new(cfg("s", Mode::Labels)).unwrap();
+    s.set_leading(true);
+    s.handle_members(at(0), [lease("a", "1", None), lease("b", "1", None)]);
+    s.handle_object("k", h, Some("a"), false, "7");
+    s.handle_timeout(at(0));
+    let (id, w) = s.poll_write().unwrap();
+    assert!(matches!(w, ShardWrite::Drain { .. }), "{w:?}");
+    s.handle_object("k", h, Some("a"), true, "8");
+    s.handle_object("k", h, None, false, "9");
+    s.handle_write(id, at(10), WriteResult::Done("8".into()));
+    s.handle_timeout(at(20));
+    assert!(matches!(
+        s.poll_write(),
+        Some((_, ShardWrite::Label { member: Some(ref m), ref resource_version, .. }))
+            if m == "b" && resource_version == "9"
+    ));
+    // An owned kind's object is relabelled without a drain.
+    s.handle_owned_object("child", h, Some("a"), "1");
+    s.handle_timeout(at(30));
+    let w = core::iter::from_fn(|| s.poll_write())
+        .map(|(_, w)| w)
+        .collect::<Vec<_>>();
+    assert!(
+        w.iter().any(|w| matches!(w, ShardWrite::Label { key, member: Some(m), .. } if key == "child" && m == "b")),
+        "{w:?}"
+    );
 }
 
 #[test]
