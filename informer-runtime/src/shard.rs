@@ -932,6 +932,8 @@ async fn sharder_task<R: Runtime, B: Backend>(
             }
             w
         };
+        // Object writes go out up to 16 at once (each on its own key); table writes alone.
+        let mut labels = Vec::new();
         for (id, w) in writes {
             match w {
                 ShardWrite::ReadTable => {
@@ -954,23 +956,33 @@ async fn sharder_task<R: Runtime, B: Backend>(
                     member,
                     resource_version,
                 } => {
-                    let labels = serde_json::json!({
+                    let l = serde_json::json!({
                         cfg.shard_label(): member,
                         cfg.drain_label(): null,
                     });
-                    let r = patch_labels(&client, &kinds, &key, &resource_version, labels).await;
-                    let now = inner.now();
-                    inner.sharder().handle_write(id, now, r);
+                    labels.push((id, key, resource_version, l));
                 }
                 ShardWrite::Drain {
                     key,
                     resource_version,
                 } => {
-                    let labels = serde_json::json!({cfg.drain_label(): "true"});
-                    let r = patch_labels(&client, &kinds, &key, &resource_version, labels).await;
-                    let now = inner.now();
-                    inner.sharder().handle_write(id, now, r);
+                    let l = serde_json::json!({cfg.drain_label(): "true"});
+                    labels.push((id, key, resource_version, l));
                 }
+            }
+        }
+        while !labels.is_empty() {
+            let rest = labels.split_off(labels.len().min(16));
+            let batch = std::mem::replace(&mut labels, rest);
+            let done = futures_util::future::join_all(batch.into_iter().map(|(id, key, rv, l)| {
+                let (client, kinds) = (&client, &kinds);
+                async move { (id, patch_labels(client, kinds, &key, &rv, l).await) }
+            }))
+            .await;
+            let now = inner.now();
+            let mut sharder = inner.sharder();
+            for (id, r) in done {
+                sharder.handle_write(id, now, r);
             }
         }
         let at = {
