@@ -15,6 +15,9 @@
 //!   [`finish`](Sharding::finish) around each reconcile: [`Controller::shard`] wires it in, so
 //!   the same reconcile runs sharded or not.
 //!
+//! The server mode runs as the filter mode here: no `shardSelector` is sent yet (no 1.36
+//! server to test it against); the decisions and selectors are the core's, simulated.
+//!
 //! A member that loses its Lease is retired for good: [`retired`](Sharding::retired) resolves,
 //! the controller cancels its reconciles at once and returns
 //! [`ControllerError::ShardRetired`](crate::ControllerError::ShardRetired); the process
