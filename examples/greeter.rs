@@ -8,9 +8,20 @@
 //! without a garbage collector keeps them otherwise); runs behind the Lease `greeter`; stops on
 //! SIGTERM or Ctrl-C. Its CRD comes from the Rust types: `greeter crd` prints it.
 //!
-//! `KUBECONFIG=… cargo run -p informer-tokio --example greeter -- NAMESPACE`
+//! `KUBECONFIG=… cargo run -p informer-tokio --features admin --example greeter -- NAMESPACE`
 //! (or `-p informer-smol`). One source for both runtimes: each runtime crate's
 //! `examples/greeter.rs` names its crate `runtime` and includes this file.
+//!
+//! Ready for a container (`deploy/greeter/`: Dockerfile, Deployment, ServiceAccount, RBAC):
+//!
+//! - the admin server on `ADMIN_ADDR` (default `0.0.0.0:8080`): `/livez` and `/readyz` for
+//!   the kubelet's probes, `/metrics` for Prometheus (controller-runtime's metric names);
+//! - logs as JSON lines, one object per event with its spans (`reconcile{controller, key,
+//!   attempt, result, duration_seconds}`, `informer{informer}`), filtered by `RUST_LOG`
+//!   (default `info`): tracing-subscriber's JSON layer, set up in `main` below;
+//! - in a pod it reads its ServiceAccount's token (`Config::infer`), takes its namespace
+//!   from the argument (the Deployment passes `POD_NAMESPACE`) and its identity from
+//!   `POD_NAME`.
 
 use std::sync::Arc;
 
@@ -85,6 +96,17 @@ pub async fn run(
     identity: &str,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    run_with_admin(client, namespace, identity, None, stop).await
+}
+
+/// [`run`], reporting to an admin server (stopped last, when the operator stops).
+pub async fn run_with_admin(
+    client: Client,
+    namespace: &str,
+    identity: &str,
+    admin: Option<super::runtime::AdminServer>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), Box<dyn std::error::Error>> {
     let greetings = Informer::<Greeting>::builder_for(&client, Greeting::resource())
         .namespace(namespace)
         .build()?;
@@ -98,7 +120,11 @@ pub async fn run(
         controller: MANAGER.into(),
         instance: identity.into(),
     };
-    Controller::new(&client, greetings)
+    let mut controller = Controller::new(&client, greetings).name(MANAGER);
+    if let Some(admin) = admin {
+        controller = controller.admin(admin);
+    }
+    controller
         .owns(children)
         .concurrency(16)
         .leader_election(namespace, MANAGER, LeaderElectionConfig::new(identity))
@@ -230,9 +256,24 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{}", super::runtime::http::crd::to_yaml(&crd()));
         return Ok(());
     }
+    // JSON logs: one line per event, with the fields of its spans; RUST_LOG filters.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_current_span(true)
+        .with_span_list(true)
+        .with_env_filter(filter)
+        .try_init();
+    // The admin server first: it installs the metrics recorder the informers report to.
+    let addr: std::net::SocketAddr = std::env::var("ADMIN_ADDR")
+        .unwrap_or_else(|_| "0.0.0.0:8080".into())
+        .parse()?;
+    let admin = super::runtime::serve_admin(super::runtime::Admin::new(addr))?;
     super::runtime::block_on(async move {
         let client = super::runtime::client(super::runtime::Config::infer()?)?;
-        let identity = format!("{MANAGER}-{}", std::process::id());
-        run(client, &arg, &identity, std::future::pending()).await
+        let identity = std::env::var("POD_NAME")
+            .unwrap_or_else(|_| format!("{MANAGER}-{}", std::process::id()));
+        run_with_admin(client, &arg, &identity, Some(admin), std::future::pending()).await
     })?
 }

@@ -60,7 +60,6 @@ mod test_support;
 pub use api::write;
 #[cfg(feature = "k8s-openapi")]
 pub use api::{K8s, k8s_owner_reference};
-pub use backend::Backend;
 #[cfg(feature = "tokio")]
 pub use backend::ReqwestBackend;
 #[cfg(feature = "smol")]
@@ -68,6 +67,7 @@ pub use backend::SmolBackend;
 /// The smol backend's HTTP/1.1 codec, also at `backend::h1`.
 #[cfg(feature = "smol")]
 pub use backend::h1;
+pub use backend::{Backend, InProcess};
 pub use client::{Client, WriteHook};
 pub use config::{Config, ConfigError, Secret};
 pub use decode::{DecodeError, WatchDecoder};

@@ -15,12 +15,13 @@
 //!   workers at once. [`Workers::shutdown`] drains: in-flight reconciles finish, queued keys
 //!   are still processed, nothing new is accepted.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::hash::Hash;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use event_listener::{Event, IntoNotification, Listener};
@@ -31,6 +32,7 @@ use informer_core::time::Instant as CoreInstant;
 use informer_core::{object::Key, object::Object, object::ObjectOrTombstone};
 
 use crate::handler::HandlerFns;
+use crate::metrics::{Count, Gauge, Histogram};
 use crate::runtime::Runtime;
 
 /// What a reconcile asks for once it succeeded.
@@ -45,14 +47,67 @@ pub enum Action {
 
 type Limiter<K> = Box<dyn RateLimiter<K> + Send>;
 
+/// controller-runtime's workqueue metrics of one queue (labels `name` and `controller`, both
+/// the queue's name), registered once ([`WorkQueue::export_metrics`]).
+struct QueueMetrics {
+    depth: Gauge,
+    adds: Count,
+    retries: Count,
+    queue_duration: Histogram,
+    work_duration: Histogram,
+    unfinished: Gauge,
+    longest: Gauge,
+}
+
+impl QueueMetrics {
+    fn new(name: &str) -> Self {
+        let labels = [("name", name.to_string()), ("controller", name.to_string())];
+        QueueMetrics {
+            depth: Gauge::exported("workqueue_depth", &labels),
+            adds: Count::exported("workqueue_adds_total", &labels),
+            retries: Count::exported("workqueue_retries_total", &labels),
+            queue_duration: Histogram::exported("workqueue_queue_duration_seconds", &labels),
+            work_duration: Histogram::exported("workqueue_work_duration_seconds", &labels),
+            unfinished: Gauge::exported("workqueue_unfinished_work_seconds", &labels),
+            longest: Gauge::exported("workqueue_longest_running_processor_seconds", &labels),
+        }
+    }
+}
+
+/// The core's queue, and when metrics are exported, when each pending key was added and each
+/// key in a worker's hands taken (client-go keeps the same two maps for its metrics).
+struct Locked<K> {
+    q: workqueue::WorkQueue<K, Limiter<K>>,
+    added: HashMap<K, std::time::Instant>,
+    started: HashMap<K, std::time::Instant>,
+}
+
+impl<K: Hash + Eq + Clone> Locked<K> {
+    /// Seconds of work in progress not yet observed by `work_duration`, and the longest.
+    fn unfinished(&self, now: std::time::Instant) -> (f64, f64) {
+        self.started.values().fold((0.0, 0.0), |(sum, max), t| {
+            let d = now.saturating_duration_since(*t).as_secs_f64();
+            (sum + d, if d > max { d } else { max })
+        })
+    }
+}
+
 struct QueueShared<K> {
-    state: Mutex<workqueue::WorkQueue<K, Limiter<K>>>,
+    state: Mutex<Locked<K>>,
+    /// Set once by [`WorkQueue::export_metrics`].
+    metrics: OnceLock<QueueMetrics>,
+    /// Keeps the on-read refresh of the unfinished-work gauges registered.
+    refresh: OnceLock<Arc<dyn Fn() + Send + Sync>>,
     /// Notified when a key may be ready (added, requeued, time moved) or on shutdown.
     ready: Event,
     /// Notified when a key is done (for drain).
     idle: Event,
-    base: std::time::Instant,
+    /// The clock and its reading when first used: the std clock unless a runtime's clock was
+    /// chosen first ([`WorkQueue::use_clock_of`]).
+    clock: OnceLock<(std::time::Instant, Clock)>,
 }
+
+type Clock = Box<dyn Fn() -> std::time::Instant + Send + Sync>;
 
 /// A shared work queue (client-go `workqueue.TypedRateLimitingInterface`): a key is queued at
 /// most once and never handed to two workers at once. Cheap to clone.
@@ -92,25 +147,98 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
         let limiter: Limiter<K> = Box::new(limiter);
         WorkQueue {
             shared: Arc::new(QueueShared {
-                state: Mutex::new(workqueue::WorkQueue::with_rate_limiter(limiter)),
+                state: Mutex::new(Locked {
+                    q: workqueue::WorkQueue::with_rate_limiter(limiter),
+                    added: HashMap::new(),
+                    started: HashMap::new(),
+                }),
+                metrics: OnceLock::new(),
+                refresh: OnceLock::new(),
                 ready: Event::new(),
                 idle: Event::new(),
-                base: std::time::Instant::now(),
+                clock: OnceLock::new(),
             }),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, workqueue::WorkQueue<K, Limiter<K>>> {
+    fn lock(&self) -> MutexGuard<'_, Locked<K>> {
         // The queue's state is consistent after every call: a panic elsewhere cannot break it.
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Reads `rt`'s clock ([`Runtime::now`]) from now on instead of the std clock, so that
+    /// under a paused test clock (tokio's) its delays and backoffs move with virtual time.
+    /// Only before the queue first read a clock (as soon as it is made): `false`, and no
+    /// change, after. [`Workers::spawn`] and `Controller` call it.
+    pub fn use_clock_of<R: Runtime>(&self, rt: &R) -> bool {
+        let rt = rt.clone();
+        let mut set = false;
+        self.shared.clock.get_or_init(|| {
+            set = true;
+            (rt.now(), Box::new(move || rt.now()))
+        });
+        set
+    }
+
+    fn clock(&self) -> &(std::time::Instant, Clock) {
+        self.shared
+            .clock
+            .get_or_init(|| (std::time::Instant::now(), Box::new(std::time::Instant::now)))
+    }
+
+    /// The exported metrics, if [`export_metrics`](Self::export_metrics) was called and the
+    /// `metrics` feature is on.
+    fn metrics(&self) -> Option<&QueueMetrics> {
+        self.shared
+            .metrics
+            .get()
+            .filter(|m| m.queue_duration.is_exported())
+    }
+
+    /// Publishes controller-runtime's workqueue metrics for this queue through the `metrics`
+    /// facade (with the `metrics` feature; nothing otherwise), labelled `name` and
+    /// `controller` with `name`: `workqueue_depth`, `workqueue_adds_total`,
+    /// `workqueue_retries_total`, `workqueue_queue_duration_seconds`,
+    /// `workqueue_work_duration_seconds`, `workqueue_unfinished_work_seconds` and
+    /// `workqueue_longest_running_processor_seconds` (the last two brought up to date on
+    /// [`refresh_gauges`](crate::refresh_gauges), on each take and on each done). The handles
+    /// are registered here, once: later calls are ignored. A
+    /// [`Controller`](crate::Controller) calls it with its name.
+    pub fn export_metrics(&self, name: &str)
+    where
+        K: Sync,
+    {
+        if self.shared.metrics.set(QueueMetrics::new(name)).is_err() {
+            return;
+        }
+        if self.metrics().is_none() {
+            return;
+        }
+        let weak = Arc::downgrade(&self.shared);
+        let refresh: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+            if let Some(shared) = weak.upgrade() {
+                WorkQueue { shared }.refresh_unfinished();
+            }
+        });
+        crate::metrics::on_refresh(&refresh);
+        let _ = self.shared.refresh.set(refresh);
+    }
+
+    fn refresh_unfinished(&self) {
+        if let Some(m) = self.metrics() {
+            let (sum, max) = self.lock().unfinished(std::time::Instant::now());
+            m.unfinished.set_f64(sum);
+            m.longest.set_f64(max);
+        }
+    }
+
     fn now(&self) -> CoreInstant {
-        CoreInstant::from_epoch(self.shared.base.elapsed())
+        let (base, clock) = self.clock();
+        CoreInstant::from_epoch(clock().saturating_duration_since(*base))
     }
 
     fn to_std(&self, at: CoreInstant) -> std::time::Instant {
-        self.shared.base + at.since_epoch()
+        self.clock().0 + at.since_epoch()
     }
 
     /// Queues `key` at [`Priority::NORMAL`] (once; a key being processed is processed again
@@ -123,7 +251,20 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
     /// priority in the order they were first added. A key already pending takes the higher
     /// of its priority and this one.
     pub fn add_with_priority(&self, key: K, priority: Priority) {
-        if self.lock().add_with_priority(key, priority) {
+        let added = match self.metrics() {
+            None => self.lock().q.add_with_priority(key, priority),
+            Some(m) => {
+                let mut l = self.lock();
+                let added = l.q.add_with_priority(key.clone(), priority);
+                if added {
+                    m.adds.add(1);
+                    l.added.entry(key).or_insert_with(std::time::Instant::now);
+                    m.depth.set(l.q.len());
+                }
+                added
+            }
+        };
+        if added {
             // One more worker, even if another was notified and has not woken yet.
             self.shared.ready.notify(1.additional());
         }
@@ -139,7 +280,11 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
     /// and the higher priority).
     pub fn add_after_with_priority(&self, key: K, delay: Duration, priority: Priority) {
         let now = self.now();
+        if delay.is_zero() {
+            return self.add_with_priority(key, priority);
+        }
         self.lock()
+            .q
             .add_after_with_priority(key, delay, now, priority);
         // A sleeping worker may be waiting for a later deadline.
         self.shared.ready.notify(usize::MAX);
@@ -153,49 +298,59 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
     /// Queues `key` at `priority` after the rate limiter's delay for it.
     pub fn add_rate_limited_with_priority(&self, key: K, priority: Priority) {
         let now = self.now();
-        self.lock()
-            .add_rate_limited_with_priority(key, now, priority);
+        let mut l = self.lock();
+        if l.q.is_shutting_down() {
+            return;
+        }
+        if let Some(m) = self.metrics() {
+            m.retries.add(1);
+        }
+        // The delay, then the add (what the core's `add_rate_limited` does), so that a zero
+        // delay is counted as an add.
+        let delay = l.q.rate_limiter_mut().when(&key, now);
+        drop(l);
+        self.add_after_with_priority(key, delay, priority);
         self.shared.ready.notify(usize::MAX);
     }
 
     /// Resets `key`'s failure count.
     pub fn forget(&self, key: &K) {
-        self.lock().forget(key);
+        self.lock().q.forget(key);
     }
 
     /// How many rate-limited requeues of `key` are counted.
     pub fn num_requeues(&self, key: &K) -> u32 {
-        self.lock().num_requeues(key)
+        self.lock().q.num_requeues(key)
     }
 
     /// Keys ready to be processed.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().q.len()
     }
 
     /// True if no key is ready.
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().q.is_empty()
     }
 
     /// Stops accepting keys; queued keys are still handed out, then workers stop.
     pub fn shut_down(&self) {
-        self.lock().shut_down();
+        self.lock().q.shut_down();
         self.shared.ready.notify(usize::MAX);
     }
 
     /// True once shut down.
     pub fn is_shutting_down(&self) -> bool {
-        self.lock().is_shutting_down()
+        self.lock().q.is_shutting_down()
     }
 
     /// Shuts down and waits until no key is queued or being processed.
     pub async fn shut_down_with_drain(&self) {
-        self.lock().shut_down_with_drain();
+        self.lock().q.shut_down_with_drain();
         self.shared.ready.notify(usize::MAX);
         loop {
             let listener = self.shared.idle.listen();
-            if self.lock().is_drained() {
+            if self.lock().q.is_drained() {
                 return;
             }
             listener.await;
@@ -204,7 +359,28 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
 
     /// Marks `key` processed; it is queued again if it was added meanwhile.
     pub fn done(&self, key: &K) {
-        let requeued = self.lock().done(key);
+        let requeued = match self.metrics() {
+            None => self.lock().q.done(key),
+            Some(m) => {
+                let mut l = self.lock();
+                let requeued = l.q.done(key);
+                if let Some(t) = l.started.remove(key) {
+                    m.work_duration.record(t.elapsed());
+                }
+                if requeued {
+                    // Added again while processed: queued now (client-go times it from the
+                    // add, which this queue did not see as one).
+                    l.added
+                        .entry(key.clone())
+                        .or_insert_with(std::time::Instant::now);
+                }
+                m.depth.set(l.q.len());
+                let (sum, max) = l.unfinished(std::time::Instant::now());
+                m.unfinished.set_f64(sum);
+                m.longest.set_f64(max);
+                requeued
+            }
+        };
         if requeued {
             // One more worker, even if another was notified and has not woken yet.
             self.shared.ready.notify(1.additional());
@@ -216,11 +392,32 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
     /// or `Err(())` once shut down and empty.
     fn try_pop(&self) -> Result<Result<K, Option<std::time::Instant>>, ()> {
         let now = self.now();
-        let mut q = self.lock();
-        match q.pop(now) {
-            Pop::Key(k) => Ok(Ok(k)),
+        let mut l = self.lock();
+        let metrics = self.metrics();
+        if let (Some(m), false) = (metrics, l.q.is_shutting_down()) {
+            // Delayed keys due now are adds too.
+            let Locked { q, added, .. } = &mut *l;
+            q.handle_timeout_with(now, |k| {
+                m.adds.add(1);
+                added
+                    .entry(k.clone())
+                    .or_insert_with(std::time::Instant::now);
+            });
+        }
+        match l.q.pop(now) {
+            Pop::Key(k) => {
+                if let Some(m) = metrics {
+                    let at = std::time::Instant::now();
+                    if let Some(t) = l.added.remove(&k) {
+                        m.queue_duration.record(at.saturating_duration_since(t));
+                    }
+                    l.started.insert(k.clone(), at);
+                    m.depth.set(l.q.len());
+                }
+                Ok(Ok(k))
+            }
             Pop::ShutDown => Err(()),
-            Pop::Empty => Ok(Err(q.poll_timeout().map(|t| self.to_std(t)))),
+            Pop::Empty => Ok(Err(l.q.poll_timeout().map(|t| self.to_std(t)))),
         }
     }
 
@@ -234,7 +431,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
                 Ok(Ok(k)) => return Some(k),
                 Ok(Err(None)) => listener.await,
                 Ok(Err(Some(at))) => {
-                    let wait = at.saturating_duration_since(std::time::Instant::now());
+                    let wait = at.saturating_duration_since((self.clock().1)());
                     let sleep = rt.sleep(wait);
                     futures_util::future::select(listener, sleep).await;
                 }
@@ -413,6 +610,7 @@ where
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
         E: fmt::Display + Send + 'static,
     {
+        queue.use_clock_of(&rt);
         let w = Workers::empty(rt.clone(), queue);
         let reconcile = Arc::new(reconcile);
         for _ in 0..n.max(1) {

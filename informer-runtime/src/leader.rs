@@ -79,8 +79,13 @@ impl Leadership {
             namespace: namespace.to_string(),
             elector,
             state: state.clone(),
-            base: std::time::Instant::now(),
+            base: rt.now(),
+            master_status: crate::metrics::Gauge::exported(
+                "leader_election_master_status",
+                &[("name", name.to_string())],
+            ),
         };
+        driver.master_status.set(0);
         rt.spawn(Box::pin(driver.run()))
             .map_err(LeaderElectionError::Spawn)?;
         Ok(Leadership { state, identity })
@@ -94,6 +99,12 @@ impl Leadership {
     /// True while this candidate leads.
     pub fn is_leader(&self) -> bool {
         self.state.leader.load(Ordering::Acquire)
+    }
+
+    /// True until the election task has ended (after [`shutdown`](Self::shutdown) or
+    /// [`abandon`](Self::abandon)): leading or campaigning.
+    pub fn is_running(&self) -> bool {
+        !self.state.exited.load(Ordering::Acquire)
     }
 
     /// The Lease's holder as last seen.
@@ -170,11 +181,15 @@ struct Driver<R, B> {
     elector: LeaderElector,
     state: Arc<State>,
     base: std::time::Instant,
+    /// client-go's `leader_election_master_status{name}`: 1 while leading, else 0.
+    master_status: crate::metrics::Gauge,
 }
 
 impl<R: Runtime, B: Backend> Driver<R, B> {
     fn now(&self) -> CoreInstant {
-        CoreInstant::from_epoch(self.base.elapsed())
+        // The runtime's clock, not std's: under a paused test clock the elector's deadlines
+        // must move with the sleeps that wait for them.
+        CoreInstant::from_epoch(self.rt.now().saturating_duration_since(self.base))
     }
 
     /// Publishes the elector's events.
@@ -184,6 +199,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                 LeaderEvent::StartedLeading => {
                     tracing::info!(identity = %self.elector.config().identity, lease = %self.name, "started leading");
                     self.state.leader.store(true, Ordering::Release);
+                    self.master_status.set(1);
                 }
                 LeaderEvent::StoppedLeading => {
                     // A deliberate stop (shutdown, abandon) is no news; a lost lease is.
@@ -193,6 +209,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
                         tracing::warn!(identity = %self.elector.config().identity, lease = %self.name, "stopped leading");
                     }
                     self.state.leader.store(false, Ordering::Release);
+                    self.master_status.set(0);
                 }
                 LeaderEvent::NewLeader(who) => {
                     tracing::info!(leader = %who, lease = %self.name, "new leader");
@@ -264,6 +281,7 @@ impl<R: Runtime, B: Backend> Driver<R, B> {
             select(timer, stop).await;
         }
         self.state.leader.store(false, Ordering::Release);
+        self.master_status.set(0);
         self.state.exited.store(true, Ordering::Release);
         self.state.changed.notify(usize::MAX);
     }

@@ -83,6 +83,8 @@ mod stream;
 
 mod informer;
 
+#[cfg(feature = "admin")]
+pub mod admin;
 mod builder;
 mod consistency;
 mod controller;
@@ -103,6 +105,8 @@ pub mod conformance {}
 
 pub mod events;
 
+#[cfg(feature = "admin")]
+pub use admin::{Admin, AdminError, AdminResponse, AdminServer};
 pub use builder::InformerBuilder;
 pub use consistency::{ConsistencyCheck, Divergence};
 pub use controller::{Action, OwnerReference, WorkQueue, Workers, owner_keys, owner_references};
@@ -120,7 +124,7 @@ pub use informer_core::controller::shard::{HashBy, Mode as ShardMode, ShardConfi
 pub use informer_core::controller::workqueue::Priority;
 pub use informer_core::object::{MetadataError, OwnerReferenceRef, Timestamp, controller_of};
 pub use leader::{LeaderElectionError, Leadership};
-pub use metrics::Metrics;
+pub use metrics::{Metrics, refresh_gauges};
 pub use reconciler::{Context, Controller, ControllerError, ControllerStats, StatsHandle};
 pub use runtime::{BoxFuture, Runtime, SpawnError};
 pub use shard::{ShardScope, Sharding, ShardingError, member_name};
@@ -191,7 +195,9 @@ macro_rules! runtime_crate_api {
         pub use $crate::{MetadataError, OwnerReferenceRef, Priority, Timestamp, controller_of};
         #[doc = concat!("Reconcile workers on ", $name, ".")]
         pub type Workers<K = Key> = $crate::Workers<K, $rt>;
-        pub use $crate::{ControllerError, ControllerStats, StatsHandle};
+        #[cfg(feature = "admin")]
+        pub use $crate::{Admin, AdminError, AdminResponse, AdminServer};
+        pub use $crate::{ControllerError, ControllerStats, StatsHandle, refresh_gauges};
         pub use $crate::{
             HashBy, ShardConfig, ShardMode, ShardScope, Sharding, ShardingError, member_name,
         };

@@ -116,6 +116,48 @@ impl Gauge {
     }
 }
 
+impl Gauge {
+    /// Adds `delta` (negative: subtracts).
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables, dead_code))]
+    pub(crate) fn add(&self, delta: f64) {
+        #[cfg(feature = "metrics")]
+        if let Some(g) = &self.export {
+            g.increment(delta);
+        }
+    }
+}
+
+/// Gauges computed when they are read rather than on the event path (a work queue's
+/// `workqueue_unfinished_work_seconds`, ...): each registers a refresh here, and an exporter
+/// (the admin server's `/metrics`) calls [`refresh_gauges`] before it renders. A refresh whose
+/// owner is gone drops out.
+type Refresh = std::sync::Weak<dyn Fn() + Send + Sync>;
+
+static REFRESH: Mutex<Vec<Refresh>> = Mutex::new(Vec::new());
+
+/// Registers `refresh`, called by [`refresh_gauges`] until the `Arc` is dropped.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) fn on_refresh(refresh: &std::sync::Arc<dyn Fn() + Send + Sync>) {
+    let mut all = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|r| r.strong_count() > 0);
+    all.push(std::sync::Arc::downgrade(refresh));
+}
+
+/// Brings the gauges that are computed on read up to date (the work queues'
+/// `workqueue_unfinished_work_seconds` and `workqueue_longest_running_processor_seconds`).
+/// The admin server's `/metrics` calls it before rendering; an application with its own
+/// exporter calls it before each scrape (or every few seconds).
+pub fn refresh_gauges() {
+    let live: Vec<_> = {
+        let mut all = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|r| r.strong_count() > 0);
+        all.iter().filter_map(std::sync::Weak::upgrade).collect()
+    };
+    for r in live {
+        r();
+    }
+}
+
 /// A histogram exported when the `metrics` feature is on (nothing otherwise).
 #[derive(Debug, Default)]
 pub(crate) struct Histogram {

@@ -14,12 +14,14 @@ use futures_util::future::{Either, select};
 use informer_core::controller::leaderelection::LeaderElectionConfig;
 use informer_core::object::{Key, Object, ObjectOrTombstone};
 use informer_http::{Backend, Client, Resource, WriteHook};
+use tracing::Instrument;
 
 use crate::controller::{Action, WorkQueue, panic_message, settle};
 use crate::error::Error;
 use crate::events::{Recorder, Reporter};
 use crate::informer::Informer;
 use crate::leader::{LeaderElectionError, Leadership};
+use crate::metrics::{Count, Gauge, Histogram};
 use crate::runtime::{BoxFuture, Runtime, SpawnError};
 use crate::shard::Sharding;
 
@@ -30,6 +32,8 @@ trait Member: Send + Sync {
     fn shutdown(&self) -> BoxFuture<'_, ()>;
     fn resource(&self) -> Option<&Resource>;
     fn wait_for_rv<'a>(&'a self, rv: &'a str, bound: Duration) -> BoxFuture<'a, Result<(), Error>>;
+    #[cfg(feature = "admin")]
+    fn add_checks(&self, admin: &crate::admin::Admin);
 }
 
 impl<T: Object + Send + Sync + 'static, R: Runtime> Member for Informer<T, R> {
@@ -48,6 +52,10 @@ impl<T: Object + Send + Sync + 'static, R: Runtime> Member for Informer<T, R> {
     fn wait_for_rv<'a>(&'a self, rv: &'a str, bound: Duration) -> BoxFuture<'a, Result<(), Error>> {
         let deadline = self.shared().rt.now() + bound;
         Box::pin(Informer::wait_for_resource_version(self, rv, deadline))
+    }
+    #[cfg(feature = "admin")]
+    fn add_checks(&self, admin: &crate::admin::Admin) {
+        admin.informer(self);
     }
 }
 
@@ -175,6 +183,7 @@ pub struct Controller<K, R: Runtime, B: Backend> {
     client: Client<B>,
     primary: Informer<K, R>,
     kind: Option<String>,
+    name: Option<String>,
     queue: WorkQueue<Key>,
     members: Vec<Box<dyn Member>>,
     /// The handlers of `owns` and `watches`, added at `run` (with the owner kind then).
@@ -191,6 +200,8 @@ pub struct Controller<K, R: Runtime, B: Backend> {
     stats: Arc<Counts>,
     deleted: Arc<Mutex<HashMap<Key, Arc<K>>>>,
     sharding: Option<Sharding>,
+    #[cfg(feature = "admin")]
+    admin: Option<crate::admin::AdminServer>,
 }
 
 impl<K, R, B> Controller<K, R, B>
@@ -209,11 +220,13 @@ where
             .map(|r| r.kind.to_string())
             .or_else(|| K::type_kind().map(str::to_owned));
         let rt = primary.shared().rt.clone();
+        queue.use_clock_of(&rt);
         Controller {
             rt,
             client: client.clone(),
             primary,
             kind,
+            name: None,
             queue,
             members: Vec::new(),
             attach: Vec::new(),
@@ -229,6 +242,8 @@ where
             stats: Arc::default(),
             deleted,
             sharding: None,
+            #[cfg(feature = "admin")]
+            admin: None,
         }
     }
 
@@ -236,6 +251,15 @@ where
     /// informer that does not know its resource.
     pub fn kind(mut self, kind: impl Into<String>) -> Self {
         self.kind = Some(kind.into());
+        self
+    }
+
+    /// The controller's name: the `controller` label of its metrics (and `name`, `controller`
+    /// of its work queue's), and the `controller` field of its reconcile spans. Default: the
+    /// owner-reference kind in lower case (`greeting`), as controller-runtime's builder names
+    /// a controller, or `controller`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
         self
     }
 
@@ -378,6 +402,17 @@ where
         self
     }
 
+    /// Reports to `server` (the runtime crate's `serve_admin`): `/readyz` waits for each of
+    /// the controller's informers to sync (`informer/<name>`) and, with leader election, for
+    /// the election to run (`leader-election`: 503 until the controller campaigns, after its
+    /// informers synced); `/livez` watches each informer's driver. The server is stopped
+    /// last, after the informers, when the controller returns.
+    #[cfg(feature = "admin")]
+    pub fn admin(mut self, server: crate::admin::AdminServer) -> Self {
+        self.admin = Some(server);
+        self
+    }
+
     /// The work queue (to add keys from elsewhere).
     pub fn queue(&self) -> &WorkQueue<Key> {
         &self.queue
@@ -412,6 +447,7 @@ where
             client,
             primary,
             kind,
+            name,
             queue,
             mut members,
             attach,
@@ -427,7 +463,19 @@ where
             stats,
             deleted,
             sharding,
+            #[cfg(feature = "admin")]
+            admin,
         } = self;
+        // Stops the admin server last, however `run` returns.
+        #[cfg(feature = "admin")]
+        let mut _admin_last = AdminLast(admin.clone());
+        let name: Arc<str> = name
+            .or_else(|| kind.as_deref().map(str::to_lowercase))
+            .unwrap_or_else(|| "controller".into())
+            .into();
+        queue.export_metrics(&name);
+        let metrics = ReconcileMetrics::new(&name);
+        metrics.max_concurrent.set(concurrency);
         if let (None, Some(reporter)) = (&recorder, reporter) {
             recorder = Some(Recorder::new(&rt, client.clone(), reporter)?);
         }
@@ -464,6 +512,17 @@ where
             a(&queue, kind.as_deref())?;
         }
         members.insert(0, Box::new(primary.clone()));
+        #[cfg(feature = "admin")]
+        if let Some(server) = &admin {
+            for m in &members {
+                m.add_checks(server.admin());
+            }
+            if election.is_some() {
+                server.admin().readiness_check("leader-election", || {
+                    Err("not campaigning yet (waiting for the informers to sync)".into())
+                });
+            }
+        }
         for m in &members {
             m.start()?;
         }
@@ -513,7 +572,13 @@ where
             }
             None => None,
         };
+        #[cfg(feature = "admin")]
+        if let (Some(server), Some(l)) = (&admin, &leadership) {
+            server.admin().leadership(l);
+        }
         let shared = Arc::new(Shared {
+            name,
+            metrics,
             rt: rt.clone(),
             client,
             primary,
@@ -599,10 +664,30 @@ where
         for m in &shared.members {
             m.shutdown().await;
         }
+        // 4. The admin server.
+        #[cfg(feature = "admin")]
+        if let Some(server) = _admin_last.0.take() {
+            server.shutdown().await;
+        }
         if retired {
             return Err(ControllerError::ShardRetired);
         }
         Ok(())
+    }
+}
+
+/// Stops the admin server when `run` returns early (an error, or stopped before the sync);
+/// the normal path takes it out and awaits its shutdown.
+#[cfg(feature = "admin")]
+struct AdminLast(Option<crate::admin::AdminServer>);
+
+#[cfg(feature = "admin")]
+impl Drop for AdminLast {
+    fn drop(&mut self) {
+        if let Some(server) = self.0.take() {
+            // Not awaited: the server's thread ends on its own.
+            server.stop();
+        }
     }
 }
 
@@ -695,7 +780,53 @@ impl From<LeaderElectionError> for ControllerError {
     }
 }
 
+/// controller-runtime's reconcile metrics of one controller (label `controller`), registered
+/// once.
+struct ReconcileMetrics {
+    success: Count,
+    error: Count,
+    requeue: Count,
+    requeue_after: Count,
+    errors: Count,
+    panics: Count,
+    time: Histogram,
+    active_workers: Gauge,
+    max_concurrent: Gauge,
+}
+
+impl ReconcileMetrics {
+    fn new(controller: &str) -> Self {
+        let labels = [("controller", controller.to_string())];
+        let total = |result: &str| {
+            Count::exported(
+                "controller_runtime_reconcile_total",
+                &[
+                    ("controller", controller.to_string()),
+                    ("result", result.to_string()),
+                ],
+            )
+        };
+        ReconcileMetrics {
+            success: total("success"),
+            error: total("error"),
+            requeue: total("requeue"),
+            requeue_after: total("requeue_after"),
+            errors: Count::exported("controller_runtime_reconcile_errors_total", &labels),
+            panics: Count::exported("controller_runtime_reconcile_panics_total", &labels),
+            time: Histogram::exported("controller_runtime_reconcile_time_seconds", &labels),
+            active_workers: Gauge::exported("controller_runtime_active_workers", &labels),
+            max_concurrent: Gauge::exported(
+                "controller_runtime_max_concurrent_reconciles",
+                &labels,
+            ),
+        }
+    }
+}
+
 struct Shared<K, R: Runtime, B: Backend> {
+    /// The controller's name (metrics labels, spans).
+    name: Arc<str>,
+    metrics: ReconcileMetrics,
     rt: R,
     client: Client<B>,
     primary: Informer<K, R>,
@@ -844,31 +975,74 @@ where
                 continue;
             }
         }
-        let outcome = run_one(&shared, &key).await;
+        let attempt = shared.queue.num_requeues(&key);
+        let span = tracing::info_span!(
+            "reconcile",
+            controller = %shared.name,
+            key = %key,
+            attempt,
+            result = tracing::field::Empty,
+            duration_seconds = tracing::field::Empty,
+        );
+        let m = &shared.metrics;
+        m.active_workers.add(1.0);
+        let t0 = std::time::Instant::now();
+        let outcome = run_one(&shared, &key, attempt)
+            .instrument(span.clone())
+            .await;
         if let Some(s) = &shared.sharding {
             s.finish(key.as_str());
         }
+        let took = t0.elapsed();
+        m.active_workers.add(-1.0);
+        let _entered = span.enter();
         shared.stats.reconciles.fetch_add(1, Ordering::Relaxed);
         let q = &shared.queue;
-        match outcome {
+        let result = match outcome {
             // Done, requeued after, or failed (an error or a panic): as `Workers` settle them.
             Outcome::Done(outcome) => {
-                if !matches!(outcome, Ok(Ok(_))) {
-                    shared.stats.errors.fetch_add(1, Ordering::Relaxed);
-                }
+                let result = match &outcome {
+                    Ok(Ok(Action::Done)) => {
+                        m.success.add(1);
+                        "success"
+                    }
+                    Ok(Ok(Action::RequeueAfter(_))) => {
+                        m.requeue_after.add(1);
+                        "requeue_after"
+                    }
+                    Ok(Err(_)) | Err(_) => {
+                        shared.stats.errors.fetch_add(1, Ordering::Relaxed);
+                        if outcome.is_err() {
+                            m.panics.add(1);
+                        }
+                        m.error.add(1);
+                        m.errors.add(1);
+                        "error"
+                    }
+                };
                 settle(q, key, outcome, Key::to_string);
+                result
             }
             Outcome::Cancelled => {
                 shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(key = %key, "reconcile cancelled (leadership lost or shutting down); queued again");
                 q.add(key.clone());
                 q.done(&key);
+                m.requeue.add(1);
+                "requeue"
             }
             Outcome::Nothing => {
                 q.forget(&key);
                 q.done(&key);
+                m.success.add(1);
+                "success"
             }
-        }
+        };
+        m.time.record(took);
+        span.record("result", result);
+        span.record("duration_seconds", took.as_secs_f64());
+        tracing::debug!(result, duration_seconds = took.as_secs_f64(), "reconciled");
+        drop(_entered);
     }
 }
 
@@ -900,7 +1074,7 @@ enum Outcome {
     Nothing,
 }
 
-async fn run_one<K, R, B>(shared: &Arc<Shared<K, R, B>>, key: &Key) -> Outcome
+async fn run_one<K, R, B>(shared: &Arc<Shared<K, R, B>>, key: &Key, attempt: u32) -> Outcome
 where
     K: Object + Send + Sync + 'static,
     R: Runtime,
@@ -964,7 +1138,7 @@ where
     });
     let ctx = Context {
         key: key.clone(),
-        attempt: shared.queue.num_requeues(key),
+        attempt,
         deleted,
         client: shared.client.with_write_hook(hook),
         recorder: shared.recorder.clone(),

@@ -3,7 +3,7 @@
 //! it depends on none of them.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -151,17 +151,76 @@ impl<K: Object + 'static> State<K> {
 /// The lock around [`State`]; a poisoned lock is still used (nothing in it can be left half
 /// changed by a panic in this crate, which has none on purpose; a panic in user code run
 /// under it, a transform or an index function, stops the informer).
-pub(crate) struct StateLock<K>(RwLock<State<K>>);
+pub(crate) struct StateLock<K> {
+    lock: RwLock<State<K>>,
+    /// When the write lock was last taken (nanoseconds after [`epoch`] plus one), or 0 while
+    /// no one holds it: `/livez` calls an informer wedged when one holder (a driver step, a
+    /// handler's end, running a transform or an index function) keeps it too long.
+    held_since: AtomicU64,
+}
+
+/// The epoch of [`StateLock::held_for`]'s clock.
+fn epoch() -> std::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(std::time::Instant::now)
+}
+
+/// The write guard: marks the lock free again when dropped.
+pub(crate) struct WriteGuard<'a, K> {
+    guard: RwLockWriteGuard<'a, State<K>>,
+    held_since: &'a AtomicU64,
+}
+
+impl<K> std::ops::Deref for WriteGuard<'_, K> {
+    type Target = State<K>;
+    fn deref(&self) -> &State<K> {
+        &self.guard
+    }
+}
+
+impl<K> std::ops::DerefMut for WriteGuard<'_, K> {
+    fn deref_mut(&mut self) -> &mut State<K> {
+        &mut self.guard
+    }
+}
+
+impl<K> Drop for WriteGuard<'_, K> {
+    fn drop(&mut self) {
+        self.held_since.store(0, Ordering::Relaxed);
+    }
+}
 
 impl<K> StateLock<K> {
     pub(crate) fn new(state: State<K>) -> Self {
-        StateLock(RwLock::new(state))
+        StateLock {
+            lock: RwLock::new(state),
+            held_since: AtomicU64::new(0),
+        }
     }
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, State<K>> {
-        self.0.read().unwrap_or_else(PoisonError::into_inner)
+        self.lock.read().unwrap_or_else(PoisonError::into_inner)
     }
-    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, State<K>> {
-        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    /// The write lock (two relaxed stores for the heartbeat: nothing to measure).
+    pub(crate) fn write(&self) -> WriteGuard<'_, K> {
+        let guard = self.lock.write().unwrap_or_else(PoisonError::into_inner);
+        let since = epoch().elapsed().as_nanos() as u64;
+        self.held_since.store(since + 1, Ordering::Relaxed);
+        WriteGuard {
+            guard,
+            held_since: &self.held_since,
+        }
+    }
+    /// How long the write lock has been held by its current holder, if it is held.
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
+    pub(crate) fn held_for(&self) -> Option<Duration> {
+        match self.held_since.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(
+                epoch()
+                    .elapsed()
+                    .saturating_sub(Duration::from_nanos(t - 1)),
+            ),
+        }
     }
 }
 

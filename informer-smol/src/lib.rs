@@ -24,6 +24,11 @@
 //! ```
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "admin")]
+mod admin;
+#[cfg(feature = "admin")]
+pub use admin::serve_admin;
+
 use std::time::Duration;
 
 informer_runtime::runtime_crate_api! {

@@ -26,6 +26,11 @@
 
 #[cfg(feature = "kube")]
 mod kube_client;
+
+#[cfg(feature = "admin")]
+mod admin;
+#[cfg(feature = "admin")]
+pub use admin::serve_admin;
 #[cfg(feature = "kube")]
 pub use kube_client::{KubeBackend, kube_client};
 #[cfg(feature = "kube")]
@@ -105,6 +110,14 @@ impl informer_runtime::Runtime for Tokio {
 
     fn sleep(&self, duration: Duration) -> informer_runtime::BoxFuture<'static, ()> {
         Box::pin(tokio::time::sleep(duration))
+    }
+
+    /// Tokio's clock: on a runtime whose clock is paused (`tokio::time::pause`, tests with
+    /// tokio's `test-util`), the virtual time its timers run on, so the deadlines the
+    /// informer, the work queue and leader election compute agree with the sleeps they wait
+    /// on; else (and off the runtime's threads) the std clock.
+    fn now(&self) -> std::time::Instant {
+        tokio::time::Instant::now().into_std()
     }
 }
 

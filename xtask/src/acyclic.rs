@@ -40,6 +40,7 @@ pub const ACYCLIC_CRATES: &[&str] = &[
     "informer-runtime",
     "informer-tokio",
     "informer-smol",
+    "informer-testkit",
     "testcluster",
     "informer-bench",
 ];

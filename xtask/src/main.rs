@@ -12,7 +12,7 @@ mod suites;
 
 use std::env;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, ExitStatus};
+use std::process::{Command, ExitCode, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 type Result<T = ()> = std::result::Result<T, String>;
@@ -357,6 +357,20 @@ fn test_all_steps() -> Result {
         &["-p", "informer-runtime"],
         &["-p", "informer-tokio"],
         &["-p", "informer-smol"],
+        &[
+            "-p",
+            "informer-testkit",
+            "--no-default-features",
+            "--features",
+            "tokio",
+        ],
+        &[
+            "-p",
+            "informer-testkit",
+            "--no-default-features",
+            "--features",
+            "smol",
+        ],
     ] {
         let mut c = cargo();
         c.arg("check").args(args);
@@ -530,12 +544,13 @@ impl Totals {
 }
 
 /// The crates published to the registry (every other member has `publish = false`).
-const PUBLISHED: [&str; 5] = [
+const PUBLISHED: [&str; 6] = [
     "informer-core",
     "informer-http",
     "informer-runtime",
     "informer-tokio",
     "informer-smol",
+    "informer-testkit",
 ];
 
 /// `cargo package --no-verify` of the published crates: fails if a manifest cannot be
@@ -802,6 +817,7 @@ fn bench_core(compare: bool) -> Result {
         }
         run(what, c)?;
     }
+    metrics_on_off()?;
     let Some(dir) = peer else {
         return Ok(());
     };
@@ -818,6 +834,74 @@ fn bench_core(compare: bool) -> Result {
         .filter(|v: &serde_json::Value| v["workload"] == "configmaps")
         .collect();
     print_core_comparison(&rows, &load_before, &load_after)
+}
+
+/// The runtime's delivery (`informer-bench`'s `delivery`: a scripted transport, 200,000 watch
+/// updates, one handler) built without the `metrics` feature and with it and the Prometheus
+/// recorder installed, one after the other in this run: the cost of exporting every counter,
+/// gauge and latency histogram, as the medians of five runs each.
+fn metrics_on_off() -> Result {
+    let mut figures = Vec::new();
+    for (features, what) in [
+        (None, "runtime delivery, metrics feature off"),
+        (
+            Some("metrics"),
+            "runtime delivery, metrics exported (Prometheus recorder)",
+        ),
+    ] {
+        let mut c = cargo();
+        c.args([
+            "run",
+            "--release",
+            "-q",
+            "-p",
+            "informer-bench",
+            "--bin",
+            "delivery",
+        ]);
+        if let Some(f) = features {
+            c.args(["--features", f]);
+        }
+        c.args(["--", "--runs", "5"]);
+        eprintln!("\n==> {what}");
+        let out = c
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("{what}: cannot start: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        print!("{text}");
+        if !out.status.success() {
+            return Err(format!("{what}: {}", out.status));
+        }
+        let summary = text
+            .lines()
+            .find_map(|l| l.strip_prefix("summary: "))
+            .ok_or_else(|| format!("{what}: no summary line"))?;
+        let field = |k: &str| -> Result<f64> {
+            summary
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| format!("{what}: no {k} in {summary:?}"))
+        };
+        figures.push((what, field("events")?, field("wall_ms")?, field("cpu_ms")?));
+    }
+    println!("\nruntime delivery, same run, medians of 5: metrics off vs exported");
+    println!("{:<58} {:>12} {:>14}", "", "events/s", "CPU ns/event");
+    for (what, events, wall, cpu) in &figures {
+        println!(
+            "{what:<58} {:>12.0} {:>14.0}",
+            events / wall * 1e3,
+            cpu * 1e6 / events
+        );
+    }
+    let (off, on) = (&figures[0], &figures[1]);
+    println!(
+        "metrics exported / off: {:.2}x events/s, {:.2}x CPU per event",
+        (on.1 / on.2) / (off.1 / off.2),
+        on.3 / off.3
+    );
+    Ok(())
 }
 
 /// `/proc/loadavg`'s three load averages (the machine may be shared: say how busy it was).

@@ -10,6 +10,11 @@
 //! - `events`: wall and process CPU milliseconds from the sync until every event is applied
 //!   and the handler idle, the notifications it ran, and CPU nanoseconds per event.
 //!
+//! Built with the `metrics` feature (`--features metrics`) the Prometheus recorder is installed
+//! first (as `Admin::new` does for the admin server), so every counter, gauge and histogram of
+//! the informer and its handler is recorded; a last line, `summary:`, gives the runs' median
+//! events wall and CPU figures for `cargo xtask bench core` to set the two builds side by side.
+//!
 //! It measures the runtime's delivery (the driver's hand-over, the handler's batches, the lock)
 //! more than the core, whose figures `cargo xtask bench core` prints. The process has the
 //! machine's other work beside it: compare runs of one invocation.
@@ -54,7 +59,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         arg("--runs", 3),
     );
     let rt = tokio::runtime::Runtime::new()?;
-    println!("delivery: {objects} objects listed, then {events} watch updates; one handler");
+    #[cfg(feature = "metrics")]
+    let admin = informer_tokio::Admin::new(([127, 0, 0, 1], 0));
+    println!(
+        "delivery: {objects} objects listed, then {events} watch updates; one handler; metrics {}",
+        if cfg!(feature = "metrics") {
+            "exported (Prometheus recorder)"
+        } else {
+            "feature off"
+        }
+    );
+    let (mut walls, mut cpus) = (Vec::new(), Vec::new());
     for run in 1..=runs {
         let items: Vec<_> = (0..objects).map(|i| config_map(i, 1)).collect();
         let watch: Vec<_> = (0..events)
@@ -98,6 +113,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
             let (u2, t2) = (Usage::now(), Instant::now());
+            walls.push((t2 - t1).as_secs_f64() * 1e3 - 20.0);
+            cpus.push(cpu_ms(&u1, &u2));
             let notified = ran.load(Ordering::Relaxed) - synced;
             println!(
                 "run {run}: sync wall {:.1} ms cpu {:.1} ms; events wall {:.1} ms cpu {:.1} ms, \
@@ -112,5 +129,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Ok::<_, Box<dyn std::error::Error>>(())
         })?;
     }
+    #[cfg(feature = "metrics")]
+    {
+        // The exporter saw every notification: the figures above include the recording.
+        let scrape = admin.respond("GET", "/metrics").body;
+        let delivered: f64 = scrape
+            .lines()
+            .filter(|l| l.starts_with("informer_handler_delivered_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        println!("exported informer_handler_delivered_total: {delivered}");
+        if delivered < (runs * events) as f64 {
+            return Err("the Prometheus recorder did not see the notifications".into());
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "summary: events={events} wall_ms={:.1} cpu_ms={:.1}",
+        median(&mut walls),
+        median(&mut cpus)
+    );
     Ok(())
 }

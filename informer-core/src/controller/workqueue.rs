@@ -551,6 +551,13 @@ impl<K: Hash + Eq + Clone, R: RateLimiter<K>> WorkQueue<K, R> {
 
     /// Moves every delayed key whose time has come into the queue.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.handle_timeout_with(now, |_| {});
+    }
+
+    /// As [`handle_timeout`](Self::handle_timeout), calling `added` with each key it made
+    /// pending (what [`add`](Self::add) would have answered `true` for): a runtime counting
+    /// adds and timing the queue (client-go's workqueue metrics) sees the delayed keys too.
+    pub fn handle_timeout_with(&mut self, now: Instant, mut added: impl FnMut(&K)) {
         while let Some(entry) = self.waiting.first_entry() {
             if entry.key().0 > now {
                 break;
@@ -560,7 +567,9 @@ impl<K: Hash + Eq + Clone, R: RateLimiter<K>> WorkQueue<K, R> {
                 .waiting_for
                 .remove(&key)
                 .map_or(Priority::NORMAL, |(_, p)| p);
-            self.add_with_priority(key, priority);
+            if self.add_with_priority(key.clone(), priority) {
+                added(&key);
+            }
         }
     }
 
@@ -657,6 +666,12 @@ impl<K: Hash + Eq + Clone, R: RateLimiter<K>> WorkQueue<K, R> {
     /// The rate limiter.
     pub fn rate_limiter(&self) -> &R {
         &self.limiter
+    }
+
+    /// The rate limiter, to ask it for a delay (`when`) outside
+    /// [`add_rate_limited`](Self::add_rate_limited).
+    pub fn rate_limiter_mut(&mut self) -> &mut R {
+        &mut self.limiter
     }
 }
 

@@ -67,6 +67,16 @@ pub trait Backend: Send + Sync + 'static {
     fn send(&self, request: http::Request<Bytes>) -> BoxFuture<'_, Result<HttpResponse, Failure>>;
 }
 
+/// A backend whose requests can go to a server in the same process instead of the network: a
+/// test server such as `informer-testkit`'s `FakeCluster`. A runtime crate's `Client` is a
+/// `Client` of its own backend type; this lets that very type carry an in-process server, so
+/// code written against the runtime crate's `Client` runs against it unchanged.
+pub trait InProcess: Backend + Sized {
+    /// A backend that hands every request to `server` (no connection, no TLS; the request's
+    /// headers, authentication included, are passed on as they are).
+    fn in_process(server: std::sync::Arc<dyn Backend>) -> Result<Self, crate::ClientError>;
+}
+
 /// A transport error (connecting, TLS, reading) as a failure: [`Failure::ConnectionRefused`]
 /// when an `io::Error` of kind `ConnectionRefused` is in its source chain,
 /// [`Failure::ConnectionClosed`] when the connection was reset, aborted or closed early, else

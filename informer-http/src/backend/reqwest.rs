@@ -34,6 +34,8 @@ pub struct ReqwestBackend {
     base: String,
     /// Kept to build the client again after a certificate rotation (exec plugins only).
     rebuild: Option<(Arc<Config>, ExecCert)>,
+    /// Set by [`InProcess::in_process`]: every request goes to this server instead.
+    in_process: Option<Arc<dyn Backend>>,
 }
 
 impl std::fmt::Debug for ReqwestBackend {
@@ -164,6 +166,7 @@ impl ReqwestBackend {
             client: Arc::new(Mutex::new((generation, client))),
             base,
             rebuild,
+            in_process: None,
         })
     }
 
@@ -261,8 +264,24 @@ fn build(config: &Config, exec: Option<&ExecCert>) -> Result<(Built, String), Cl
     }
 }
 
+impl super::InProcess for ReqwestBackend {
+    fn in_process(server: Arc<dyn Backend>) -> Result<Self, ClientError> {
+        // A plain-http client for an address never dialled: building it opens nothing.
+        let (client, base) = build(&Config::new("http://in-process.invalid"), None)?;
+        Ok(ReqwestBackend {
+            client: Arc::new(Mutex::new((0, client))),
+            base,
+            rebuild: None,
+            in_process: Some(server),
+        })
+    }
+}
+
 impl Backend for ReqwestBackend {
     fn send(&self, request: http::Request<Bytes>) -> BoxFuture<'_, Result<HttpResponse, Failure>> {
+        if let Some(server) = &self.in_process {
+            return server.send(request);
+        }
         let (parts, body) = request.into_parts();
         let url = format!("{}{}", self.base, parts.uri);
         let client = self.client();
