@@ -23,7 +23,8 @@
 //! - [`snapshot`]: the cache as bytes for warm restarts.
 //! - `views` (feature `spin`): the readers' views of the cache, which never wait for a step.
 //! - [`controller`]: the state machines a controller runs beside its informers: the
-//!   [work queue](controller::workqueue) and [leader election](controller::leaderelection).
+//!   [work queue](controller::workqueue), [leader election](controller::leaderelection) and
+//!   [sharding](controller::shard) across replicas.
 //! - `sim` (feature `sim`): a simulated, faulty API server and a checker, for tests.
 //!
 //! The crate is `#![no_std]` + `alloc`; the `std` feature (on by default) only enables std in

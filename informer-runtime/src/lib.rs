@@ -92,6 +92,7 @@ mod factory;
 mod finalizer;
 mod leader;
 mod reconciler;
+mod shard;
 mod snapshot;
 mod snapshot_file;
 
@@ -119,12 +120,14 @@ pub use finalizer::{
 pub use handler::{EventHandler, HandlerFns, HandlerRegistration};
 pub use informer::Informer;
 pub use informer_core::controller::leaderelection::LeaderElectionConfig;
+pub use informer_core::controller::shard::{HashBy, Mode as ShardMode, ShardConfig};
 pub use informer_core::controller::workqueue::Priority;
 pub use informer_core::object::{MetadataError, OwnerReferenceRef, Timestamp, controller_of};
 pub use leader::{LeaderElectionError, Leadership};
 pub use metrics::{Metrics, refresh_gauges};
 pub use reconciler::{Context, Controller, ControllerError, ControllerStats, StatsHandle};
 pub use runtime::{BoxFuture, Runtime, SpawnError};
+pub use shard::{ShardScope, Sharding, ShardingError, member_name};
 pub use snapshot_file::{SnapshotLoad, SnapshotWritten};
 pub use store::Store;
 pub use stream::EventStream;
@@ -195,6 +198,9 @@ macro_rules! runtime_crate_api {
         #[cfg(feature = "admin")]
         pub use $crate::{Admin, AdminError, AdminResponse, AdminServer};
         pub use $crate::{ControllerError, ControllerStats, StatsHandle, refresh_gauges};
+        pub use $crate::{
+            HashBy, ShardConfig, ShardMode, ShardScope, Sharding, ShardingError, member_name,
+        };
         #[doc = concat!("A controller on ", $name, " (see [`informer_runtime::Controller`]).")]
         pub type Controller<K> = $crate::Controller<K, $rt, Backend>;
         /// What a controller's reconcile gets besides the object.
@@ -209,6 +215,20 @@ macro_rules! runtime_crate_api {
             config: $crate::LeaderElectionConfig,
         ) -> Result<$crate::Leadership, $crate::LeaderElectionError> {
             $crate::Leadership::spawn($make_rt, client, namespace, name, config)
+        }
+
+        /// Joins the sharded ring of `config` on this crate's runtime, its Leases in
+        /// `namespace`, for a controller of `primary` owning `owned`, over the objects of
+        /// `scope` (see [`Sharding`]).
+        pub fn sharding(
+            client: &Client,
+            namespace: &str,
+            config: $crate::ShardConfig,
+            primary: $crate::Resource,
+            owned: Vec<$crate::Resource>,
+            scope: $crate::ShardScope,
+        ) -> Result<$crate::Sharding, $crate::ShardingError> {
+            $crate::Sharding::spawn($make_rt, client, namespace, config, primary, owned, scope)
         }
 
         /// Runs `future` on this crate's runtime, detached.

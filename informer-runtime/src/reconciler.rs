@@ -23,6 +23,7 @@ use crate::informer::Informer;
 use crate::leader::{LeaderElectionError, Leadership};
 use crate::metrics::{Count, Gauge, Histogram};
 use crate::runtime::{BoxFuture, Runtime, SpawnError};
+use crate::shard::Sharding;
 
 /// Any informer the controller starts, syncs, stops and reads resourceVersions of.
 trait Member: Send + Sync {
@@ -198,6 +199,7 @@ pub struct Controller<K, R: Runtime, B: Backend> {
     reporter: Option<Reporter>,
     stats: Arc<Counts>,
     deleted: Arc<Mutex<HashMap<Key, Arc<K>>>>,
+    sharding: Option<Sharding>,
     #[cfg(feature = "admin")]
     admin: Option<crate::admin::AdminServer>,
 }
@@ -239,6 +241,7 @@ where
             reporter: None,
             stats: Arc::default(),
             deleted,
+            sharding: None,
             #[cfg(feature = "admin")]
             admin: None,
         }
@@ -326,6 +329,19 @@ where
         config: LeaderElectionConfig,
     ) -> Self {
         self.election = Some((namespace.into(), name.into(), config));
+        self
+    }
+
+    /// Runs as one member of a sharded ring ([`Sharding`]): a key starts only when this member
+    /// owns its object ([`Sharding::try_start`]), and ends with [`Sharding::finish`]; workers
+    /// start once the member holds its Lease; in the labels mode the primary informer must
+    /// watch with [`Sharding::label_selector`], and drained objects are acknowledged as their
+    /// reconciles end; in the filter mode every key is looked at again when the table changes.
+    /// A member that loses its Lease cancels its reconciles at once and `run` returns
+    /// [`ControllerError::ShardRetired`]. At shutdown the member leaves the ring (its Lease
+    /// written free) after the reconciles ended.
+    pub fn shard(mut self, sharding: Sharding) -> Self {
+        self.sharding = Some(sharding);
         self
     }
 
@@ -446,6 +462,7 @@ where
             reporter,
             stats,
             deleted,
+            sharding,
             #[cfg(feature = "admin")]
             admin,
         } = self;
@@ -479,6 +496,18 @@ where
                 })
         };
         primary.add_handler(keys)?;
+        if let Some(s) = &sharding {
+            // Labels mode: a drained object is acknowledged once its reconcile ends.
+            let (seen, upd, gone) = (s.clone(), s.clone(), s.clone());
+            primary.add_handler(
+                crate::handler::HandlerFns::new()
+                    .on_add(move |o: Arc<K>, _| seen.observe(&o.key_ref().to_string(), &*o))
+                    .on_update(move |_, o: Arc<K>| upd.observe(&o.key_ref().to_string(), &*o))
+                    .on_delete(move |o: ObjectOrTombstone<K>| {
+                        gone.forget(&o.object().key_ref().to_string())
+                    }),
+            )?;
+        }
         for a in attach {
             a(&queue, kind.as_deref())?;
         }
@@ -563,12 +592,51 @@ where
             written: Mutex::default(),
             stats,
             ryw_bound,
+            sharding: sharding.clone(),
             shutdown: shutdown.clone(),
             stopping: stopping.clone(),
             cancel_now: AtomicBool::new(false),
             running: AtomicUsize::new(0),
             exited: Event::new(),
         });
+        if let Some(s) = &sharding {
+            // Workers start once the member holds its Lease.
+            let stop = wait_set(&stopping, &shutdown);
+            if let Either::Right(_) = select(Box::pin(s.working()), Box::pin(stop)).await {
+                s.shutdown().await;
+                queue.shut_down();
+                for m in &shared.members {
+                    m.shutdown().await;
+                }
+                return Ok(());
+            }
+            // Retired: stop at once, cancelling what is in flight.
+            let (s2, sh) = (s.clone(), shared.clone());
+            rt.spawn(Box::pin(async move {
+                let stop = wait_set(&sh.stopping, &sh.shutdown);
+                if let Either::Left(_) = select(Box::pin(s2.retired()), Box::pin(stop)).await {
+                    sh.cancel_now.store(true, Ordering::Release);
+                    sh.stopping.store(true, Ordering::Release);
+                    sh.shutdown.notify(usize::MAX);
+                }
+            }))?;
+            // Filter and server modes: every key again when the table changes.
+            let (s3, sh) = (s.clone(), shared.clone());
+            rt.spawn(Box::pin(async move {
+                let mut seen = u64::MAX;
+                while !s3.is_retired() && !sh.stopping.load(Ordering::Acquire) {
+                    let v = s3.table_version();
+                    if v != seen {
+                        seen = v;
+                        for k in sh.primary.store().keys() {
+                            sh.queue.add(k);
+                        }
+                    }
+                    let stop = wait_set(&sh.stopping, &sh.shutdown);
+                    select(Box::pin(s3.table_changed(seen)), Box::pin(stop)).await;
+                }
+            }))?;
+        }
         for _ in 0..concurrency {
             shared.running.fetch_add(1, Ordering::AcqRel);
             rt.spawn(Box::pin(worker(shared.clone())))?;
@@ -583,9 +651,14 @@ where
             shared.shutdown.notify(usize::MAX);
             shared.all_exited().await;
         }
-        // 2. Leadership: release the lease so a standby takes over at once.
+        // 2. Leadership: release the lease so a standby takes over at once; a member leaves
+        //    its ring.
         if let Some(l) = &leadership {
             l.shutdown().await;
+        }
+        let retired = sharding.as_ref().is_some_and(Sharding::is_retired);
+        if let Some(s) = &sharding {
+            s.shutdown().await;
         }
         // 3. Informers.
         for m in &shared.members {
@@ -595,6 +668,9 @@ where
         #[cfg(feature = "admin")]
         if let Some(server) = _admin_last.0.take() {
             server.shutdown().await;
+        }
+        if retired {
+            return Err(ControllerError::ShardRetired);
         }
         Ok(())
     }
@@ -654,6 +730,9 @@ pub enum ControllerError {
     /// transport, of a type that does not know its kind): say it with
     /// [`kind`](Controller::kind).
     NoOwnerKind,
+    /// This sharded member lost its Lease ([`Controller::shard`]): start again under a new
+    /// member name to rejoin.
+    ShardRetired,
 }
 
 impl fmt::Display for ControllerError {
@@ -665,6 +744,9 @@ impl fmt::Display for ControllerError {
             ControllerError::NoOwnerKind => f.write_str(
                 "controller: `owns` needs the primary's kind (its informer does not know it): set it with `kind`",
             ),
+            ControllerError::ShardRetired => {
+                f.write_str("controller: this member lost its shard lease and was retired")
+            }
         }
     }
 }
@@ -675,7 +757,7 @@ impl std::error::Error for ControllerError {
             ControllerError::Informer(e) => Some(e),
             ControllerError::Spawn(e) => Some(e),
             ControllerError::LeaderElection(e) => Some(e),
-            ControllerError::NoOwnerKind => None,
+            ControllerError::NoOwnerKind | ControllerError::ShardRetired => None,
         }
     }
 }
@@ -759,6 +841,7 @@ struct Shared<K, R: Runtime, B: Backend> {
     written: Mutex<HashMap<Key, Vec<(Resource, u64)>>>,
     stats: Arc<Counts>,
     ryw_bound: Duration,
+    sharding: Option<Sharding>,
     shutdown: Arc<Event>,
     stopping: Arc<AtomicBool>,
     /// The shutdown grace ran out: cancel what is in flight.
@@ -780,6 +863,7 @@ impl<K, R: Runtime, B: Backend> Shared<K, R, B> {
 
     fn leading(&self) -> bool {
         self.leadership.as_ref().is_none_or(Leadership::is_leader)
+            && self.sharding.as_ref().is_none_or(Sharding::is_working)
     }
 }
 
@@ -867,11 +951,29 @@ where
             Taken::Lost => continue,
             Taken::ShutDown => return,
         };
+        if shared.sharding.as_ref().is_some_and(Sharding::is_retired) {
+            // A retired member never works again: this worker ends (the controller stops).
+            shared.queue.add(key.clone());
+            shared.queue.done(&key);
+            return;
+        }
         if !shared.leading() {
             // Lost between taking the key and starting it: it waits for the next term.
             shared.queue.add(key.clone());
             shared.queue.done(&key);
             continue;
+        }
+        if let Some(s) = &shared.sharding {
+            // Only what this member owns now; the rest is dropped (its owner has it).
+            let obj = shared.primary.store().get(key.as_str()).or_else(|| {
+                let deleted = shared.deleted.lock().unwrap_or_else(|p| p.into_inner());
+                deleted.get(&key).cloned()
+            });
+            if !obj.is_some_and(|o| s.try_start(key.as_str(), &*o)) {
+                shared.queue.forget(&key);
+                shared.queue.done(&key);
+                continue;
+            }
         }
         let attempt = shared.queue.num_requeues(&key);
         let span = tracing::info_span!(
@@ -888,6 +990,9 @@ where
         let outcome = run_one(&shared, &key, attempt)
             .instrument(span.clone())
             .await;
+        if let Some(s) = &shared.sharding {
+            s.finish(key.as_str());
+        }
         let took = t0.elapsed();
         m.active_workers.add(-1.0);
         let _entered = span.enter();

@@ -33,6 +33,7 @@ const PRIOR: &[(&str, f64)] = &[
     ("informer-runtime tests/e2e.rs", 62.0),
     ("informer-runtime tests/controller.rs", 48.0),
     ("informer-runtime tests/soak.rs", 45.0),
+    ("informer-runtime tests/shard.rs", 45.0),
     ("informer-core src/lib.rs", 40.0),
     ("informer-smol tests/http2.rs", 34.0),
     ("informer-http tests/http2.rs", 30.0),

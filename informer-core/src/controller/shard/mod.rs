@@ -1,0 +1,273 @@
+//! Sharding one controller across many replicas through Leases: membership, a consistent-hash
+//! ring, assignment and a handover that never lets two members reconcile one key at once.
+//!
+//! Sans-IO like the [work queue](super::workqueue) and [leader election](super::leaderelection):
+//! time is passed in, requests come out to be performed, outcomes go back in.
+//!
+//! # Parts
+//!
+//! - [`ring`]: KEP-5866's hash (64-bit FNV-1a of the uid, the controller owner's uid, or the
+//!   namespace) and `shardRange` ranges, the ring with virtual nodes, and the
+//!   [`ShardTable`] (the hash space in segments, each owned by one member or
+//!   by none while it changes hands).
+//! - [`Membership`]: the members' Leases as one observer sees them (a quorum LIST of the
+//!   ring's Leases), under leader election's clock rule.
+//! - [`Member`]: one replica's member. It holds a Lease of its own (leader election's rules,
+//!   itself the only candidate) and works only while it holds it; on losing it, it cancels all
+//!   in-flight work at once and is finished: a process rejoins as a *new* member (a new name),
+//!   so nothing a member saw before a gap can mislead it.
+//! - [`Sharder`]: the member elected on the ring's own Lease decides the assignment.
+//!
+//! # Modes
+//!
+//! - **Labels** (any server): the sharder labels each object `<ring>/shard=<member>` (the ring
+//!   owner of its hash); each member's informers watch with that label selector, so memory,
+//!   decode CPU and watch bandwidth scale as 1/N. Handover between two live members: the sharder
+//!   sets `<ring>/drain=true`; the owner stops starting that key, finishes in-flight work and
+//!   acknowledges by removing both labels; only an unlabelled object gets its new owner. A
+//!   member gone (Lease expired or deleted) has its objects relabelled at once. Every write is
+//!   made at the resourceVersion the decision was made on, so a stale view only costs a 409.
+//! - **Filter** (no writes to objects): the sharder publishes a versioned
+//!   [`ShardTable`]; every member watches everything and keeps only what the
+//!   table gives it. A member acknowledges the version it applied (nothing in flight outside
+//!   it) on its Lease. The sharder publishes version v+1 only once every live member
+//!   acknowledged v, and v+1 gives a range to a member only where no other live member owns it
+//!   in v: a range moving between live members first becomes unowned (its owner drains it),
+//!   then, after the acknowledgements, owned by the new member. A gone member's ranges move at
+//!   once.
+//! - **Server** (1.36+): the filter mode's table, with each member's list and watch carrying
+//!   its [`selector`](Member::selector) (`shardSelector`); where the server ignores it, the
+//!   member filters as in the filter mode. Only the simulation exercises it here: no 1.36
+//!   server runs on this project's test machine (1.20).
+//!
+//! # Guarantees and their assumption
+//!
+//! - **Safety**: no two members reconcile one key at once, provided clocks run at rates within
+//!   the margin `lease_duration / renew_deadline` of each other (leader election's assumption:
+//!   a member stops `renew_deadline` after its last successful renewal began; others count it
+//!   gone `lease_duration` after they *saw* that renewal), reads of Leases are quorum reads, and
+//!   a member cancels in-flight work when its Lease is lost.
+//! - **Liveness**: after the last membership change, every key has exactly one owner within
+//!   the bound [`ShardConfig::settle_bound`] (a gone member is seen gone after
+//!   `lease_duration`; each handover step needs the views to catch up and in-flight work to end).
+
+pub mod member;
+pub mod membership;
+pub mod ring;
+pub mod sharder;
+
+#[cfg(test)]
+mod tests;
+
+pub use member::{LabelAck, Member, MemberEvent, MemberLeaseRequest, MemberState, ObjectShard};
+pub use membership::{MemberLease, Membership};
+pub use ring::{HashBy, ShardRange, ShardTable, TableError, fnv1a64};
+pub use sharder::{ShardWrite, Sharder, WriteId, WriteResult};
+
+use alloc::format;
+use alloc::string::String;
+use core::time::Duration;
+
+use crate::controller::leaderelection::{ConfigError, LeaderElectionConfig};
+use crate::object::Object;
+
+/// How members are scoped to their shard.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// The sharder labels objects; members watch with a label selector.
+    #[default]
+    Labels,
+    /// Members watch all and keep their ranges; acknowledgements on the Leases.
+    Filter,
+    /// As filter, with a server-side `shardSelector` (Kubernetes 1.36+).
+    Server,
+}
+
+/// One member's sharding configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardConfig {
+    /// The ring's name: a DNS label of at most 63 characters (label prefix, Lease names).
+    pub ring: String,
+    /// This member's name, unique per incarnation: lowercase alphanumerics and `-`, at most
+    /// 63 characters.
+    pub member: String,
+    /// The scoping mode.
+    pub mode: Mode,
+    /// What objects are hashed by.
+    pub hash_by: HashBy,
+    /// Virtual nodes per member (64: each member's share within about ±15% of 1/N).
+    pub vnodes: u32,
+    /// A member counts as gone this long after its last renewal was seen (15 s).
+    pub lease_duration: Duration,
+    /// A member stops this long after its last successful renewal began (10 s).
+    pub renew_deadline: Duration,
+    /// Renewals and membership reads (2 s).
+    pub retry_period: Duration,
+    /// Seed of the jitter.
+    pub seed: u64,
+}
+
+impl ShardConfig {
+    /// client-go's Lease timings, 64 virtual nodes, labels mode, hashed by uid.
+    pub fn new(ring: impl Into<String>, member: impl Into<String>) -> Self {
+        ShardConfig {
+            ring: ring.into(),
+            member: member.into(),
+            mode: Mode::Labels,
+            hash_by: HashBy::Uid,
+            vnodes: 64,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            seed: 0,
+        }
+    }
+
+    /// Checks names, virtual nodes and leader election's timing constraints.
+    pub fn validate(&self) -> Result<(), ShardError> {
+        if !is_dns_label(&self.ring) {
+            return Err(ShardError::InvalidRing);
+        }
+        if !is_dns_label(&self.member) {
+            return Err(ShardError::InvalidMember);
+        }
+        if self.vnodes == 0 || self.vnodes > 1024 {
+            return Err(ShardError::VirtualNodes(self.vnodes));
+        }
+        LeaderElectionConfig {
+            identity: self.member.clone(),
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+            seed: self.seed,
+        }
+        .validate()
+        .map_err(ShardError::Timing)
+    }
+
+    /// The label naming an object's owner: `<ring>/shard`.
+    pub fn shard_label(&self) -> String {
+        format!("{}/shard", self.ring)
+    }
+
+    /// The label selector of this member's objects (labels mode): `<ring>/shard=<member>`.
+    pub fn label_selector(&self) -> String {
+        format!("{}/shard={}", self.ring, self.member)
+    }
+
+    /// An object's hash ([`HashBy::hash`]: its uid, its controller owner's uid, or its
+    /// namespace). An object without a uid (never from a server) hashes its key.
+    pub fn hash_of<O: Object + ?Sized>(&self, obj: &O) -> u64 {
+        let owner = obj.controller_owner().ok().flatten();
+        let owner_uid = owner.as_ref().map(|o| o.uid.as_ref());
+        let key = obj.key_ref();
+        let fallback = alloc::format!("{key}");
+        let uid = obj.uid().unwrap_or(&fallback);
+        self.hash_by
+            .hash(uid, obj.namespace().unwrap_or(""), owner_uid)
+    }
+
+    /// What a [`Member`] needs of `obj`: its hash and its shard labels.
+    pub fn object_shard<'a, O: Object + ?Sized>(&self, obj: &'a O) -> ObjectShard<'a> {
+        let labels = obj.labels();
+        ObjectShard {
+            hash: self.hash_of(obj),
+            label: labels.get(&self.shard_label()),
+            draining: labels.get(&self.drain_label()).is_some(),
+        }
+    }
+
+    /// The label marking an object being handed over: `<ring>/drain`.
+    pub fn drain_label(&self) -> String {
+        format!("{}/drain", self.ring)
+    }
+
+    /// The annotation carrying a member's acknowledged table version (on its Lease), and the
+    /// table (on the table's Lease): `<ring>/ack`, `<ring>/table`.
+    pub fn ack_annotation(&self) -> String {
+        format!("{}/ack", self.ring)
+    }
+
+    /// The annotation carrying the published table: `<ring>/table`.
+    pub fn table_annotation(&self) -> String {
+        format!("{}/table", self.ring)
+    }
+
+    /// The label every member Lease of this ring carries: `informer-rs.io/ring=<ring>`.
+    pub const RING_LABEL: &'static str = "informer-rs.io/ring";
+
+    /// This member's Lease: `<ring>-m-<member>`.
+    pub fn member_lease(&self) -> String {
+        format!("{}-m-{}", self.ring, self.member)
+    }
+
+    /// The sharder's election Lease: `<ring>`.
+    pub fn election_lease(&self) -> String {
+        self.ring.clone()
+    }
+
+    /// The Lease whose annotation holds the table (filter and server modes): `<ring>-table`.
+    pub fn table_lease(&self) -> String {
+        format!("{}-table", self.ring)
+    }
+
+    /// The bound within which, after the last membership change (and with the sharder
+    /// elected), every key has exactly one owner, given how long views take to catch up
+    /// (`view_lag`: a watch's latency, or one read period) and the longest reconcile
+    /// (`max_work`): a gone member is seen gone after `lease_duration` + one membership read;
+    /// then a handover is at most two steps (drain, assign), each needing a read of the
+    /// change, the end of in-flight work, the acknowledgement (a Lease renewal in the filter
+    /// mode) and the sharder's read of it.
+    pub fn settle_bound(&self, view_lag: Duration, max_work: Duration) -> Duration {
+        let step = view_lag + max_work + self.retry_period * 2 + view_lag;
+        self.lease_duration + self.retry_period * 2 + step * 3
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// An unusable sharding configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ShardError {
+    /// The ring's name is not a DNS label.
+    InvalidRing,
+    /// The member's name is not a DNS label.
+    InvalidMember,
+    /// Virtual nodes must be within 1..=1024.
+    VirtualNodes(u32),
+    /// The Lease timings break leader election's constraints.
+    Timing(ConfigError),
+}
+
+impl core::fmt::Display for ShardError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ShardError::InvalidRing => f.write_str("sharding: the ring's name must be a DNS label"),
+            ShardError::InvalidMember => {
+                f.write_str("sharding: the member's name must be a DNS label")
+            }
+            ShardError::VirtualNodes(n) => {
+                write!(f, "sharding: {n} virtual nodes (1 to 1024 allowed)")
+            }
+            ShardError::Timing(e) => write!(f, "sharding: {e}"),
+        }
+    }
+}
+
+impl core::error::Error for ShardError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            ShardError::Timing(e) => Some(e),
+            _ => None,
+        }
+    }
+}
