@@ -522,10 +522,17 @@ fn run(texts: &[String], label: &str) -> Vec<Row> {
 }
 
 fn main() {
+    // Without `--bench` (under `cargo test --all-targets`, a debug build) a smoke test of 100
+    // Pods: every step runs, the figures mean nothing.
+    let default = if std::env::args().any(|a| a == "--bench") {
+        10_000
+    } else {
+        100
+    };
     let n: usize = std::env::var("INFORMER_BENCH_PODS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
+        .unwrap_or(default);
     let w = Workload::new(1, n);
     let with: Vec<String> = (0..n)
         .map(|i| w.stored_json(i, 1000 + i as u64, true))

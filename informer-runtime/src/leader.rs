@@ -350,7 +350,9 @@ async fn perform<B: Backend>(
     }
 }
 
-fn written(name: &str, r: Result<DynamicObject, WriteError>) -> WriteOutcome {
+/// A Lease write's answer, as the election's state machines take it (shared with sharding's
+/// member Leases).
+pub(crate) fn written(name: &str, r: Result<DynamicObject, WriteError>) -> WriteOutcome {
     match r {
         Ok(obj) => WriteOutcome::Written {
             record: record_of(&obj),
@@ -374,7 +376,8 @@ struct LeaseSpec {
     lease_transitions: Option<u32>,
 }
 
-fn record_of(obj: &DynamicObject) -> LeaseRecord {
+/// The election record a Lease holds.
+pub(crate) fn record_of(obj: &DynamicObject) -> LeaseRecord {
     let spec: LeaseSpec = obj
         .fields
         .field("spec")
@@ -390,11 +393,16 @@ fn record_of(obj: &DynamicObject) -> LeaseRecord {
 }
 
 fn lease_object(name: &str, namespace: &str, spec: &LeaseWrite, rv: Option<&str>) -> DynamicObject {
-    let now = micro_time(SystemTime::now());
     let mut metadata = serde_json::json!({"name": name, "namespace": namespace});
     if let Some(rv) = rv {
         metadata["resourceVersion"] = rv.into();
     }
+    lease_with(metadata, spec)
+}
+
+/// A Lease with `metadata` holding `spec`, renewed now (acquired now unless `spec` says when).
+pub(crate) fn lease_with(metadata: serde_json::Value, spec: &LeaseWrite) -> DynamicObject {
+    let now = micro_time(SystemTime::now());
     let mut s = serde_json::json!({
         "leaseDurationSeconds": spec.lease_duration_seconds,
         "leaseTransitions": spec.lease_transitions,

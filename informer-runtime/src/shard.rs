@@ -33,7 +33,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use event_listener::Event;
 use futures_util::future::{Either, select};
 use informer_core::controller::leaderelection::{
-    GetOutcome, LeaderElectionConfig, LeaseRecord, LeaseRequest, LeaseWrite, WriteOutcome,
+    GetOutcome, LeaderElectionConfig, LeaseRequest, LeaseWrite, WriteOutcome,
 };
 use informer_core::controller::shard::{
     LabelAck, Member, MemberEvent, MemberLease, Mode, ShardConfig, ShardError, ShardTable,
@@ -49,7 +49,7 @@ use informer_http::{Api, Backend, Client, Resource};
 
 use crate::handler::HandlerFns;
 use crate::informer::Informer;
-use crate::leader::Leadership;
+use crate::leader::{Leadership, lease_with, record_of, written};
 use crate::runtime::Runtime;
 
 /// A member name unique per incarnation: `prefix` (cut to 48 characters, lowercased, other
@@ -630,54 +630,6 @@ async fn perform_lease<B: Backend>(
     }
 }
 
-fn written(name: &str, r: Result<DynamicObject, WriteError>) -> WriteOutcome {
-    match r {
-        Ok(obj) => WriteOutcome::Written {
-            record: record_of(&obj),
-            resource_version: obj.resource_version().unwrap_or_default().into(),
-        },
-        Err(WriteError::Conflict { .. }) => WriteOutcome::Conflict,
-        Err(e) => {
-            tracing::warn!(lease = %name, error = %e, "writing the member lease failed");
-            WriteOutcome::Failed
-        }
-    }
-}
-
-#[derive(serde::Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct LeaseSpec {
-    holder_identity: Option<String>,
-    lease_duration_seconds: Option<u32>,
-    acquire_time: Option<String>,
-    renew_time: Option<String>,
-    lease_transitions: Option<u32>,
-}
-
-fn record_of(obj: &DynamicObject) -> LeaseRecord {
-    let spec: LeaseSpec = obj
-        .fields
-        .field("spec")
-        .and_then(Result::ok)
-        .unwrap_or_default();
-    LeaseRecord {
-        holder_identity: spec.holder_identity,
-        lease_duration_seconds: spec.lease_duration_seconds,
-        acquire_time: spec.acquire_time,
-        renew_time: spec.renew_time,
-        lease_transitions: spec.lease_transitions,
-    }
-}
-
-fn micro_now() -> String {
-    informer_core::time::rfc3339(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default(),
-        6,
-    )
-}
-
 fn member_lease_object(
     cfg: &ShardConfig,
     name: &str,
@@ -686,7 +638,6 @@ fn member_lease_object(
     rv: Option<&str>,
     ack: Option<u64>,
 ) -> DynamicObject {
-    let now = micro_now();
     let mut metadata = serde_json::json!({
         "name": name,
         "labels": {ShardConfig::RING_LABEL: cfg.ring},
@@ -700,22 +651,7 @@ fn member_lease_object(
     if let Some(ack) = ack {
         metadata["annotations"] = serde_json::json!({cfg.ack_annotation(): ack.to_string()});
     }
-    let mut s = serde_json::json!({
-        "leaseDurationSeconds": spec.lease_duration_seconds,
-        "leaseTransitions": spec.lease_transitions,
-        "acquireTime": spec.acquire_time.clone().unwrap_or_else(|| now.clone()),
-        "renewTime": now,
-    });
-    if !spec.holder_identity.is_empty() {
-        s["holderIdentity"] = spec.holder_identity.as_str().into();
-    }
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": metadata,
-        "spec": s,
-    }))
-    .unwrap_or_default()
+    lease_with(metadata, spec)
 }
 
 /// The published table and its Lease's resourceVersion (`None`: none yet, or unreadable).
