@@ -2,16 +2,18 @@
 // Pod watch events of informer-bench's `pod-watch` (bench/src/bin/pod-watch.rs), the same bytes,
 // through client-go's own watch decoding and SharedIndexInformer.
 //
-// Input (-events FILE, written by `pod-watch --write-events`): the -pods Pods of the list, one
+// Input (-input FILE, written by `pod-watch --write-events`): the -pods Pods of the list, one
 // JSON line each, then -pods × -rounds MODIFIED event lines, round by round, with `@RV@` where
 // the resourceVersion goes. Event j is template j % (pods × rounds) at resourceVersion
 // pods + 1 + j, as on the Rust side.
 //
 // Path of every event, as a typed Pod informer on a real apiserver's JSON watch:
-//   bytes -> the JSON framer -> streaming decoder (metav1.WatchEvent) -> the typed client's
-//   object decoder (scheme.Codecs, json-iterator) -> StreamWatcher's channel -> Reflector ->
-//   DeltaFIFO -> HandleDeltas -> Indexer (namespace index) -> sharedProcessor -> one handler
-//   (reads the name, resourceVersion and `app` label of the new Pod).
+//
+//	bytes -> the JSON framer -> streaming decoder (metav1.WatchEvent) -> the typed client's
+//	object decoder (scheme.Codecs, json-iterator) -> StreamWatcher's channel -> Reflector ->
+//	DeltaFIFO -> HandleDeltas -> Indexer (namespace index) -> sharedProcessor -> one handler
+//	(reads the name, resourceVersion and `app` label of the new Pod).
+//
 // The lines of a chunk of 20,000 events are built outside the timed part and written into an
 // io.Pipe that the StreamWatcher reads, as it reads a response body; the timed part of a chunk
 // ends when the handler has seen all of its events. CPU time is the whole process's
@@ -32,6 +34,7 @@ import (
 	"io"
 	"os"
 	goruntime "runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -97,14 +100,15 @@ func heapAfterGC() uint64 {
 }
 
 func main() {
-	file := flag.String("events", "", "the list and event templates written by pod-watch --write-events")
+	file := flag.String("input", "", "the list and event templates written by pod-watch --write-events")
 	pods := flag.Int("pods", 10000, "Pods in the list")
 	rounds := flag.Int("rounds", 2, "status rounds (templates per Pod)")
 	events := flag.Int("events", 1000000, "watch events")
 	report := flag.String("report", "", "append one JSON line with the figures to this file")
+	profile := flag.String("cpuprofile", "", "write a CPU profile of the events to this file")
 	flag.Parse()
 	if *file == "" {
-		fail("-events FILE is required")
+		fail("-input FILE is required")
 	}
 
 	// The typed client's decoders for application/json (rest.Request.Watch with a clientset's
@@ -128,16 +132,11 @@ func main() {
 		}
 		return line
 	}
-	items := make([]v1.Pod, *pods)
+	// The templates first (the list's lines skipped), so that the heap before the list holds
+	// them and nothing of the list.
 	var jsonBytes int
-	for i := range items {
-		line := readLine()
-		jsonBytes += len(line) - 1
-		obj, err := runtime.Decode(objectDecoder, line)
-		if err != nil {
-			fail("list item %d: %v", i, err)
-		}
-		items[i] = *obj.(*v1.Pod)
+	for i := 0; i < *pods; i++ {
+		jsonBytes += len(readLine()) - 1
 	}
 	placeholder := []byte("@RV@")
 	type template struct{ before, after []byte }
@@ -151,8 +150,23 @@ func main() {
 		templates[i] = template{line[:at], line[at+len(placeholder):]}
 	}
 	f.Close()
-
 	base := heapAfterGC()
+
+	f, err = os.Open(*file)
+	if err != nil {
+		fail("%v", err)
+	}
+	rd = bufio.NewReaderSize(f, 1<<20)
+	items := make([]v1.Pod, *pods)
+	for i := range items {
+		obj, err := runtime.Decode(objectDecoder, readLine())
+		if err != nil {
+			fail("list item %d: %v", i, err)
+		}
+		items[i] = *obj.(*v1.Pod)
+	}
+	f.Close()
+
 	pr, pw := io.Pipe()
 	frames := info.StreamSerializer.Framer.NewFrameReader(pr)
 	watchEvents := streaming.NewDecoder(frames, info.StreamSerializer.Serializer)
@@ -189,6 +203,16 @@ func main() {
 	src.list = nil
 	afterList := heapAfterGC()
 
+	if *profile != "" {
+		pf, err := os.Create(*profile)
+		if err != nil {
+			fail("%v", err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			fail("%v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var wall, cpu time.Duration
 	var gcBefore goruntime.MemStats
 	goruntime.ReadMemStats(&gcBefore)
@@ -218,6 +242,7 @@ func main() {
 	var gcAfter goruntime.MemStats
 	goruntime.ReadMemStats(&gcAfter)
 	afterEvents := heapAfterGC()
+	goruntime.KeepAlive(templates) // held at `base` too
 
 	cached := informer.GetIndexer().ListKeys()
 	lastRV := strconv.Itoa(*pods + *events)
