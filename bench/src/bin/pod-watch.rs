@@ -105,7 +105,9 @@ struct Workset {
 impl Workset {
     fn new(pods: usize, rounds: usize) -> Workset {
         let w = Workload::new(SEED, pods);
-        let list: Vec<String> = (0..pods).map(|i| w.stored_json(i, 1 + i as u64, true)).collect();
+        let list: Vec<String> = (0..pods)
+            .map(|i| w.stored_json(i, 1 + i as u64, true))
+            .collect();
         let json_bytes = list.iter().map(String::len).sum::<usize>() as f64 / pods as f64;
         let mut templates = Vec::with_capacity(pods * rounds);
         for round in 1..=rounds as u64 {
@@ -210,11 +212,7 @@ fn drain<K: Pod + 'static>(p: &mut Pipeline<K>, h: &mut Handler) {
 
 /// The timed part: decode, the pipeline, the handler. Not inlined, for profilers.
 #[inline(never)]
-fn feed<K: Pod + 'static>(
-    p: &mut Pipeline<K>,
-    lines: &[Vec<u8>],
-    h: &mut Handler,
-) {
+fn feed<K: Pod + 'static>(p: &mut Pipeline<K>, lines: &[Vec<u8>], h: &mut Handler) {
     for line in lines {
         match decode_event::<K>(line) {
             Ok(WatchEvent::Modified(obj)) => p.modified(obj),
@@ -261,12 +259,7 @@ fn timed(set: &Workset, events: usize, mut pass: impl FnMut(&[Vec<u8>])) -> (Dur
     (wall, cpu_time)
 }
 
-fn run<K: Pod + 'static>(
-    name: &str,
-    set: &Workset,
-    events: usize,
-    report: Option<&str>,
-) {
+fn run<K: Pod + 'static>(name: &str, set: &Workset, events: usize, report: Option<&str>) {
     let base = heap();
     let list: Vec<Arc<K>> = set
         .list
@@ -349,7 +342,10 @@ fn main() {
     );
     let object = informer_bench::arg_value("--object").unwrap_or_else(|| "both".into());
     let report = informer_bench::arg_value("--report");
-    assert!(pods > 0 && events > 0, "--pods and --events take positive numbers");
+    assert!(
+        pods > 0 && events > 0,
+        "--pods and --events take positive numbers"
+    );
     let t = Instant::now();
     let set = Workset::new(pods, rounds);
     if let Some(path) = informer_bench::arg_value("--write-events") {
