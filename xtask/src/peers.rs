@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-/// Builds (or finds cached) the client-go programs; the directory holding `core` and `sync`.
+/// Builds (or finds cached) the client-go programs; the directory holding `core`, `sync` and `podwatch`.
 pub fn client_go() -> Result<PathBuf, String> {
     let step = "client-go v1.20.2 peer (built once from Debian's kubernetes source, then cached)";
     eprintln!("\n==> {step}");
@@ -40,7 +40,7 @@ pub fn client_go() -> Result<PathBuf, String> {
         .last()
         .map(|l| PathBuf::from(l.trim()))
         .ok_or_else(|| format!("{step}: the build script named no directory"))?;
-    for prog in ["core", "sync"] {
+    for prog in ["core", "sync", "podwatch"] {
         if !dir.join(prog).is_file() {
             return Err(format!("{step}: no {prog} in {}", dir.display()));
         }

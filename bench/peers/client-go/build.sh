@@ -62,11 +62,11 @@ TREE=$(cat "$BASE/tree-complete")
 # 2. The executables, per harness source and Go version.
 HASH=$( (
     cd "$HARNESS"
-    sha256sum core/*.go sync/*.go
+    sha256sum core/*.go sync/*.go podwatch/*.go
     go version
 ) | sha256sum | cut -c1-16)
 OUT="$BASE/bin-$HASH"
-if [[ -x $OUT/core && -x $OUT/sync ]]; then
+if [[ -x $OUT/core && -x $OUT/sync && -x $OUT/podwatch ]]; then
     log "cached: $OUT"
     echo "$OUT"
     exit 0
@@ -84,11 +84,11 @@ export GOFLAGS="-p=$JOBS"
 PKG_DIR="$TREE/informer-rs-peers"
 rm -rf "$PKG_DIR"
 mkdir -p "$PKG_DIR"
-cp -r "$HARNESS/core" "$HARNESS/sync" "$PKG_DIR/"
+cp -r "$HARNESS/core" "$HARNESS/sync" "$HARNESS/podwatch" "$PKG_DIR/"
 STAGE="$BASE/stage-tmp"
 rm -rf "$STAGE"
 mkdir -p "$STAGE"
-for prog in core sync; do
+for prog in core sync podwatch; do
     log "go build $prog (client-go v1.20.2, $(go version | cut -d' ' -f3); the first build compiles client-go: a few minutes)"
     nice -n 10 go build -o "$STAGE/$prog" "k8s.io/kubernetes/informer-rs-peers/$prog"
 done
