@@ -244,8 +244,9 @@ struct Run {
     converge_s: f64,
     writes: u64,
     rows: Vec<MemberRow>,
-    /// Seconds from the kill to full reassignment, and the sharder's writes for it.
-    reassign: Option<(f64, u64)>,
+    /// Seconds from the kill to full reassignment, to the sharder's first write after it,
+    /// and the sharder's writes for it.
+    reassign: Option<(f64, f64, u64)>,
 }
 
 fn one_run(bin: &PathBuf, cluster: &TestCluster, k: usize, o: &Options) -> Result<Run, String> {
@@ -300,13 +301,19 @@ fn one_run(bin: &PathBuf, cluster: &TestCluster, k: usize, o: &Options) -> Resul
             let _ = procs[victim].child.wait();
             procs[victim].alive = false;
             let limit = Duration::from_secs_f64(o.lease_s * 4.0 + 300.0);
+            // The sharder's first write after the kill: it has seen the Lease expire.
+            while writes(&procs) == before && killed.elapsed() < limit {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let first = killed.elapsed().as_secs_f64();
             let at = wait_converged(&mut procs, o.objects, limit)?;
             let took = (at.max(killed) - killed).as_secs_f64();
             let w = writes(&procs) - before;
             eprintln!(
-                "    kill -9 of member {victim}: reassigned in {took:.1} s ({w} sharder writes)"
+                "    kill -9 of member {victim}: first relabel after {first:.1} s, reassigned \
+                 in {took:.1} s ({w} sharder writes)"
             );
-            reassign = Some((took, w));
+            reassign = Some((took, first, w));
         }
         Ok(Run {
             members: k,
@@ -439,13 +446,16 @@ fn print(runs: &[Run], o: &Options, before: &str, after: &str) {
             o.lease_s + 2.0
         );
         for r in reassigns {
-            let (s, w) = r.reassign.unwrap_or_default();
+            let (s, first, w) = r.reassign.unwrap_or_default();
             println!(
-                "    {} members: {:.1} s ({:.2}), {} sharder writes",
+                "    {} members: {:.1} s ({:.2}), the first relabel after {:.1} s, {} sharder \
+                 writes ({:.0}/s)",
                 r.members,
                 s,
                 s / (o.lease_s + 2.0),
-                w
+                first,
+                w,
+                w as f64 / (s - first).max(0.001)
             );
         }
     }

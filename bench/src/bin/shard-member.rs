@@ -54,11 +54,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Vec::new(),
             ShardScope::namespace(&ns),
         )?;
-        let mut b = informer_tokio::Informer::<DynamicObject>::builder_for(
-            &client,
-            Resource::CONFIGMAPS,
-        )
-        .namespace(&ns);
+        let mut b =
+            informer_tokio::Informer::<DynamicObject>::builder_for(&client, Resource::CONFIGMAPS)
+                .namespace(&ns);
         if let Some(sel) = sh.label_selector() {
             b = b.label_selector(sel);
         }
