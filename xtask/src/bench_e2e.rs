@@ -985,7 +985,7 @@ pub(super) fn next_line(lines: &Receiver<String>, event: &str) -> Result<Value, 
 }
 
 /// ConfigMap number `i`: about 1 KB of data.
-fn configmap(i: usize) -> String {
+pub(super) fn configmap(i: usize) -> String {
     let filler: String = (0..1000)
         .map(|k| (b'a' + ((i * 31 + k * 7) % 26) as u8) as char)
         .collect();

@@ -6,6 +6,7 @@ mod bench_e2e;
 mod bench_operator;
 mod bench_pod_watch;
 mod bench_scale;
+mod bench_shard;
 mod cluster;
 mod demo;
 mod fuzz;
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
         ["bench", "e2e", rest @ ..] => bench_e2e::main(rest),
         ["bench", "operator", rest @ ..] => bench_operator::main(rest),
         ["bench", "scale", rest @ ..] => bench_scale::main(rest),
+        ["bench", "shard", rest @ ..] => bench_shard::main(rest),
         ["bench", "pod-heap"] => bench_pod_heap(),
         ["bench", "pod-watch", rest @ ..] => bench_pod_watch::main(rest),
         ["bench", "conn"] => bench_conn(),
@@ -125,6 +127,11 @@ benchmarks
                   v1.20.2 and kube-rs 5, one at a time; then a forced relist of all (etcd
                   compacted, kube-apiserver restarted: 410): sync time, client CPU, RSS after
                   the sync, peak RSS during the relist, ratios, slope per 1,000 Pods
+  bench shard [--objects N] [--members N,N,...] [--lease-duration SECONDS] [--writers N]
+                  one controller sharded over 1..4 member processes (shard-member, labels
+                  mode) over 20,000 ConfigMaps on a local kube-apiserver: per member cached
+                  objects, RSS and CPU once converged, the sharder's writes; kill -9 of a
+                  member and the time to full reassignment; the issue-43 target ratios
   bench pod-heap  heap per realistic Pod (no cluster): today's DynamicObject, CompactObject
                   and the candidates measured to choose it (shared subtrees, LZ4 with a
                   learned dictionary), with and without managedFields: heap/Pod against
