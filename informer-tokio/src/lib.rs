@@ -141,4 +141,8 @@ mod guide_doctests {
     struct HostileServers;
     #[doc = include_str!("../../docs/guide/embedding.md")]
     struct Embedding;
+    #[doc = include_str!("../../docs/guide/testing.md")]
+    struct Testing;
+    #[doc = include_str!("../../docs/guide/production.md")]
+    struct Production;
 }
