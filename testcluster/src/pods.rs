@@ -655,6 +655,17 @@ pub struct Written {
     pub failed: Vec<(u16, String)>,
 }
 
+/// The create of Pod `i`, as the ReplicaSet controller sends it.
+fn create_request(workload: &Workload, i: usize) -> Request {
+    let (ns, _) = workload.key(i);
+    Request {
+        method: "POST",
+        path: format!("/api/v1/namespaces/{ns}/pods?fieldManager=kube-controller-manager"),
+        content_type: "application/json",
+        body: Some(workload.create_body(i)),
+    }
+}
+
 /// Runs `requests` through one `curl` with up to `parallel` transfers at once (connections
 /// reused), as the admin user.
 fn run_batch(
@@ -781,20 +792,7 @@ pub fn write_pods(
     };
     let ids: Vec<usize> = range.collect();
     for chunk in ids.chunks(BATCH) {
-        let creates: Vec<Request> = chunk
-            .iter()
-            .map(|&i| {
-                let (ns, _) = workload.key(i);
-                Request {
-                    method: "POST",
-                    path: format!(
-                        "/api/v1/namespaces/{ns}/pods?fieldManager=kube-controller-manager"
-                    ),
-                    content_type: "application/json",
-                    body: Some(workload.create_body(i)),
-                }
-            })
-            .collect();
+        let creates: Vec<Request> = chunk.iter().map(|&i| create_request(workload, i)).collect();
         merge(&mut total, run_batch(cluster, &creates, parallel)?);
         let statuses: Vec<Request> = chunk
             .iter()
@@ -873,17 +871,7 @@ pub fn churn(
         if !recreated.is_empty() {
             let creates: Vec<Request> = recreated
                 .iter()
-                .map(|&i| {
-                    let (ns, _) = workload.key(i);
-                    Request {
-                        method: "POST",
-                        path: format!(
-                            "/api/v1/namespaces/{ns}/pods?fieldManager=kube-controller-manager"
-                        ),
-                        content_type: "application/json",
-                        body: Some(workload.create_body(i)),
-                    }
-                })
+                .map(|&i| create_request(workload, i))
                 .collect();
             merge(&mut total, run_batch(cluster, &creates, rate.parallel)?);
             let statuses: Vec<Request> = recreated

@@ -191,30 +191,11 @@ fn operators(o: &Options) -> Result<(Vec<Operator>, Option<String>), String> {
 
 /// Builds the informer-rs operator (`informer-tokio`'s example `greeter`, release).
 fn build_greeter() -> Result<PathBuf, String> {
-    let step = "build the informer-rs operator (informer-tokio --example greeter, release)";
-    eprintln!("\n==> {step}");
-    let out = super::cargo()
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "informer-tokio",
-            "--example",
-            "greeter",
-        ])
-        .arg("--message-format=json-render-diagnostics")
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("{step}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("{step}: {}", super::outcome(out.status)));
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|m| m["target"]["name"] == "greeter")
-        .and_then(|m| m["executable"].as_str().map(PathBuf::from))
-        .ok_or_else(|| format!("{step}: cargo built no greeter"))
+    super::build_release(
+        "build the informer-rs operator (informer-tokio --example greeter, release)",
+        &["-p", "informer-tokio", "--example", "greeter"],
+        "greeter",
+    )
 }
 
 fn shell_quote(path: &Path) -> String {

@@ -124,34 +124,18 @@ fn clients(scale: &PathBuf, peers: Option<&(PathBuf, PathBuf)>) -> Vec<Client> {
 
 /// Builds `scale` (informer-bench, release, with `K8s<Pod>`); its executable.
 fn build_scale() -> Result<PathBuf, String> {
-    let step = "build the scale client (informer-bench, release, feature k8s-openapi)";
-    eprintln!("\n==> {step}");
-    let out = super::cargo()
-        .args([
-            "build",
-            "--release",
+    super::build_release(
+        "build the scale client (informer-bench, release, feature k8s-openapi)",
+        &[
             "-p",
             "informer-bench",
             "--bin",
             "scale",
-        ])
-        .args([
             "--features",
             "k8s-openapi",
-            "--message-format=json-render-diagnostics",
-        ])
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("{step}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("{step}: {}", super::outcome(out.status)));
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|m| m["target"]["name"] == "scale")
-        .and_then(|m| m["executable"].as_str().map(PathBuf::from))
-        .ok_or_else(|| format!("{step}: cargo built no scale"))
+        ],
+        "scale",
+    )
 }
 
 /// Waits until the API server answers a list of Pods from its watch cache.

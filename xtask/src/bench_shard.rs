@@ -91,23 +91,11 @@ fn parse(args: &[&str]) -> Result<Options, String> {
 
 /// Builds `shard-member` (informer-bench, release); its executable.
 fn build_member() -> Result<PathBuf, String> {
-    let step = "build the shard-member client (informer-bench, release)";
-    eprintln!("\n==> {step}");
-    let out = super::cargo()
-        .args(["build", "--release", "-p", "informer-bench", "--bin"])
-        .args(["shard-member", "--message-format=json-render-diagnostics"])
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("{step}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("{step}: {}", super::outcome(out.status)));
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|m| m["target"]["name"] == "shard-member")
-        .and_then(|m| m["executable"].as_str().map(PathBuf::from))
-        .ok_or_else(|| format!("{step}: cargo built no shard-member"))
+    super::build_release(
+        "build the shard-member client (informer-bench, release)",
+        &["-p", "informer-bench", "--bin", "shard-member"],
+        "shard-member",
+    )
 }
 
 /// A running member process and its latest status line.

@@ -943,6 +943,28 @@ fn metrics_on_off() -> Result {
     Ok(())
 }
 
+/// Builds one target in release (`args` name the package and target) and returns the path of
+/// `target`'s executable, as cargo reports it.
+fn build_release(step: &str, args: &[&str], target: &str) -> Result<PathBuf> {
+    eprintln!("\n==> {step}");
+    let out = cargo()
+        .args(["build", "--release"])
+        .args(args)
+        .arg("--message-format=json-render-diagnostics")
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{step}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{step}: {}", outcome(out.status)));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|m| m["target"]["name"] == target)
+        .and_then(|m| m["executable"].as_str().map(PathBuf::from))
+        .ok_or_else(|| format!("{step}: cargo built no {target}"))
+}
+
 /// `/proc/loadavg`'s three load averages (the machine may be shared: say how busy it was).
 fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
