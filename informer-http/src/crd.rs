@@ -85,6 +85,22 @@ impl Crd {
         }
     }
 
+    /// The CRD of a [`CustomResource`](crate::CustomResource) type (as
+    /// [`custom_resource!`](crate::custom_resource) declares one): its resource, spec and status.
+    pub fn of<K>() -> Crd
+    where
+        K: crate::CustomResource,
+        K::Spec: JsonSchema,
+        K::Status: JsonSchema,
+    {
+        let crd = Crd::new(&K::resource()).spec::<K::Spec>();
+        if K::HAS_STATUS {
+            crd.status::<K::Status>()
+        } else {
+            crd
+        }
+    }
+
     /// The `spec`'s type.
     pub fn spec<S: JsonSchema>(mut self) -> Self {
         self.spec = Some(schema_of::<S>());

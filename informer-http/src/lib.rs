@@ -72,7 +72,7 @@ pub use client::{Client, WriteHook};
 pub use config::{Config, ConfigError, Secret};
 pub use decode::{DecodeError, WatchDecoder};
 pub use error::ClientError;
-pub use resource::{HasResource, Resource};
+pub use resource::{CustomResource, HasResource, Resource};
 pub use transport::Transport;
 pub use write::{
     DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy, WriteError,

@@ -159,6 +159,110 @@ pub trait HasResource {
     fn resource() -> Resource;
 }
 
+/// A custom resource type whose spec and status types are known, so its CRD manifest comes from
+/// the type alone ([`Crd::of`](crate::crd::Crd::of), feature `crd`). [`custom_resource!`]
+/// implements it.
+pub trait CustomResource: HasResource {
+    /// The `spec`'s type.
+    type Spec;
+    /// The `status`'s type (`()` for a resource without status).
+    type Status;
+    /// Whether the resource has a status (and the status subresource).
+    const HAS_STATUS: bool;
+}
+
+/// Declares a custom resource type in one place: the struct (`metadata`, `spec` and, if named,
+/// `status` as an `Option`, with serde's `Serialize` and `Deserialize`), its
+/// [`Object`](informer_core::object::Object) accessors, its [`HasResource`] (the kind is the
+/// struct's name) and [`CustomResource`]. What kube-derive's `CustomResource` derive does, as a
+/// declarative macro: the crate using it needs `serde` (with `derive`) as a dependency.
+///
+/// ```
+/// use informer_http::{HasResource, custom_resource};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Clone, Debug, Serialize, Deserialize)]
+/// pub struct GizmoSpec { pub size: u32 }
+/// #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// pub struct GizmoStatus { pub ready: bool }
+///
+/// custom_resource! {
+///     /// A gizmo (`example.com/v1`, namespaced).
+///     pub struct Gizmo("example.com", "v1", "gizmos", namespaced) {
+///         spec: GizmoSpec,
+///         status: GizmoStatus,
+///     }
+/// }
+///
+/// let g: Gizmo = serde_json::from_str(r#"{"metadata": {"name": "a"}, "spec": {"size": 2}}"#)?;
+/// assert_eq!((g.spec.size, g.status), (2, None));
+/// assert_eq!(Gizmo::resource().kind, "Gizmo");
+/// assert!(Gizmo::resource().namespaced);
+/// # Ok::<_, serde_json::Error>(())
+/// ```
+///
+/// The scope is `namespaced` or `cluster`; the `status` line may be left out.
+#[macro_export]
+macro_rules! custom_resource {
+    (
+        $(#[$attr:meta])*
+        $vis:vis struct $name:ident($group:literal, $version:literal, $plural:literal, $scope:ident) {
+            spec: $spec:ty,
+            status: $status:ty $(,)?
+        }
+    ) => {
+        $(#[$attr])*
+        #[derive(Clone, Debug, ::serde::Serialize, ::serde::Deserialize)]
+        $vis struct $name {
+            /// Name, namespace, labels, generation, finalizers...
+            pub metadata: $crate::core::object::ObjectMeta,
+            /// What the object asks for.
+            pub spec: $spec,
+            /// What its controller observed (written through the status subresource).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<$status>,
+        }
+        $crate::custom_resource!(@impls $name, $group, $version, $plural, $scope, $spec, $status, true);
+    };
+    (
+        $(#[$attr:meta])*
+        $vis:vis struct $name:ident($group:literal, $version:literal, $plural:literal, $scope:ident) {
+            spec: $spec:ty $(,)?
+        }
+    ) => {
+        $(#[$attr])*
+        #[derive(Clone, Debug, ::serde::Serialize, ::serde::Deserialize)]
+        $vis struct $name {
+            /// Name, namespace, labels, generation, finalizers...
+            pub metadata: $crate::core::object::ObjectMeta,
+            /// What the object asks for.
+            pub spec: $spec,
+        }
+        $crate::custom_resource!(@impls $name, $group, $version, $plural, $scope, $spec, (), false);
+    };
+    (@scope namespaced) => { true };
+    (@scope cluster) => { false };
+    (@impls $name:ident, $group:literal, $version:literal, $plural:literal, $scope:ident, $spec:ty, $status:ty, $has:literal) => {
+        $crate::core::impl_object!($name);
+        impl $crate::HasResource for $name {
+            fn resource() -> $crate::Resource {
+                $crate::Resource::new(
+                    $group,
+                    $version,
+                    ::core::stringify!($name),
+                    $plural,
+                    $crate::custom_resource!(@scope $scope),
+                )
+            }
+        }
+        impl $crate::CustomResource for $name {
+            type Spec = $spec;
+            type Status = $status;
+            const HAS_STATUS: bool = $has;
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -161,6 +161,7 @@ macro_rules! runtime_crate_api {
         pub use informer_core as core;
         pub use informer_http as http;
         pub use informer_http::ClientError;
+        pub use informer_http::{CustomResource, custom_resource};
         pub use $crate::{
             BackoffConfig, BoxFuture, CacheSync, Config, ConsistencyCheck, DeliveryOrder,
             Divergence, DynamicObject, Error, EventHandler, Failure, HandlerFns, HandlerId,

@@ -66,6 +66,8 @@ pub struct Context<B: Backend> {
     deleted: bool,
     client: Client<B>,
     recorder: Option<Recorder>,
+    /// The primary's resource (events about the object name it).
+    resource: Option<Arc<Resource>>,
 }
 
 impl<B: Backend> fmt::Debug for Context<B> {
@@ -105,6 +107,30 @@ impl<B: Backend> Context<B> {
     /// ([`recorder`](Controller::recorder)).
     pub fn recorder(&self) -> Option<&Recorder> {
         self.recorder.as_ref()
+    }
+
+    /// Records an event about `obj`, an object of the controller's primary resource, through
+    /// the controller's recorder (never waits: see [`Recorder::publish`]). Does nothing and
+    /// returns false without a recorder, or when the primary informer does not know its
+    /// resource (use [`recorder`](Self::recorder) with a reference of your own then).
+    pub fn publish<O: Object + ?Sized>(
+        &self,
+        obj: &O,
+        event_type: crate::events::EventType,
+        reason: &str,
+        action: &str,
+        message: impl Into<String>,
+    ) -> bool {
+        match (&self.recorder, &self.resource) {
+            (Some(recorder), Some(resource)) => recorder.publish(
+                crate::events::reference_to(resource, obj),
+                event_type,
+                reason,
+                action,
+                message,
+            ),
+            _ => false,
+        }
     }
 }
 
@@ -407,9 +433,10 @@ where
     /// the election to run (`leader-election`: 503 until the controller campaigns, after its
     /// informers synced); `/livez` watches each informer's driver. The server is stopped
     /// last, after the informers, when the controller returns.
+    /// `None` leaves the controller without one (for a process whose admin server is optional).
     #[cfg(feature = "admin")]
-    pub fn admin(mut self, server: crate::admin::AdminServer) -> Self {
-        self.admin = Some(server);
+    pub fn admin(mut self, server: impl Into<Option<crate::admin::AdminServer>>) -> Self {
+        self.admin = server.into();
         self
     }
 
@@ -576,6 +603,7 @@ where
         if let (Some(server), Some(l)) = (&admin, &leadership) {
             server.admin().leadership(l);
         }
+        let resource = primary.resource().cloned().map(Arc::new);
         let shared = Arc::new(Shared {
             name,
             metrics,
@@ -588,6 +616,7 @@ where
             reconcile,
             on_delete,
             recorder,
+            resource,
             deleted,
             written: Mutex::default(),
             stats,
@@ -836,6 +865,8 @@ struct Shared<K, R: Runtime, B: Backend> {
     reconcile: Reconcile<K, B>,
     on_delete: Option<Reconcile<K, B>>,
     recorder: Option<Recorder>,
+    /// The primary's resource, for [`Context::publish`].
+    resource: Option<Arc<Resource>>,
     deleted: Arc<Mutex<HashMap<Key, Arc<K>>>>,
     /// Per key, the resourceVersions its last reconcile wrote, per resource.
     written: Mutex<HashMap<Key, Vec<(Resource, u64)>>>,
@@ -1142,6 +1173,7 @@ where
         deleted,
         client: shared.client.with_write_hook(hook),
         recorder: shared.recorder.clone(),
+        resource: shared.resource.clone(),
     };
     let work = AssertUnwindSafe(f(obj, ctx)).catch_unwind();
     // Cancelled when leadership is lost, or when the shutdown grace ran out.

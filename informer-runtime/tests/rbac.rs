@@ -172,7 +172,7 @@ fn the_greeter_runs_as_its_service_account_with_exactly_the_verbs_its_role_grant
             Resource::new("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false),
             None,
         );
-        crds.create(&dynamic(greeter::crd()), &PostParams::default()).await.unwrap();
+        crds.create(&dynamic(informer_http::crd::Crd::of::<greeter::Greeting>().to_json().unwrap()), &PostParams::default()).await.unwrap();
         let greetings = c.api::<DynamicObject>(Greeting::resource(), Some(NS));
         poll("the CRD is served", || async { greetings.list_page(&Default::default()).await.is_ok() }).await;
         let mut role = None;
@@ -222,7 +222,7 @@ fn the_greeter_runs_as_its_service_account_with_exactly_the_verbs_its_role_grant
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let (done_tx, done_rx) = async_channel::bounded::<String>(1);
         informer_tokio::spawn(async move {
-            let r = greeter::run(sa, NS, "greeter-rbac", async move {
+            let r = greeter::run(sa, NS, "greeter-rbac", None, async move {
                 let _ = stop_rx.recv().await;
             })
             .await

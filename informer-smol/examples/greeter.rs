@@ -12,6 +12,9 @@ use informer_smol as runtime;
 #[path = "../../examples/greeter.rs"]
 pub mod greeter;
 
+#[path = "../../examples/greeter_main.rs"]
+mod greeter_main;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    greeter::main()
+    greeter_main::main()
 }

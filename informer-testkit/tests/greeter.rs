@@ -121,9 +121,16 @@ async fn one_seed(seed: u64) -> Summary {
     // The test's own writes and reads are not faulted; the operator's are.
     let setup: Client = fake.unfaulted().client().unwrap();
     let crds = setup.api::<DynamicObject>(Resource::CUSTOMRESOURCEDEFINITIONS, None);
-    crds.create(&dynamic(greeter::crd()), &PostParams::default())
-        .await
-        .unwrap();
+    crds.create(
+        &dynamic(
+            informer_http::crd::Crd::of::<greeter::Greeting>()
+                .to_json()
+                .unwrap(),
+        ),
+        &PostParams::default(),
+    )
+    .await
+    .unwrap();
     setup
         .api::<DynamicObject>(Resource::NAMESPACES, None)
         .create(
@@ -135,7 +142,7 @@ async fn one_seed(seed: u64) -> Summary {
     let client: Client = fake.client().unwrap();
     let (stop_tx, stop_rx) = futures_channel::oneshot::channel::<()>();
     let operator = tokio::spawn(async move {
-        greeter::run(client, NS, "greeter-a", async move {
+        greeter::run(client, NS, "greeter-a", None, async move {
             let _ = stop_rx.await;
         })
         .await

@@ -155,7 +155,11 @@ fn operators(o: &Options) -> Result<(Vec<Operator>, Option<String>), String> {
     } else if ours.is_file() {
         ops.push(Operator {
             name: "informer-rs".into(),
-            command: shell_quote(&build_greeter()?),
+            // The admin server on a free loopback port: several runs, or a busy 8080, must not collide.
+            command: format!(
+                "env ADMIN_ADDR=127.0.0.1:0 {}",
+                shell_quote(&build_greeter()?)
+            ),
             source: source("informer-rs", Some(ours)),
         });
     } else {
@@ -193,7 +197,14 @@ fn operators(o: &Options) -> Result<(Vec<Operator>, Option<String>), String> {
 fn build_greeter() -> Result<PathBuf, String> {
     super::build_release(
         "build the informer-rs operator (informer-tokio --example greeter, release)",
-        &["-p", "informer-tokio", "--example", "greeter"],
+        &[
+            "-p",
+            "informer-tokio",
+            "--features",
+            "admin",
+            "--example",
+            "greeter",
+        ],
         "greeter",
     )
 }
@@ -915,7 +926,11 @@ fn print_table(o: &Options, ops: &[Operator], rows: &[Row], missing: Option<&str
          writes in the {SETTLE:?} after convergence; reads: GETs and LISTs (watches are counted \
          when they end: not here). cleanup: every Greeting deleted at once until no Greeting and \
          no child is left, and the writes it took. LOC: non-blank, non-comment lines of the \
-         operator's source. floor: this process sending the workload straight from {} \
+         operator's source (informer-rs: examples/greeter.rs, the operator with its leader \
+         election, signal handling and optional admin server; not its process setup in \
+         examples/greeter_main.rs, the `crd` subcommand, JSON logs and the admin server, \
+         which the kube-rs peer has no counterpart of; kube-rs: its whole file, main included, \
+         which builds its client and controller). floor: this process sending the workload straight from {} \
          threads, from its first request to its last answer: per Greeting its create (not \
          counted in writes, as for the operators), then the finalizer, {} applies, the status, \
          the event (its CPU is not shown: xtask is a debug build).",

@@ -174,6 +174,14 @@ impl std::fmt::Display for WriteError {
 
 impl std::error::Error for WriteError {}
 
+/// An object that cannot be referred to (an owner reference to an object without a uid, say)
+/// makes the write that would carry the reference unencodable.
+impl From<informer_core::object::MetadataError> for WriteError {
+    fn from(e: informer_core::object::MetadataError) -> Self {
+        WriteError::Encode(e.to_string())
+    }
+}
+
 /// A patch, with the content type that says how the server applies it.
 #[derive(Clone, Debug)]
 pub enum Patch<P> {
@@ -536,6 +544,19 @@ where
         params: &PatchParams,
     ) -> Result<K, WriteError> {
         self.patch_sub(name, "/status", patch, params).await
+    }
+
+    /// Sets the status of `name` through the status subresource: a merge patch
+    /// `{"status": status}` (fields of the status left out of `status` are kept unless it
+    /// serializes them as `null`).
+    pub async fn set_status<S: Serialize>(&self, name: &str, status: &S) -> Result<K, WriteError> {
+        #[derive(Serialize)]
+        struct StatusPatch<'a, S> {
+            status: &'a S,
+        }
+        let patch = Patch::Merge(StatusPatch { status });
+        self.patch_sub(name, "/status", &patch, &PatchParams::default())
+            .await
     }
 
     async fn patch_sub<P: Serialize>(
