@@ -17,10 +17,12 @@
 //!    and after, for `configmaps`, `greetings` and `events`; the harness's own requests are taken
 //!    off), so nothing in the operator has to count or report anything.
 //! 3. The machine's floor, once per run and first (it warms the API server's paths for the
-//!    operators): the workload's requests sent straight by `--writers` threads of this process,
-//!    per Greeting its create, then the writes an operator must send (the finalizer patch,
-//!    `replicas` server-side applies of a ConfigMap, a status patch, an event), timed from the
-//!    first request to the last answer: whether the API server bounds the operators' figures.
+//!    operators): the workload's requests sent straight by a bare informer-http client
+//!    (`operator-floor`, release, `--writers` tasks), per Greeting its create, then the writes
+//!    an operator must send (the finalizer patch, `replicas` server-side applies of a
+//!    ConfigMap, a status patch, an event), timed from the first request to the last answer,
+//!    with the CPU the client spent: whether the API server bounds the operators' times, and
+//!    what the writes alone cost a client.
 //! 4. Prints a table (converge time, CPU, RSS, writes by kind, failed writes, reads, cleanup,
 //!    lines of code of the operator's source), then informer-rs / kube-rs of the same run and
 //!    each operator's time against the floor.
@@ -219,6 +221,12 @@ pub fn main(args: &[&str]) -> super::Result {
     let t_all = Instant::now();
     // Everything is built before anything is measured.
     let (ops, missing) = operators(&o)?;
+    let floor = super::build_release(
+        "build the floor's client (informer-bench --bin operator-floor, release)",
+        &["-p", "informer-bench", "--bin", "operator-floor"],
+        "operator-floor",
+    )
+    .map_err(|e| e.to_string())?;
     if let Some(m) = &missing {
         eprintln!("NOTE: {m}");
     }
@@ -233,7 +241,7 @@ pub fn main(args: &[&str]) -> super::Result {
         // The floor first: it also warms the API server's paths (the CRD's handlers, apply,
         // events) that the first operator would otherwise pay for. The operators' order
         // alternates from run to run.
-        rows.push(floor_run(&api, &o, run)?);
+        rows.push(floor_run(&api, &cluster, &floor, &o, run)?);
         let mut order: Vec<&Operator> = ops.iter().collect();
         if run % 2 == 1 {
             order.reverse();
@@ -733,8 +741,16 @@ fn operator_run(
     result
 }
 
-/// The machine's floor: the writes the workload needs, sent straight from this process.
-fn floor_run(api: &Api, o: &Options, run: usize) -> Result<Row, String> {
+/// The machine's floor: the writes the workload needs, sent straight by a bare informer-http
+/// client (`bench/src/bin/operator-floor.rs`, release): the API server's time for them and
+/// what they alone cost a client's CPU.
+fn floor_run(
+    api: &Api,
+    cluster: &TestCluster,
+    floor: &Path,
+    o: &Options,
+    run: usize,
+) -> Result<Row, String> {
     eprintln!(
         "==> the floor: the same writes from a bare client (run {})",
         run + 1
@@ -742,73 +758,24 @@ fn floor_run(api: &Api, o: &Options, run: usize) -> Result<Row, String> {
     let ns = format!("op-floor-{}", run + 1);
     create_namespace(api, &ns)?;
     let before = Counts::read(api)?;
-    let t = Instant::now();
-    parallel(o.objects, o.writers, |i| {
-        let name = format!("g-{i}");
-        let body = api.write(
-            "POST",
-            &format!("{GREETINGS}/{ns}/greetings"),
-            "application/json",
-            &greeting(i, o.replicas),
-        )?;
-        let v: Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
-        let uid = v["metadata"]["uid"].as_str().unwrap_or("").to_string();
-        let greeting = format!("{GREETINGS}/{ns}/greetings/{name}");
-        api.write(
-            "PATCH",
-            &greeting,
-            "application/json-patch+json",
-            r#"[{"op":"test","path":"/metadata/finalizers","value":null},{"op":"add","path":"/metadata/finalizers","value":["example.com/cleanup"]}]"#,
-        )?;
-        let owner = json!({
-            "apiVersion": "example.com/v1", "kind": "Greeting", "name": name, "uid": uid,
-            "controller": true, "blockOwnerDeletion": true,
-        });
-        for k in 0..o.replicas {
-            let cm = json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {
-                    "name": format!("{name}-{k}"),
-                    "labels": {"greeting": name},
-                    "ownerReferences": [owner],
-                },
-                "data": {"message": format!("hello {i}")},
-            });
-            api.write(
-                "PATCH",
-                &format!(
-                    "/api/v1/namespaces/{ns}/configmaps/{name}-{k}?fieldManager=greeter&force=true"
-                ),
-                "application/apply-patch+yaml",
-                &cm.to_string(),
-            )?;
-        }
-        let status = json!({"status": {"phase": "Ready", "observedGeneration": 1, "configMaps": o.replicas}});
-        api.write(
-            "PATCH",
-            &format!("{greeting}/status"),
-            "application/merge-patch+json",
-            &status.to_string(),
-        )?;
-        let event = json!({
-            "apiVersion": "events.k8s.io/v1", "kind": "Event",
-            "metadata": {"name": format!("{name}.floor"), "namespace": ns},
-            "eventTime": "2026-01-01T00:00:00.000000Z",
-            "reportingController": "greeter", "reportingInstance": "greeter",
-            "action": "Reconcile", "reason": "Reconciled", "type": "Normal",
-            "note": format!("{} ConfigMaps", o.replicas),
-            "regarding": {"apiVersion": "example.com/v1", "kind": "Greeting", "name": name,
-                          "namespace": ns, "uid": uid},
-        });
-        api.write(
-            "POST",
-            &format!("/apis/events.k8s.io/v1/namespaces/{ns}/events"),
-            "application/json",
-            &event.to_string(),
-        )
-        .map(drop)
-    })?;
-    let converge_s = t.elapsed().as_secs_f64();
+    let out = Command::new(floor)
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .args(["--namespace", &ns])
+        .args(["--objects", &o.objects.to_string()])
+        .args(["--replicas", &o.replicas.to_string()])
+        .args(["--writers", &o.writers.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("operator-floor: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("operator-floor: {}", super::outcome(out.status)));
+    }
+    let line: Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .ok_or("operator-floor printed no figures")?;
+    let f = |k: &str| line[k].as_f64().unwrap_or(f64::NAN);
+    let (converge_s, cpu_s) = (f("wall_s"), f("cpu_user_s") + f("cpu_sys_s"));
     let mut counts = Counts::read(api)?.minus(&before);
     counts.take("greetings", "POST", o.objects as f64);
     eprintln!(
@@ -820,7 +787,7 @@ fn floor_run(api: &Api, o: &Options, run: usize) -> Result<Row, String> {
         name: "floor".into(),
         run,
         converge_s,
-        cpu_s: None,
+        cpu_s: Some(cpu_s),
         rss_mb: None,
         hwm_mb: None,
         counts,
@@ -930,10 +897,10 @@ fn print_table(o: &Options, ops: &[Operator], rows: &[Row], missing: Option<&str
          election, signal handling and optional admin server; not its process setup in \
          examples/greeter_main.rs, the `crd` subcommand, JSON logs and the admin server, \
          which the kube-rs peer has no counterpart of; kube-rs: its whole file, main included, \
-         which builds its client and controller). floor: this process sending the workload straight from {} \
-         threads, from its first request to its last answer: per Greeting its create (not \
-         counted in writes, as for the operators), then the finalizer, {} applies, the status, \
-         the event (its CPU is not shown: xtask is a debug build).",
+         which builds its client and controller). floor: a bare informer-http client (operator-floor, release) \
+         sending the workload straight from {} tasks, from its first request to its last \
+         answer, and its CPU: per Greeting its create (not counted in writes, as for the \
+         operators), then the finalizer, {} applies, the status, the event.",
         o.replicas, o.writers, o.replicas
     );
     for op in ops {
@@ -995,6 +962,15 @@ fn print_table(o: &Options, ops: &[Operator], rows: &[Row], missing: Option<&str
                     r.counts.writes() / r.converge_s,
                     r.name
                 );
+                if let (Some(cpu), Some(floor_cpu)) = (r.cpu_s, floor.cpu_s) {
+                    println!(
+                        "  run {}: {} spent {:.2}x the floor's CPU ({cpu:.2} s against {floor_cpu:.2} s \
+                         for the same writes from a bare client)",
+                        run + 1,
+                        r.name,
+                        cpu / floor_cpu,
+                    );
+                }
             }
         }
     }
