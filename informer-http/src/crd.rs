@@ -383,3 +383,58 @@ mod tests {
         assert_eq!(e, CrdError::NoGroup);
     }
 }
+
+#[cfg(test)]
+mod of_tests {
+    use super::Crd;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+    pub struct WidgetSpec {
+        size: u32,
+    }
+    #[derive(Clone, Debug, Serialize, Deserialize, schemars::JsonSchema)]
+    pub struct WidgetStatus {
+        ready: bool,
+    }
+
+    crate::custom_resource! {
+        /// With a status.
+        pub struct Widget("example.com", "v1", "widgets", namespaced) {
+            spec: WidgetSpec,
+            status: WidgetStatus,
+        }
+    }
+    crate::custom_resource! {
+        /// Without one, cluster-scoped.
+        pub struct Plain("example.com", "v1alpha1", "plains", cluster) { spec: WidgetSpec }
+    }
+
+    #[test]
+    fn a_custom_resource_declares_its_crd() {
+        let of = Crd::of::<Widget>().to_json().unwrap();
+        let by_hand = Crd::new(&crate::Resource::new(
+            "example.com",
+            "v1",
+            "Widget",
+            "widgets",
+            true,
+        ))
+        .spec::<WidgetSpec>()
+        .status::<WidgetStatus>()
+        .to_json()
+        .unwrap();
+        assert_eq!(of, by_hand);
+        assert_eq!(
+            of["spec"]["versions"][0]["subresources"]["status"],
+            serde_json::json!({})
+        );
+
+        let plain = Crd::of::<Plain>().to_json().unwrap();
+        assert_eq!(plain["spec"]["scope"], "Cluster");
+        assert_eq!(plain["spec"]["names"]["kind"], "Plain");
+        assert!(plain["spec"]["versions"][0]["subresources"]["status"].is_null());
+        let schema = &plain["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
+        assert!(schema.get("status").is_none(), "{schema}");
+    }
+}
