@@ -85,7 +85,7 @@ pub async fn run(
         .name(MANAGER)
         .admin(admin)
         .owns(children)
-        .concurrency(16)
+        .concurrency(64)
         .leader_election(namespace, MANAGER, LeaderElectionConfig::new(identity))
         .events(reporter)
         .shutdown_on_signal()
