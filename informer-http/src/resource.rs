@@ -160,7 +160,7 @@ pub trait HasResource {
 }
 
 /// A custom resource type whose spec and status types are known, so its CRD manifest comes from
-/// the type alone ([`Crd::of`](crate::crd::Crd::of), feature `crd`). [`custom_resource!`]
+/// the type alone (`crd::Crd::of`, feature `crd`). [`custom_resource!`](crate::custom_resource)
 /// implements it.
 pub trait CustomResource: HasResource {
     /// The `spec`'s type.
