@@ -10,8 +10,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use informer_tokio::core::object::CompactObject;
-use informer_tokio::{Config, HandlerFns, Informer, Object, Resource, Store, client};
+use informer_tokio::{
+    CompactObject, Config, HandlerFns, Informer, Object, Resource, Store, client,
+};
 use serde_json::Value;
 use testcluster::TestCluster;
 use testcluster::pods::{Churn, Workload, churn, write_pods};

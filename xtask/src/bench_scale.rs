@@ -6,27 +6,31 @@
 //!    `testcluster::pods::Workload::new(42, N)` (each created with field manager
 //!    `kube-controller-manager`, then its status written with field manager `kubelet`);
 //! 2. runs one client process after another, each an informer of every Pod with one handler
-//!    and no transform, and takes its `synced` line (wall time since it started, its CPU, VmRSS,
-//!    VmHWM); the clients stay up, watching:
+//!    and no transform, and takes its `synced` line (wall time since it started, its CPU,
+//!    VmRSS, VmHWM):
 //!    - `scale --object dynamic|compact|typed|metadata` (informer-bench, tokio):
 //!      `DynamicObject`, `CompactObject`, `K8s<Pod>`, `PartialObjectMetadata`;
 //!    - client-go's `sync -resource pods -relist` (a typed Pod SharedIndexInformer);
 //!    - kube-rs's `sync-kube-rs --pods --relist` (a reflector of `Pod` whose watcher lists
 //!      from the watch cache, `any_semantic()`);
-//! 3. forces a relist on all of them at once: 100 status updates, etcd compacted, kube-apiserver
-//!    restarted (its watch cache no longer reaches back: every watch gets 410); each client
-//!    resets its peak RSS after its sync and prints a `relisted` line once it has listed again,
-//!    whose VmHWM is its peak during the relist;
+//! 3. right after each client's sync, forces its relist: 100 status updates, etcd compacted,
+//!    kube-apiserver restarted (its watch cache no longer reaches back: the watch gets 410);
+//!    the client reset its peak RSS after its sync and prints a `relisted` line once it has
+//!    listed again, whose VmHWM is its peak during the relist; then the client is stopped and
+//!    the next one starts;
 //! 4. prints, per size and client, sync wall time, client CPU, RSS after sync, the peak during
-//!    the relist and its ratio to the RSS after sync; with `--compare`, informer-rs / peer for
-//!    CPU and RSS; and with two sizes or more, the slope per 1,000 Pods (RSS and CPU) between
+//!    the relist, its ratio to the RSS after sync and the time from the restart to the
+//!    `relisted` line; with `--compare`, informer-rs / peer for CPU and RSS; and with two sizes
+//!    or more, the slope per 1,000 Pods (RSS and CPU) between consecutive sizes, and between
 //!    the smallest and the largest.
 //!
-//! The clients' syncs run one at a time; the relists run together (the API server restarts
-//! once), so their peaks are theirs but their times are not reported.
+//! Only one client is up at a time, for its sync and for its relist: at 100,000 Pods
+//! client-go holds ~3 GB and kube-rs ~5 GB, each about twice that while relisting, beside
+//! kube-apiserver's watch cache and etcd; all of them up and relisting at once would not fit
+//! a 23 GB machine. Each relist being alone, its time is printed too.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
@@ -78,12 +82,13 @@ struct Row {
     sync_cpu: f64,
     rss_mb: f64,
     relist_peak_mb: f64,
+    /// From the API server's restart to the client's `relisted` line.
+    relist_s: f64,
 }
 
 /// A client to run: its name in the table and its command.
 struct Client {
     name: &'static str,
-    peer: bool,
     cmd: Command,
 }
 
@@ -97,25 +102,19 @@ fn clients(scale: &PathBuf, peers: Option<&(PathBuf, PathBuf)>) -> Vec<Client> {
     ] {
         let mut cmd = Command::new(scale);
         cmd.args(["--object", object, "--timeout", "1800"]);
-        out.push(Client {
-            name,
-            peer: false,
-            cmd,
-        });
+        out.push(Client { name, cmd });
     }
     if let Some((client_go, kube_rs)) = peers {
         let mut cmd = Command::new(client_go);
         cmd.args(["-resource", "pods", "-relist", "-timeout", "1800"]);
         out.push(Client {
             name: "client-go v1.20.2",
-            peer: true,
             cmd,
         });
         let mut cmd = Command::new(kube_rs);
         cmd.args(["--pods", "--relist", "--timeout", "1800"]);
         out.push(Client {
             name: "kube-rs 5",
-            peer: true,
             cmd,
         });
     }
@@ -181,62 +180,86 @@ fn one_size(
     );
     wait_watch_cache(&cluster)?;
 
-    let mut running: Vec<(&'static str, bool, Child, Receiver<String>, Value)> = Vec::new();
-    let result = (|| -> Result<Vec<Row>, String> {
-        for mut c in clients(scale, peers) {
-            eprintln!("==> {} ({n} Pods): cold sync", c.name);
-            let mut child = c
-                .cmd
-                .env("KUBECONFIG", &cluster.kubeconfig)
-                .stdout(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("starting {}: {e}", c.name))?;
-            let lines = lines_of(&mut child);
-            let synced = next_line(&lines, "synced");
-            let synced = match synced {
-                Ok(v) => v,
-                Err(e) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!("{}: {e}", c.name));
-                }
-            };
-            eprintln!("    {synced}");
-            running.push((c.name, c.peer, child, lines, synced));
-        }
+    let mut rows = Vec::new();
+    for mut c in clients(scale, peers) {
         eprintln!(
-            "==> forced relist: 100 status updates, etcd compacted, kube-apiserver restarted"
+            "==> {} ({n} Pods): cold sync (MemAvailable {})",
+            c.name,
+            mem_available()
         );
-        let rate = Churn {
-            status_updates: 100,
-            recreates: 0,
-            parallel: 8,
-        };
-        churn(&cluster, &workload, n, rate, Duration::from_secs(1)).map_err(|e| e.to_string())?;
-        cluster.compact().map_err(|e| e.to_string())?;
-        cluster.stop_apiserver().map_err(|e| e.to_string())?;
-        cluster.start_apiserver().map_err(|e| e.to_string())?;
-        let mut rows = Vec::new();
-        for (name, _, _, lines, synced) in &running {
-            let relisted = next_line(lines, "relisted").map_err(|e| format!("{name}: {e}"))?;
-            eprintln!("    {name}: {relisted}");
-            rows.push(Row {
-                pods: n,
-                client: name.to_string(),
-                objects: synced["objects"].as_u64().unwrap_or(0),
-                sync_wall: f(synced, "wall_s"),
-                sync_cpu: f(synced, "cpu_user_s") + f(synced, "cpu_sys_s"),
-                rss_mb: f(synced, "rss_kb") / 1024.0,
-                relist_peak_mb: f(&relisted, "hwm_kb") / 1024.0,
-            });
-        }
-        Ok(rows)
-    })();
-    for (_, _, child, _, _) in &mut running {
+        let mut child = c
+            .cmd
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", c.name))?;
+        let lines = lines_of(&mut child);
+        let row = sync_and_relist(&mut cluster, &workload, n, c.name, &lines);
+        // One client at a time: this one ends before the next starts.
         let _ = child.kill();
         let _ = child.wait();
+        rows.push(row?);
     }
-    result
+    Ok(rows)
+}
+
+/// One client's cold sync, then its forced relist alone: 100 status updates, etcd compacted,
+/// kube-apiserver restarted (its watch cache no longer reaches back: the watch gets 410).
+fn sync_and_relist(
+    cluster: &mut TestCluster,
+    workload: &Workload,
+    n: usize,
+    name: &str,
+    lines: &Receiver<String>,
+) -> Result<Row, String> {
+    let synced = next_line(lines, "synced").map_err(|e| format!("{name}: {e}"))?;
+    eprintln!("    {synced}");
+    eprintln!(
+        "    forced relist: 100 status updates, etcd compacted, kube-apiserver restarted \
+         (MemAvailable {})",
+        mem_available()
+    );
+    let rate = Churn {
+        status_updates: 100,
+        recreates: 0,
+        parallel: 8,
+    };
+    churn(cluster, workload, n, rate, Duration::from_secs(1)).map_err(|e| e.to_string())?;
+    cluster.compact().map_err(|e| e.to_string())?;
+    cluster.stop_apiserver().map_err(|e| e.to_string())?;
+    cluster.start_apiserver().map_err(|e| e.to_string())?;
+    let restarted = Instant::now();
+    let relisted = next_line(lines, "relisted").map_err(|e| format!("{name}: {e}"))?;
+    let relist_s = restarted.elapsed().as_secs_f64();
+    eprintln!(
+        "    {relisted} ({relist_s:.1} s after the restart; MemAvailable {})",
+        mem_available()
+    );
+    Ok(Row {
+        pods: n,
+        client: name.to_string(),
+        objects: synced["objects"].as_u64().unwrap_or(0),
+        sync_wall: f(&synced, "wall_s"),
+        sync_cpu: f(&synced, "cpu_user_s") + f(&synced, "cpu_sys_s"),
+        rss_mb: f(&synced, "rss_kb") / 1024.0,
+        relist_peak_mb: f(&relisted, "hwm_kb") / 1024.0,
+        relist_s,
+    })
+}
+
+/// The machine's `MemAvailable` (from `/proc/meminfo`), for the log.
+fn mem_available() -> String {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemAvailable:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .map_or_else(
+            || "?".into(),
+            |kb| format!("{:.1} GB", kb as f64 / 1048576.0),
+        )
 }
 
 pub fn main(args: &[&str]) -> super::Result {
@@ -262,12 +285,20 @@ fn print(rows: &[Row], sizes: &[usize], before: &str, after: &str) {
     println!("\nbench scale: realistic Pods (testcluster::pods), cold sync and a forced relist");
     println!("load average before {before}, after {after}\n");
     println!(
-        "{:>7}  {:<27} {:>8} {:>8} {:>8} {:>10} {:>12} {:>7}",
-        "Pods", "client", "objects", "sync s", "CPU s", "RSS MB", "relist peak", "peak/RSS"
+        "{:>7}  {:<27} {:>8} {:>8} {:>8} {:>10} {:>12} {:>8} {:>8}",
+        "Pods",
+        "client",
+        "objects",
+        "sync s",
+        "CPU s",
+        "RSS MB",
+        "relist peak",
+        "peak/RSS",
+        "relist s"
     );
     for r in rows {
         println!(
-            "{:>7}  {:<27} {:>8} {:>8.2} {:>8.2} {:>10.1} {:>12.1} {:>7.2}",
+            "{:>7}  {:<27} {:>8} {:>8.2} {:>8.2} {:>10.1} {:>12.1} {:>8.2} {:>8.1}",
             r.pods,
             r.client,
             r.objects,
@@ -275,7 +306,8 @@ fn print(rows: &[Row], sizes: &[usize], before: &str, after: &str) {
             r.sync_cpu,
             r.rss_mb,
             r.relist_peak_mb,
-            r.relist_peak_mb / r.rss_mb
+            r.relist_peak_mb / r.rss_mb,
+            r.relist_s
         );
     }
     let peers: Vec<&Row> = rows
@@ -297,29 +329,34 @@ fn print(rows: &[Row], sizes: &[usize], before: &str, after: &str) {
             }
         }
     }
-    let (Some(&small), Some(&large)) = (sizes.iter().min(), sizes.iter().max()) else {
-        return;
-    };
-    if small == large {
-        return;
+    // The slope between each pair of consecutive sizes, then between the smallest and the
+    // largest when there are three or more.
+    let mut sizes: Vec<usize> = sizes.to_vec();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut pairs: Vec<(usize, usize)> = sizes.windows(2).map(|w| (w[0], w[1])).collect();
+    if sizes.len() > 2 {
+        pairs.push((sizes[0], sizes[sizes.len() - 1]));
     }
-    println!("\nslope per 1,000 Pods, {small} to {large}:");
-    let clients: Vec<&str> = rows
-        .iter()
-        .filter(|r| r.pods == small)
-        .map(|r| r.client.as_str())
-        .collect();
-    for c in clients {
-        let at = |n: usize| rows.iter().find(|r| r.pods == n && r.client == c);
-        if let (Some(a), Some(b)) = (at(small), at(large)) {
-            let k = (large - small) as f64 / 1000.0;
-            println!(
-                "         {:<27} RSS {:>7.2} MB   CPU {:>6.3} s   sync {:>6.3} s",
-                c,
-                (b.rss_mb - a.rss_mb) / k,
-                (b.sync_cpu - a.sync_cpu) / k,
-                (b.sync_wall - a.sync_wall) / k
-            );
+    for (small, large) in pairs {
+        println!("\nslope per 1,000 Pods, {small} to {large}:");
+        let clients: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.pods == small)
+            .map(|r| r.client.as_str())
+            .collect();
+        for c in clients {
+            let at = |n: usize| rows.iter().find(|r| r.pods == n && r.client == c);
+            if let (Some(a), Some(b)) = (at(small), at(large)) {
+                let k = (large - small) as f64 / 1000.0;
+                println!(
+                    "         {:<27} RSS {:>7.2} MB   CPU {:>6.3} s   sync {:>6.3} s",
+                    c,
+                    (b.rss_mb - a.rss_mb) / k,
+                    (b.sync_cpu - a.sync_cpu) / k,
+                    (b.sync_wall - a.sync_wall) / k
+                );
+            }
         }
     }
 }

@@ -15,9 +15,9 @@
 use std::time::{Duration, Instant};
 
 use informer_bench::Usage;
-use informer_tokio::core::object::CompactObject;
 use informer_tokio::{
-    Config, DynamicObject, HandlerFns, Informer, Object, PartialObjectMetadata, Resource, client,
+    CompactObject, Config, DynamicObject, HandlerFns, Informer, Object, PartialObjectMetadata,
+    Resource, client,
 };
 
 fn report(started: Instant, event: &str, objects: usize) {
