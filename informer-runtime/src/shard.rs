@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use event_listener::Event;
+use futures_util::StreamExt;
 use futures_util::future::{Either, select};
 use informer_core::controller::leaderelection::{
     GetOutcome, LeaderElectionConfig, LeaseRequest, LeaseWrite, WriteOutcome,
@@ -421,17 +422,25 @@ async fn ack_task<R: Runtime, B: Backend>(
             listen.await;
             continue;
         }
-        for a in batch {
-            let (ns, name) = split_key(&a.key);
-            let api: Api<DynamicObject, B> = client.api(primary.clone(), ns);
-            let patch = serde_json::json!({"metadata": {
-                "resourceVersion": a.resource_version,
-                "labels": {cfg.shard_label(): null, cfg.drain_label(): null},
-            }});
-            match api
-                .patch(name, &Patch::Merge(&patch), &PatchParams::default())
-                .await
-            {
+        // As the sharder's writes: a sliding window of `writes_in_flight`.
+        let mut done = futures_util::stream::iter(batch.into_iter().map(|a| {
+            let (client, primary, cfg) = (&client, &primary, &cfg);
+            async move {
+                let (ns, name) = split_key(&a.key);
+                let api: Api<DynamicObject, B> = client.api(primary.clone(), ns);
+                let patch = serde_json::json!({"metadata": {
+                    "resourceVersion": a.resource_version,
+                    "labels": {cfg.shard_label(): null, cfg.drain_label(): null},
+                }});
+                let r = api
+                    .patch(name, &Patch::Merge(&patch), &PatchParams::default())
+                    .await;
+                (a, r)
+            }
+        }))
+        .buffer_unordered(cfg.writes_in_flight.max(1));
+        while let Some((a, r)) = done.next().await {
+            match r {
                 Ok(_) => {
                     tracing::debug!(key = %a.key, member = %cfg.member, "drained: acknowledged")
                 }
@@ -443,6 +452,7 @@ async fn ack_task<R: Runtime, B: Backend>(
                 }
             }
         }
+        drop(done);
         if !retry.is_empty() {
             rt.sleep(cfg.retry_period).await;
         }
@@ -722,7 +732,9 @@ async fn list_members<B: Backend>(
 
 /// The sharder's view of every object (labels mode): metadata-only informers over the primary
 /// and owned kinds in the scope, started when this member is elected and stopped when it is
-/// not (so a member that is not the sharder caches only its own share).
+/// not (so a member that is not the sharder caches only its own share). Each object is cut to
+/// [`ShardConfig::sharder_view`] before it is cached: key, uid, resourceVersion, the ring's
+/// labels and owner references.
 fn start_informers<R: Runtime, B: Backend>(
     rt: &R,
     client: &Client<B>,
@@ -737,7 +749,17 @@ fn start_informers<R: Runtime, B: Backend>(
             client,
             kind.clone(),
         )
-        .name(format!("shard-{}-{}", inner.cfg.ring, kind.plural));
+        .name(format!("shard-{}-{}", inner.cfg.ring, kind.plural))
+        // Only what assignment and labelling read: for ConfigMaps of ~1 KB whose
+        // `managedFields` the server keeps, a tenth of the metadata or less.
+        .transform_mut({
+            let cfg = inner.cfg.clone();
+            move |o: &mut PartialObjectMetadata| {
+                o.metadata = cfg.sharder_view(&o.metadata);
+                o.api_version = None;
+                o.kind = None;
+            }
+        });
         if let Some(ns) = &scope.namespace {
             b = b.namespace(ns.clone());
         }
@@ -871,7 +893,7 @@ async fn sharder_task<R: Runtime, B: Backend>(
             }
             w
         };
-        // Object writes go out up to 16 at once (each on its own key); table writes alone.
+        // Object writes go out together (below); table writes alone.
         let mut labels = Vec::new();
         for (id, w) in writes {
             match w {
@@ -910,20 +932,23 @@ async fn sharder_task<R: Runtime, B: Backend>(
                 }
             }
         }
-        while !labels.is_empty() {
-            let rest = labels.split_off(labels.len().min(16));
-            let batch = std::mem::replace(&mut labels, rest);
-            let done = futures_util::future::join_all(batch.into_iter().map(|(id, key, rv, l)| {
-                let (client, kinds) = (&client, &kinds);
-                async move { (id, patch_labels(client, kinds, &key, &rv, l).await) }
-            }))
-            .await;
+        // A sliding window: `writes_in_flight` patches out at all times (each on its own
+        // key), each outcome handed back as it comes, not in lock-step batches. A term that
+        // ends stops the rest at once (the next one decides again from what it sees).
+        let window = cfg.writes_in_flight.max(1);
+        let mut done = futures_util::stream::iter(labels.into_iter().map(|(id, key, rv, l)| {
+            let (client, kinds) = (&client, &kinds);
+            async move { (id, patch_labels(client, kinds, &key, &rv, l).await) }
+        }))
+        .buffer_unordered(window);
+        while let Some((id, r)) = done.next().await {
             let now = inner.now();
-            let mut sharder = inner.sharder();
-            for (id, r) in done {
-                sharder.handle_write(id, now, r);
+            inner.sharder().handle_write(id, now, r);
+            if !leadership.is_leader() || inner.stop.load(Ordering::Acquire) {
+                break;
             }
         }
+        drop(done);
         let at = {
             let now = inner.now();
             let t = inner.sharder().poll_timeout(now);

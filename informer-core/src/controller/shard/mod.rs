@@ -69,7 +69,7 @@ use alloc::string::String;
 use core::time::Duration;
 
 use crate::controller::leaderelection::{ConfigError, LeaderElectionConfig};
-use crate::object::Object;
+use crate::object::{Object, ObjectMeta, ObjectMetaParts, RawFields, StringMap};
 
 /// How members are scoped to their shard.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,6 +105,10 @@ pub struct ShardConfig {
     pub retry_period: Duration,
     /// Seed of the jitter.
     pub seed: u64,
+    /// How many of the sharder's object writes (labels mode: labels, drains, relabels) are
+    /// out at once, a sliding window (32; 0 counts as 1). More moves a dead member's objects
+    /// faster, up to what the apiserver writes per second.
+    pub writes_in_flight: usize,
 }
 
 impl ShardConfig {
@@ -120,6 +124,7 @@ impl ShardConfig {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
             seed: 0,
+            writes_in_flight: 32,
         }
     }
 
@@ -175,6 +180,38 @@ impl ShardConfig {
             label: labels.get(&self.shard_label()),
             draining: labels.get(&self.drain_label()).is_some(),
         }
+    }
+
+    /// Cuts `meta` down to what the sharder reads of an object (labels mode): name,
+    /// namespace, uid, resourceVersion, this ring's shard and drain labels, and the
+    /// `ownerReferences` (the controller owner's uid is the hash input of an owned object).
+    /// Everything else (`managedFields`, annotations, other labels, timestamps, finalizers) is
+    /// dropped: [`object_shard`](Self::object_shard) reads the same from the result, so the
+    /// sharder's informers over every object can cache this instead of full metadata.
+    pub fn sharder_view(&self, meta: &ObjectMeta) -> ObjectMeta {
+        let mut labels = StringMap::new();
+        for key in [self.shard_label(), self.drain_label()] {
+            if let Some(v) = meta.labels().get(&key) {
+                labels.insert(key, v);
+            }
+        }
+        let other = meta
+            .other()
+            .get("ownerReferences")
+            .and_then(|r| {
+                RawFields::from_json(&format!("{{\"ownerReferences\":{}}}", r.get())).ok()
+            })
+            .unwrap_or_default();
+        ObjectMetaParts {
+            name: meta.name().into(),
+            namespace: meta.namespace().map(Into::into),
+            uid: meta.uid().map(Into::into),
+            resource_version: meta.resource_version().map(Into::into),
+            labels,
+            annotations: StringMap::new(),
+            other,
+        }
+        .into()
     }
 
     /// The label marking an object being handed over: `<ring>/drain`.

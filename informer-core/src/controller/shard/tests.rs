@@ -441,3 +441,50 @@ fn shard_09_filter_sharder_moves_a_range_in_two_steps_after_the_acks() {
     assert!(!t3.has_unowned());
     assert!(t3.same_assignment(&ShardTable::ring(&["a", "b"], 8)));
 }
+
+#[test]
+fn shard_13_sharder_view_keeps_what_assignment_reads_and_drops_the_rest() {
+    use crate::object::PartialObjectMetadata;
+    let c = cfg("a", Mode::Labels);
+    let text = r#"{"metadata":{"name":"cm","namespace":"ns","uid":"u-1","resourceVersion":"7",
+        "labels":{"app":"x","ring/shard":"a","ring/drain":"true","other/shard":"b"},
+        "annotations":{"big":"yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"},
+        "creationTimestamp":"2026-11-29T00:00:00Z",
+        "managedFields":[{"manager":"kubectl","operation":"Apply","fieldsV1":{"f:data":{}}}],
+        "ownerReferences":[{"apiVersion":"v1","kind":"Thing","name":"p","uid":"parent-uid",
+            "controller":true}]}}"#;
+    let full: PartialObjectMetadata = serde_json::from_str(text).unwrap();
+    let view = PartialObjectMetadata {
+        metadata: c.sharder_view(&full.metadata),
+        ..PartialObjectMetadata::default()
+    };
+    // The same hash (by the controller owner), labels, key and resourceVersion.
+    assert_eq!(c.object_shard(&view), c.object_shard(&full));
+    assert_eq!(
+        c.hash_of(&view),
+        HashBy::Uid.hash("u-1", "ns", Some("parent-uid"))
+    );
+    assert_eq!(view.key_ref(), full.key_ref());
+    assert_eq!(view.resource_version(), Some("7"));
+    assert_eq!(view.uid(), Some("u-1"));
+    // Nothing else.
+    assert_eq!(view.labels().len(), 2);
+    assert!(view.annotations().is_empty());
+    assert!(view.metadata.other().get("managedFields").is_none());
+    assert!(view.metadata.other().get("creationTimestamp").is_none());
+    assert!(view.metadata.heap_size() < full.metadata.heap_size() / 2);
+    // Without owner or shard labels: only the key, uid and resourceVersion.
+    let bare: PartialObjectMetadata = serde_json::from_str(
+        r#"{"metadata":{"name":"b","uid":"u-2","resourceVersion":"3","labels":{"app":"x"}}}"#,
+    )
+    .unwrap();
+    let v = c.sharder_view(&bare.metadata);
+    assert!(v.labels().is_empty() && v.other().is_empty() && v.namespace().is_none());
+    assert_eq!(
+        c.hash_of(&PartialObjectMetadata {
+            metadata: v,
+            ..Default::default()
+        }),
+        c.hash_of(&bare)
+    );
+}
