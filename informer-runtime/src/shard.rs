@@ -38,9 +38,9 @@ use informer_core::controller::leaderelection::{
 };
 use informer_core::controller::shard::{
     LabelAck, Member, MemberEvent, MemberLease, Mode, ShardConfig, ShardError, ShardTable,
-    ShardWrite, Sharder, WriteResult,
+    ShardView, ShardWrite, Sharder, WriteResult,
 };
-use informer_core::object::{DynamicObject, Object, ObjectOrTombstone, PartialObjectMetadata};
+use informer_core::object::{DynamicObject, Object, ObjectOrTombstone};
 use informer_core::protocol::{ListRequest, Selectors};
 use informer_core::time::Instant as CoreInstant;
 use informer_http::write::{
@@ -732,34 +732,20 @@ async fn list_members<B: Backend>(
 
 /// The sharder's view of every object (labels mode): metadata-only informers over the primary
 /// and owned kinds in the scope, started when this member is elected and stopped when it is
-/// not (so a member that is not the sharder caches only its own share). Each object is cut to
-/// [`ShardConfig::sharder_view`] before it is cached: key, uid, resourceVersion, the ring's
-/// labels and owner references.
+/// not (so a member that is not the sharder caches only its own share). Each object is a
+/// [`ShardView`]: key, uid, resourceVersion, labels and owner references, the rest skipped as
+/// it is decoded.
 fn start_informers<R: Runtime, B: Backend>(
     rt: &R,
     client: &Client<B>,
     inner: &Arc<Inner>,
     kinds: &[Resource],
     scope: &ShardScope,
-) -> Result<Vec<Informer<PartialObjectMetadata, R>>, crate::Error> {
+) -> Result<Vec<Informer<ShardView, R>>, crate::Error> {
     let mut informers = Vec::new();
     for (i, kind) in kinds.iter().enumerate() {
-        let mut b = crate::InformerBuilder::<PartialObjectMetadata, R>::new(
-            rt.clone(),
-            client,
-            kind.clone(),
-        )
-        .name(format!("shard-{}-{}", inner.cfg.ring, kind.plural))
-        // Only what assignment and labelling read: for ConfigMaps of ~1 KB whose
-        // `managedFields` the server keeps, a tenth of the metadata or less.
-        .transform_mut({
-            let cfg = inner.cfg.clone();
-            move |o: &mut PartialObjectMetadata| {
-                o.metadata = cfg.sharder_view(&o.metadata);
-                o.api_version = None;
-                o.kind = None;
-            }
-        });
+        let mut b = crate::InformerBuilder::<ShardView, R>::new(rt.clone(), client, kind.clone())
+            .name(format!("shard-{}-{}", inner.cfg.ring, kind.plural));
         if let Some(ns) = &scope.namespace {
             b = b.namespace(ns.clone());
         }
@@ -767,7 +753,7 @@ fn start_informers<R: Runtime, B: Backend>(
             b = b.label_selector(sel.clone());
         }
         let informer = b.build()?;
-        let observe = move |inner: &Inner, o: &PartialObjectMetadata| {
+        let observe = move |inner: &Inner, o: &ShardView| {
             let key = format!("{i}/{}", o.key_ref());
             let s = inner.cfg.object_shard(o);
             let rv = o.resource_version().unwrap_or("");
@@ -783,9 +769,9 @@ fn start_informers<R: Runtime, B: Backend>(
         let (seen, upd, gone) = (inner.clone(), inner.clone(), inner.clone());
         informer.add_handler(
             HandlerFns::new()
-                .on_add(move |o: Arc<PartialObjectMetadata>, _| observe(&seen, &o))
-                .on_update(move |_, o: Arc<PartialObjectMetadata>| observe(&upd, &o))
-                .on_delete(move |o: ObjectOrTombstone<PartialObjectMetadata>| {
+                .on_add(move |o: Arc<ShardView>, _| observe(&seen, &o))
+                .on_update(move |_, o: Arc<ShardView>| observe(&upd, &o))
+                .on_delete(move |o: ObjectOrTombstone<ShardView>| {
                     let key = format!("{i}/{}", o.object().key_ref());
                     gone.sharder().forget_object(&key);
                 }),
@@ -805,7 +791,7 @@ async fn sharder_task<R: Runtime, B: Backend>(
     kinds: Vec<Resource>,
     scope: ShardScope,
 ) {
-    let mut informers: Vec<Informer<PartialObjectMetadata, R>> = Vec::new();
+    let mut informers: Vec<Informer<ShardView, R>> = Vec::new();
     let _exit = TaskExit(inner.clone());
     let cfg = inner.cfg.clone();
     let election = LeaderElectionConfig {

@@ -55,6 +55,7 @@ pub mod member;
 pub mod membership;
 pub mod ring;
 pub mod sharder;
+pub mod view;
 
 #[cfg(test)]
 mod tests;
@@ -63,13 +64,14 @@ pub use member::{LabelAck, Member, MemberEvent, MemberLeaseRequest, MemberState,
 pub use membership::{MemberLease, Membership};
 pub use ring::{HashBy, ShardRange, ShardTable, TableError, fnv1a64};
 pub use sharder::{ShardWrite, Sharder, WriteId, WriteResult};
+pub use view::ShardView;
 
 use alloc::format;
 use alloc::string::String;
 use core::time::Duration;
 
 use crate::controller::leaderelection::{ConfigError, LeaderElectionConfig};
-use crate::object::{Object, ObjectMeta, ObjectMetaParts, RawFields, StringMap};
+use crate::object::Object;
 
 /// How members are scoped to their shard.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -180,38 +182,6 @@ impl ShardConfig {
             label: labels.get(&self.shard_label()),
             draining: labels.get(&self.drain_label()).is_some(),
         }
-    }
-
-    /// Cuts `meta` down to what the sharder reads of an object (labels mode): name,
-    /// namespace, uid, resourceVersion, this ring's shard and drain labels, and the
-    /// `ownerReferences` (the controller owner's uid is the hash input of an owned object).
-    /// Everything else (`managedFields`, annotations, other labels, timestamps, finalizers) is
-    /// dropped: [`object_shard`](Self::object_shard) reads the same from the result, so the
-    /// sharder's informers over every object can cache this instead of full metadata.
-    pub fn sharder_view(&self, meta: &ObjectMeta) -> ObjectMeta {
-        let mut labels = StringMap::new();
-        for key in [self.shard_label(), self.drain_label()] {
-            if let Some(v) = meta.labels().get(&key) {
-                labels.insert(key, v);
-            }
-        }
-        let other = meta
-            .other()
-            .get("ownerReferences")
-            .and_then(|r| {
-                RawFields::from_json(&format!("{{\"ownerReferences\":{}}}", r.get())).ok()
-            })
-            .unwrap_or_default();
-        ObjectMetaParts {
-            name: meta.name().into(),
-            namespace: meta.namespace().map(Into::into),
-            uid: meta.uid().map(Into::into),
-            resource_version: meta.resource_version().map(Into::into),
-            labels,
-            annotations: StringMap::new(),
-            other,
-        }
-        .into()
     }
 
     /// The label marking an object being handed over: `<ring>/drain`.
