@@ -9,8 +9,9 @@
 //!   the published table every retry period (filter and server modes).
 //! - The **sharder task** campaigns for the ring's Lease `<ring>`; every retry period it reads
 //!   the ring's member Leases (a quorum LIST); while elected it labels, drains and relabels
-//!   objects (labels mode, from metadata-only informers over all objects of the primary and
-//!   owned kinds), or publishes the table on the Lease `<ring>-table` (filter and server modes).
+//!   objects (labels mode, from informers of [`ShardView`]s over all objects of the primary and
+//!   owned kinds; [`ShardConfig::writes_in_flight`] patches out at once, a sliding window), or
+//!   publishes the table on the Lease `<ring>-table` (filter and server modes).
 //! - The [`Sharding`] handle answers [`try_start`](Sharding::try_start) and
 //!   [`finish`](Sharding::finish) around each reconcile: [`Controller::shard`] wires it in, so
 //!   the same reconcile runs sharded or not.
