@@ -17,7 +17,9 @@
 //!    expire), and the time until the survivors' shares add up to every object again
 //!    (measured from the kill to the first instant of a state that then held for `STEADY`),
 //!    with the sharder's writes for it (relabels; tables in the filter mode).
-//! 4. Labels mode: the floor of a reassignment, measured last: as many bare label patches as
+//! 4. The process's floor: one member over a namespace with no objects (its RSS once working
+//!    for 3 s), and what it allows of the RSS target even with a sharder that cost nothing.
+//!    Labels mode: the floor of a reassignment, measured last: as many bare label patches as
 //!    the largest reassignment wrote, `--writes-in-flight` at once (the sharder's window, 32 by
 //!    default), from this process.
 //! 5. Prints the table, per-member RSS at the largest member count against one member's (the
@@ -137,12 +139,23 @@ fn spawn(
     i: usize,
     o: &Options,
 ) -> Result<Proc, String> {
+    spawn_in(bin, cluster, ring, NS, i, o)
+}
+
+fn spawn_in(
+    bin: &PathBuf,
+    cluster: &TestCluster,
+    ring: &str,
+    ns: &str,
+    i: usize,
+    o: &Options,
+) -> Result<Proc, String> {
     let mut child = Command::new(bin)
         .args([
             "--ring",
             ring,
             "--namespace",
-            NS,
+            ns,
             "--label",
             &format!("m{i}"),
         ])
@@ -394,6 +407,10 @@ pub fn main(args: &[&str]) -> super::Result {
         .max()
         .unwrap_or(0)
         .min(o.objects);
+    let idle = idle_member(&bin, &cluster, &api, &o).unwrap_or_else(|e| {
+        eprintln!("    {e}");
+        f64::NAN
+    });
     let floor = if o.mode == "labels" && most > 0 {
         eprintln!("\n==> {most} bare label patches, {} at once", o.in_flight);
         let t = Instant::now();
@@ -407,11 +424,61 @@ pub fn main(args: &[&str]) -> super::Result {
     } else {
         None
     };
-    print(&runs, &o, &load_before, &super::load_average(), floor);
+    print(&runs, &o, &load_before, &super::load_average(), floor, idle);
     Ok(())
 }
 
-fn print(runs: &[Run], o: &Options, before: &str, after: &str, floor: Option<(usize, f64)>) {
+/// The process's floor: the RSS of one member (the sharder of its ring) over a namespace with
+/// no objects, once it has worked for 3 s.
+fn idle_member(
+    bin: &PathBuf,
+    cluster: &TestCluster,
+    api: &Api,
+    o: &Options,
+) -> Result<f64, String> {
+    const EMPTY: &str = "shard-empty";
+    eprintln!("\n==> one member over no objects (namespace {EMPTY})");
+    api.send(
+        "POST",
+        "/api/v1/namespaces",
+        &format!(r#"{{"metadata":{{"name":"{EMPTY}"}}}}"#),
+    )?;
+    let mut p = spawn_in(bin, cluster, "bench-empty", EMPTY, 0, o)?;
+    let t0 = Instant::now();
+    let rss = loop {
+        if let Ok(Some(st)) = p.child.try_wait() {
+            break Err(format!("the idle member exited: {st}"));
+        }
+        if let Some(s) = p.status()
+            && s["working"] == true
+            && s["sharder"] == true
+        {
+            std::thread::sleep(Duration::from_secs(3));
+            break p
+                .status()
+                .map(|s| f(&s, "rss_kb") / 1024.0)
+                .ok_or_else(|| "no status".to_string());
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            break Err("the idle member did not work within 120 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = p.child.kill();
+    let _ = p.child.wait();
+    let rss = rss?;
+    eprintln!("    RSS {rss:.1} MB");
+    Ok(rss)
+}
+
+fn print(
+    runs: &[Run],
+    o: &Options,
+    before: &str,
+    after: &str,
+    floor: Option<(usize, f64)>,
+    idle: f64,
+) {
     println!(
         "\nbench shard: {} ConfigMaps (~1 KB), {} mode, member processes (shard-member), \
          Lease duration {} s, {} sharder writes in flight",
@@ -481,6 +548,28 @@ fn print(runs: &[Run], o: &Options, before: &str, after: &str, floor: Option<(us
             max / one_rss,
             others_mean / one_rss
         );
+        // What the process's floor allows: RSS = floor + objects x slope (the slope from the
+        // members other than the sharder); even with a sharder that cost nothing, k members
+        // would hold (floor + slope N/k) / (floor + slope N) of one.
+        let fit: Vec<(f64, f64)> = most
+            .rows
+            .iter()
+            .filter(|m| !m.sharder && m.cached > 0)
+            .map(|m| ((m.rss_mb - idle) / m.cached as f64, m.cached as f64))
+            .collect();
+        if !fit.is_empty() && idle.is_finite() {
+            let slope = fit.iter().map(|(s, _)| s).sum::<f64>() / fit.len() as f64;
+            let n = o.objects as f64;
+            let k = most.members as f64;
+            println!(
+                "    a member over no objects (the process's floor): {idle:.1} MB; the members other \
+                 than the sharder: {:.2} KB per cached object above it; so, a sharder costing \
+                 nothing, the best mean at {} members: {:.2}",
+                slope * 1024.0,
+                most.members,
+                (idle + slope * n / k) / (idle + slope * n)
+            );
+        }
     }
     let reassigns: Vec<&Run> = runs.iter().filter(|r| r.reassign.is_some()).collect();
     if !reassigns.is_empty() {
