@@ -224,7 +224,9 @@ impl ShardConfig {
     /// (`max_work`): a gone member is seen gone after `lease_duration` + one membership read;
     /// then a handover is at most two steps (drain, assign), each needing a read of the
     /// change, the end of in-flight work, the acknowledgement (a Lease renewal in the filter
-    /// mode) and the sharder's read of it.
+    /// mode) and the sharder's read of it. In the labels mode each moved object is a write of
+    /// the sharder's ([`writes_in_flight`](Self::writes_in_flight) at once): with many objects,
+    /// count them in `view_lag` as moved objects / the API server's write rate.
     pub fn settle_bound(&self, view_lag: Duration, max_work: Duration) -> Duration {
         let step = view_lag + max_work + self.retry_period * 2 + view_lag;
         self.lease_duration + self.retry_period * 2 + step * 3
