@@ -20,7 +20,7 @@
 //! 4. The process's floor: one member over a namespace with no objects (its RSS once working
 //!    for 3 s), and what it allows of the RSS target even with a sharder that cost nothing.
 //!    Labels mode: the floor of a reassignment, measured last: as many bare label patches as
-//!    the largest reassignment wrote, `--writes-in-flight` at once (the sharder's window, 32 by
+//!    the largest reassignment wrote, `--writes-in-flight` at once (the sharder's window, 16 by
 //!    default), from this process.
 //! 5. Prints the table, per-member RSS at the largest member count against one member's (the
 //!    issue's target: ≤ 0.3×, labels mode), each reassignment against the Lease duration + 2 s
@@ -67,7 +67,7 @@ fn parse(args: &[&str]) -> Result<Options, String> {
         lease_s: 15.0,
         writers: 16,
         mode: "labels".into(),
-        in_flight: 32,
+        in_flight: 16,
     };
     let mut args = args.iter();
     let num = |v: Option<&&str>, what: &str| -> Result<usize, String> {

@@ -3,7 +3,7 @@
 //! A `Controller` of the ConfigMaps of `--namespace` (tokio, `DynamicObject`), sharded in the
 //! mode `--mode` (`labels`, the default, or `filter`) on the ring `--ring` (member name
 //! `--label` plus random digits, Lease duration `--lease-duration` seconds, renew deadline ⅔ of
-//! it, retry period 2 s or less, `--writes-in-flight` sharder writes at once, 32 by default):
+//! it, retry period 2 s or less, `--writes-in-flight` sharder writes at once, 16 by default):
 //! in the labels mode its informer watches only the objects labelled with its shard, in the
 //! filter mode all of them; its reconcile counts and returns `Done`.
 //!
@@ -44,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "filter" => ShardMode::Filter,
         m => return Err(format!("--mode {m}: labels or filter").into()),
     };
-    let writes_in_flight: usize = arg("--writes-in-flight", "32").parse()?;
+    let writes_in_flight: usize = arg("--writes-in-flight", "16").parse()?;
     let lease = Duration::from_secs_f64(lease);
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(async move {
