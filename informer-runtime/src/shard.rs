@@ -9,8 +9,9 @@
 //!   the published table every retry period (filter and server modes).
 //! - The **sharder task** campaigns for the ring's Lease `<ring>`; every retry period it reads
 //!   the ring's member Leases (a quorum LIST); while elected it labels, drains and relabels
-//!   objects (labels mode, from metadata-only informers over all objects of the primary and
-//!   owned kinds), or publishes the table on the Lease `<ring>-table` (filter and server modes).
+//!   objects (labels mode, from informers of [`ShardView`]s over all objects of the primary and
+//!   owned kinds; [`ShardConfig::writes_in_flight`] patches out at once, a sliding window), or
+//!   publishes the table on the Lease `<ring>-table` (filter and server modes).
 //! - The [`Sharding`] handle answers [`try_start`](Sharding::try_start) and
 //!   [`finish`](Sharding::finish) around each reconcile: [`Controller::shard`] wires it in, so
 //!   the same reconcile runs sharded or not.
@@ -31,15 +32,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use event_listener::Event;
+use futures_util::StreamExt;
 use futures_util::future::{Either, select};
 use informer_core::controller::leaderelection::{
     GetOutcome, LeaderElectionConfig, LeaseRequest, LeaseWrite, WriteOutcome,
 };
 use informer_core::controller::shard::{
     LabelAck, Member, MemberEvent, MemberLease, Mode, ShardConfig, ShardError, ShardTable,
-    ShardWrite, Sharder, WriteResult,
+    ShardView, ShardWrite, Sharder, WriteResult,
 };
-use informer_core::object::{DynamicObject, Object, ObjectOrTombstone, PartialObjectMetadata};
+use informer_core::object::{DynamicObject, Object, ObjectOrTombstone};
 use informer_core::protocol::{ListRequest, Selectors};
 use informer_core::time::Instant as CoreInstant;
 use informer_http::write::{
@@ -421,17 +423,25 @@ async fn ack_task<R: Runtime, B: Backend>(
             listen.await;
             continue;
         }
-        for a in batch {
-            let (ns, name) = split_key(&a.key);
-            let api: Api<DynamicObject, B> = client.api(primary.clone(), ns);
-            let patch = serde_json::json!({"metadata": {
-                "resourceVersion": a.resource_version,
-                "labels": {cfg.shard_label(): null, cfg.drain_label(): null},
-            }});
-            match api
-                .patch(name, &Patch::Merge(&patch), &PatchParams::default())
-                .await
-            {
+        // As the sharder's writes: a sliding window of `writes_in_flight`.
+        let mut done = futures_util::stream::iter(batch.into_iter().map(|a| {
+            let (client, primary, cfg) = (&client, &primary, &cfg);
+            async move {
+                let (ns, name) = split_key(&a.key);
+                let api: Api<DynamicObject, B> = client.api(primary.clone(), ns);
+                let patch = serde_json::json!({"metadata": {
+                    "resourceVersion": a.resource_version,
+                    "labels": {cfg.shard_label(): null, cfg.drain_label(): null},
+                }});
+                let r = api
+                    .patch(name, &Patch::Merge(&patch), &PatchParams::default())
+                    .await;
+                (a, r)
+            }
+        }))
+        .buffer_unordered(cfg.writes_in_flight.max(1));
+        while let Some((a, r)) = done.next().await {
+            match r {
                 Ok(_) => {
                     tracing::debug!(key = %a.key, member = %cfg.member, "drained: acknowledged")
                 }
@@ -443,6 +453,7 @@ async fn ack_task<R: Runtime, B: Backend>(
                 }
             }
         }
+        drop(done);
         if !retry.is_empty() {
             rt.sleep(cfg.retry_period).await;
         }
@@ -722,22 +733,20 @@ async fn list_members<B: Backend>(
 
 /// The sharder's view of every object (labels mode): metadata-only informers over the primary
 /// and owned kinds in the scope, started when this member is elected and stopped when it is
-/// not (so a member that is not the sharder caches only its own share).
+/// not (so a member that is not the sharder caches only its own share). Each object is a
+/// [`ShardView`]: key, uid, resourceVersion, labels and owner references, the rest skipped as
+/// it is decoded.
 fn start_informers<R: Runtime, B: Backend>(
     rt: &R,
     client: &Client<B>,
     inner: &Arc<Inner>,
     kinds: &[Resource],
     scope: &ShardScope,
-) -> Result<Vec<Informer<PartialObjectMetadata, R>>, crate::Error> {
+) -> Result<Vec<Informer<ShardView, R>>, crate::Error> {
     let mut informers = Vec::new();
     for (i, kind) in kinds.iter().enumerate() {
-        let mut b = crate::InformerBuilder::<PartialObjectMetadata, R>::new(
-            rt.clone(),
-            client,
-            kind.clone(),
-        )
-        .name(format!("shard-{}-{}", inner.cfg.ring, kind.plural));
+        let mut b = crate::InformerBuilder::<ShardView, R>::new(rt.clone(), client, kind.clone())
+            .name(format!("shard-{}-{}", inner.cfg.ring, kind.plural));
         if let Some(ns) = &scope.namespace {
             b = b.namespace(ns.clone());
         }
@@ -745,7 +754,7 @@ fn start_informers<R: Runtime, B: Backend>(
             b = b.label_selector(sel.clone());
         }
         let informer = b.build()?;
-        let observe = move |inner: &Inner, o: &PartialObjectMetadata| {
+        let observe = move |inner: &Inner, o: &ShardView| {
             let key = format!("{i}/{}", o.key_ref());
             let s = inner.cfg.object_shard(o);
             let rv = o.resource_version().unwrap_or("");
@@ -761,9 +770,9 @@ fn start_informers<R: Runtime, B: Backend>(
         let (seen, upd, gone) = (inner.clone(), inner.clone(), inner.clone());
         informer.add_handler(
             HandlerFns::new()
-                .on_add(move |o: Arc<PartialObjectMetadata>, _| observe(&seen, &o))
-                .on_update(move |_, o: Arc<PartialObjectMetadata>| observe(&upd, &o))
-                .on_delete(move |o: ObjectOrTombstone<PartialObjectMetadata>| {
+                .on_add(move |o: Arc<ShardView>, _| observe(&seen, &o))
+                .on_update(move |_, o: Arc<ShardView>| observe(&upd, &o))
+                .on_delete(move |o: ObjectOrTombstone<ShardView>| {
                     let key = format!("{i}/{}", o.object().key_ref());
                     gone.sharder().forget_object(&key);
                 }),
@@ -783,7 +792,7 @@ async fn sharder_task<R: Runtime, B: Backend>(
     kinds: Vec<Resource>,
     scope: ShardScope,
 ) {
-    let mut informers: Vec<Informer<PartialObjectMetadata, R>> = Vec::new();
+    let mut informers: Vec<Informer<ShardView, R>> = Vec::new();
     let _exit = TaskExit(inner.clone());
     let cfg = inner.cfg.clone();
     let election = LeaderElectionConfig {
@@ -871,7 +880,7 @@ async fn sharder_task<R: Runtime, B: Backend>(
             }
             w
         };
-        // Object writes go out up to 16 at once (each on its own key); table writes alone.
+        // Object writes go out together (below); table writes alone.
         let mut labels = Vec::new();
         for (id, w) in writes {
             match w {
@@ -910,20 +919,23 @@ async fn sharder_task<R: Runtime, B: Backend>(
                 }
             }
         }
-        while !labels.is_empty() {
-            let rest = labels.split_off(labels.len().min(16));
-            let batch = std::mem::replace(&mut labels, rest);
-            let done = futures_util::future::join_all(batch.into_iter().map(|(id, key, rv, l)| {
-                let (client, kinds) = (&client, &kinds);
-                async move { (id, patch_labels(client, kinds, &key, &rv, l).await) }
-            }))
-            .await;
+        // A sliding window: `writes_in_flight` patches out at all times (each on its own
+        // key), each outcome handed back as it comes, not in lock-step batches. A term that
+        // ends stops the rest at once (the next one decides again from what it sees).
+        let window = cfg.writes_in_flight.max(1);
+        let mut done = futures_util::stream::iter(labels.into_iter().map(|(id, key, rv, l)| {
+            let (client, kinds) = (&client, &kinds);
+            async move { (id, patch_labels(client, kinds, &key, &rv, l).await) }
+        }))
+        .buffer_unordered(window);
+        while let Some((id, r)) = done.next().await {
             let now = inner.now();
-            let mut sharder = inner.sharder();
-            for (id, r) in done {
-                sharder.handle_write(id, now, r);
+            inner.sharder().handle_write(id, now, r);
+            if !leadership.is_leader() || inner.stop.load(Ordering::Acquire) {
+                break;
             }
         }
+        drop(done);
         let at = {
             let now = inner.now();
             let t = inner.sharder().poll_timeout(now);

@@ -1,22 +1,31 @@
 //! `cargo xtask bench shard`: one controller sharded over 1 to 4 member processes (labels
-//! mode, issue 43) against a real kube-apiserver v1.20.2 + etcd.
+//! mode by default, `--mode filter` for the filter mode; issue 43) against a real
+//! kube-apiserver v1.20.2 + etcd.
 //!
 //! 1. Starts a fresh cluster and creates `--objects` ConfigMaps (20,000 by default, ~1 KB each,
 //!    `bench e2e`'s) in the namespace `shard-bench`, `--writers` at a time.
 //! 2. For each member count in `--members` (default `1,2,3,4`), on a ring of its own
 //!    (`bench-<k>`, so every run starts from unlabelled objects): starts k `shard-member`
 //!    processes (informer-bench, release) at once and waits until the ring has converged: every
-//!    member working and the members' caches (each watches only its own shard's label) add up
-//!    to the object count, steadily for `STEADY`. Then, per member: cached objects, RSS, CPU
-//!    spent until then, and CPU over the next 5 s (the idle cost of a converged member); the
-//!    writes the sharder made to converge.
+//!    member working and the members' shares add up to the object count, steadily for
+//!    `STEADY` (a share: the member's cache in the labels mode, where each watches only its
+//!    own shard's label; the cached objects it owns in the filter mode, where each caches
+//!    everything). Then, per member: cached objects, RSS, CPU spent until then, and CPU over
+//!    the next 5 s (the idle cost of a converged member); the writes the sharder made to
+//!    converge.
 //! 3. With k ≥ 2: SIGKILL to one member process that is not the sharder (its Lease is left to
-//!    expire), and the time until the survivors' caches add up to every object again
+//!    expire), and the time until the survivors' shares add up to every object again
 //!    (measured from the kill to the first instant of a state that then held for `STEADY`),
-//!    with the sharder's writes for it.
-//! 4. Prints the table, per-member RSS at the largest member count against one member's (the
-//!    issue's target: ≤ 0.3×, labels mode) and each reassignment against the Lease duration
-//!    + 2 s (the target: ≤ 1×), with the load average before and after.
+//!    with the sharder's writes for it (relabels; tables in the filter mode).
+//! 4. The process's floor: one member over a namespace with no objects (its RSS once working
+//!    for 3 s), and what it allows of the RSS target even with a sharder that cost nothing.
+//!    Labels mode: the floor of a reassignment, measured last: as many bare label patches as
+//!    the largest reassignment wrote, `--writes-in-flight` at once (the sharder's window, 16 by
+//!    default), from this process.
+//! 5. Prints the table, per-member RSS at the largest member count against one member's (the
+//!    issue's target: ≤ 0.3×, labels mode), each reassignment against the Lease duration + 2 s
+//!    (the target: ≤ 1×) and, in the labels mode, the floor (the Lease duration + the patches'
+//!    time) against it, with the load average before and after.
 //!
 //! The members are separate processes: RSS and CPU are each process's own (`VmRSS`,
 //! `getrusage`), the kill is a real `kill -9`. All of them, the cluster and this process
@@ -33,7 +42,8 @@ use testcluster::TestCluster;
 use crate::bench_e2e::{Api, configmap, lines_of, parallel};
 
 const USAGE: &str = "usage: cargo xtask bench shard [--objects N] [--members N,N,...] \
-                     [--lease-duration SECONDS] [--writers N]\n";
+                     [--lease-duration SECONDS] [--writers N] [--mode labels|filter] \
+                     [--writes-in-flight N]\n";
 
 /// How long a converged state must hold before it counts.
 const STEADY: Duration = Duration::from_secs(3);
@@ -44,6 +54,10 @@ struct Options {
     members: Vec<usize>,
     lease_s: f64,
     writers: usize,
+    /// `labels` or `filter`.
+    mode: String,
+    /// The sharder's object writes at once (labels mode), and the floor's patches at once.
+    in_flight: usize,
 }
 
 fn parse(args: &[&str]) -> Result<Options, String> {
@@ -52,6 +66,8 @@ fn parse(args: &[&str]) -> Result<Options, String> {
         members: vec![1, 2, 3, 4],
         lease_s: 15.0,
         writers: 16,
+        mode: "labels".into(),
+        in_flight: 16,
     };
     let mut args = args.iter();
     let num = |v: Option<&&str>, what: &str| -> Result<usize, String> {
@@ -64,6 +80,11 @@ fn parse(args: &[&str]) -> Result<Options, String> {
         match *a {
             "--objects" => o.objects = num(args.next(), "--objects")?,
             "--writers" => o.writers = num(args.next(), "--writers")?.max(1),
+            "--writes-in-flight" => o.in_flight = num(args.next(), "--writes-in-flight")?.max(1),
+            "--mode" => match args.next().copied() {
+                Some(m @ ("labels" | "filter")) => o.mode = m.to_string(),
+                m => return Err(format!("--mode {m:?}: labels or filter\n{USAGE}")),
+            },
             "--lease-duration" => {
                 let v = args.next().ok_or(USAGE)?;
                 o.lease_s = v
@@ -116,18 +137,31 @@ fn spawn(
     cluster: &TestCluster,
     ring: &str,
     i: usize,
-    lease_s: f64,
+    o: &Options,
+) -> Result<Proc, String> {
+    spawn_in(bin, cluster, ring, NS, i, o)
+}
+
+fn spawn_in(
+    bin: &PathBuf,
+    cluster: &TestCluster,
+    ring: &str,
+    ns: &str,
+    i: usize,
+    o: &Options,
 ) -> Result<Proc, String> {
     let mut child = Command::new(bin)
         .args([
             "--ring",
             ring,
             "--namespace",
-            NS,
+            ns,
             "--label",
             &format!("m{i}"),
         ])
-        .args(["--lease-duration", &lease_s.to_string()])
+        .args(["--lease-duration", &o.lease_s.to_string()])
+        .args(["--mode", &o.mode])
+        .args(["--writes-in-flight", &o.in_flight.to_string()])
         .env("KUBECONFIG", &cluster.kubeconfig)
         .stdout(Stdio::piped())
         .spawn()
@@ -159,15 +193,17 @@ fn cpu(v: &Value) -> f64 {
     f(v, "cpu_user_s") + f(v, "cpu_sys_s")
 }
 
-/// Whether the live members are all working and their caches add up to `n` objects.
-fn converged(procs: &[Proc], n: usize) -> bool {
+/// Whether the live members are all working and their shares add up to `n` objects: their
+/// caches in the labels mode (each watches only its shard), the objects they own in the filter
+/// mode (each caches everything).
+fn converged(procs: &[Proc], n: usize, share: &str) -> bool {
     let mut sum = 0;
     for p in procs.iter().filter(|p| p.alive) {
         let Some(s) = p.status() else { return false };
         if s["working"] != true {
             return false;
         }
-        sum += s["cached"].as_u64().unwrap_or(0) as usize;
+        sum += s[share].as_u64().unwrap_or(0) as usize;
     }
     sum == n
 }
@@ -182,7 +218,12 @@ fn writes(procs: &[Proc]) -> u64 {
 }
 
 /// Waits until [`converged`] has held for [`STEADY`]; the instant it started holding.
-fn wait_converged(procs: &mut [Proc], n: usize, limit: Duration) -> Result<Instant, String> {
+fn wait_converged(
+    procs: &mut [Proc],
+    n: usize,
+    share: &str,
+    limit: Duration,
+) -> Result<Instant, String> {
     let t0 = Instant::now();
     let mut since: Option<Instant> = None;
     loop {
@@ -191,7 +232,7 @@ fn wait_converged(procs: &mut [Proc], n: usize, limit: Duration) -> Result<Insta
                 return Err(format!("a member exited: {st}"));
             }
         }
-        if converged(procs, n) {
+        if converged(procs, n, share) {
             let s = *since.get_or_insert_with(Instant::now);
             if s.elapsed() >= STEADY {
                 return Ok(s);
@@ -206,8 +247,8 @@ fn wait_converged(procs: &mut [Proc], n: usize, limit: Duration) -> Result<Insta
                 .filter_map(|p| p.status())
                 .map(|s| {
                     format!(
-                        "{} cached {} working {}",
-                        s["member"], s["cached"], s["working"]
+                        "{} cached {} owned {} working {}",
+                        s["member"], s["cached"], s["owned"], s["working"]
                     )
                 })
                 .collect();
@@ -243,10 +284,15 @@ fn one_run(bin: &PathBuf, cluster: &TestCluster, k: usize, o: &Options) -> Resul
     let t0 = Instant::now();
     let mut procs = Vec::new();
     for i in 0..k {
-        procs.push(spawn(bin, cluster, &ring, i, o.lease_s)?);
+        procs.push(spawn(bin, cluster, &ring, i, o)?);
     }
     let result = (|| -> Result<Run, String> {
-        let at = wait_converged(&mut procs, o.objects, Duration::from_secs(900))?;
+        let share = if o.mode == "filter" {
+            "owned"
+        } else {
+            "cached"
+        };
+        let at = wait_converged(&mut procs, o.objects, share, Duration::from_secs(900))?;
         let converge_s = (at - t0).as_secs_f64();
         let writes_converged = writes(&procs);
         let first: Vec<Value> = procs.iter().filter_map(|p| p.status()).collect();
@@ -265,10 +311,11 @@ fn one_run(bin: &PathBuf, cluster: &TestCluster, k: usize, o: &Options) -> Resul
             .collect();
         for (r, s) in rows.iter().zip(&first) {
             eprintln!(
-                "    {}{}: {} cached, RSS {:.1} MB, CPU {:.2} s",
+                "    {}{}: {} cached, {} owned, RSS {:.1} MB, CPU {:.2} s",
                 s["member"].as_str().unwrap_or("?"),
                 if r.sharder { " (sharder)" } else { "" },
                 r.cached,
+                s["owned"],
                 r.rss_mb,
                 r.cpu_s
             );
@@ -294,12 +341,12 @@ fn one_run(bin: &PathBuf, cluster: &TestCluster, k: usize, o: &Options) -> Resul
                 std::thread::sleep(Duration::from_millis(20));
             }
             let first = killed.elapsed().as_secs_f64();
-            let at = wait_converged(&mut procs, o.objects, limit)?;
+            let at = wait_converged(&mut procs, o.objects, share, limit)?;
             let took = (at.max(killed) - killed).as_secs_f64();
             let w = writes(&procs) - before;
             eprintln!(
-                "    kill -9 of member {victim}: first relabel after {first:.1} s, reassigned \
-                 in {took:.1} s ({w} sharder writes)"
+                "    kill -9 of member {victim}: the sharder's first write after {first:.1} s, \
+                 reassigned in {took:.1} s ({w} sharder writes)"
             );
             reassign = Some((took, first, w));
         }
@@ -352,15 +399,90 @@ pub fn main(args: &[&str]) -> super::Result {
     for &k in &o.members {
         runs.push(one_run(&bin, &cluster, k, &o)?);
     }
-    print(&runs, &o, &load_before, &super::load_average());
+    // The floor of the labels mode's reassignment: as many bare patches as the most a
+    // reassignment wrote, `--writes-in-flight` at once, straight from this process.
+    let most = runs
+        .iter()
+        .filter_map(|r| r.reassign.map(|(_, _, w)| w as usize))
+        .max()
+        .unwrap_or(0)
+        .min(o.objects);
+    let idle = idle_member(&bin, &cluster, &api, &o).unwrap_or_else(|e| {
+        eprintln!("    {e}");
+        f64::NAN
+    });
+    let floor = if o.mode == "labels" && most > 0 {
+        eprintln!("\n==> {most} bare label patches, {} at once", o.in_flight);
+        let t = Instant::now();
+        parallel(most, o.in_flight, |i| {
+            api.patch(
+                &format!("/api/v1/namespaces/{NS}/configmaps/cm-{i}"),
+                &format!(r#"{{"metadata":{{"labels":{{"floor":"{i}"}}}}}}"#),
+            )
+        })?;
+        Some((most, t.elapsed().as_secs_f64()))
+    } else {
+        None
+    };
+    print(&runs, &o, &load_before, &super::load_average(), floor, idle);
     Ok(())
 }
 
-fn print(runs: &[Run], o: &Options, before: &str, after: &str) {
+/// The process's floor: the RSS of one member (the sharder of its ring) over a namespace with
+/// no objects, once it has worked for 3 s.
+fn idle_member(
+    bin: &PathBuf,
+    cluster: &TestCluster,
+    api: &Api,
+    o: &Options,
+) -> Result<f64, String> {
+    const EMPTY: &str = "shard-empty";
+    eprintln!("\n==> one member over no objects (namespace {EMPTY})");
+    api.send(
+        "POST",
+        "/api/v1/namespaces",
+        &format!(r#"{{"metadata":{{"name":"{EMPTY}"}}}}"#),
+    )?;
+    let mut p = spawn_in(bin, cluster, "bench-empty", EMPTY, 0, o)?;
+    let t0 = Instant::now();
+    let rss = loop {
+        if let Ok(Some(st)) = p.child.try_wait() {
+            break Err(format!("the idle member exited: {st}"));
+        }
+        if let Some(s) = p.status()
+            && s["working"] == true
+            && s["sharder"] == true
+        {
+            std::thread::sleep(Duration::from_secs(3));
+            break p
+                .status()
+                .map(|s| f(&s, "rss_kb") / 1024.0)
+                .ok_or_else(|| "no status".to_string());
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            break Err("the idle member did not work within 120 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = p.child.kill();
+    let _ = p.child.wait();
+    let rss = rss?;
+    eprintln!("    RSS {rss:.1} MB");
+    Ok(rss)
+}
+
+fn print(
+    runs: &[Run],
+    o: &Options,
+    before: &str,
+    after: &str,
+    floor: Option<(usize, f64)>,
+    idle: f64,
+) {
     println!(
-        "\nbench shard: {} ConfigMaps (~1 KB), labels mode, member processes (shard-member), \
-         Lease duration {} s",
-        o.objects, o.lease_s
+        "\nbench shard: {} ConfigMaps (~1 KB), {} mode, member processes (shard-member), \
+         Lease duration {} s, {} sharder writes in flight",
+        o.objects, o.mode, o.lease_s, o.in_flight
     );
     println!("load average before {before}, after {after}\n");
     println!(
@@ -417,7 +539,7 @@ fn print(runs: &[Run], o: &Options, before: &str, after: &str) {
             .collect();
         let others_mean = others.iter().sum::<f64>() / others.len().max(1) as f64;
         println!(
-            "\nper-member RSS at {} members / one member's ({:.1} MB), target ≤ 0.30:",
+            "\nper-member RSS at {} members / one member's ({:.1} MB), target ≤ 0.30 (labels mode):",
             most.members, one_rss
         );
         println!(
@@ -426,6 +548,28 @@ fn print(runs: &[Run], o: &Options, before: &str, after: &str) {
             max / one_rss,
             others_mean / one_rss
         );
+        // What the process's floor allows: RSS = floor + objects x slope (the slope from the
+        // members other than the sharder); even with a sharder that cost nothing, k members
+        // would hold (floor + slope N/k) / (floor + slope N) of one.
+        let fit: Vec<(f64, f64)> = most
+            .rows
+            .iter()
+            .filter(|m| !m.sharder && m.cached > 0)
+            .map(|m| ((m.rss_mb - idle) / m.cached as f64, m.cached as f64))
+            .collect();
+        if !fit.is_empty() && idle.is_finite() {
+            let slope = fit.iter().map(|(s, _)| s).sum::<f64>() / fit.len() as f64;
+            let n = o.objects as f64;
+            let k = most.members as f64;
+            println!(
+                "    a member over no objects (the process's floor): {idle:.1} MB; the members other \
+                 than the sharder: {:.2} KB per cached object above it; so, a sharder costing \
+                 nothing, the best mean at {} members: {:.2}",
+                slope * 1024.0,
+                most.members,
+                (idle + slope * n / k) / (idle + slope * n)
+            );
+        }
     }
     let reassigns: Vec<&Run> = runs.iter().filter(|r| r.reassign.is_some()).collect();
     if !reassigns.is_empty() {
@@ -436,7 +580,7 @@ fn print(runs: &[Run], o: &Options, before: &str, after: &str) {
         for r in reassigns {
             let (s, first, w) = r.reassign.unwrap_or_default();
             println!(
-                "    {} members: {:.1} s ({:.2}), the first relabel after {:.1} s, {} sharder \
+                "    {} members: {:.1} s ({:.2}), the sharder's first write after {:.1} s, {} sharder \
                  writes ({:.0}/s)",
                 r.members,
                 s,
@@ -445,6 +589,24 @@ fn print(runs: &[Run], o: &Options, before: &str, after: &str) {
                 w,
                 w as f64 / (s - first).max(0.001)
             );
+        }
+        if let Some((n, secs)) = floor {
+            let rate = n as f64 / secs.max(0.001);
+            println!(
+                "\nthe floor: {n} bare label patches ({} at once, from one process) took {secs:.1} s \
+                 ({rate:.0}/s); nothing moves before the Lease expires, so a reassignment of w \
+                 objects takes at least Lease duration + w / {rate:.0}:",
+                o.in_flight
+            );
+            for r in runs.iter().filter(|r| r.reassign.is_some()) {
+                let (_, _, w) = r.reassign.unwrap_or_default();
+                let f = o.lease_s + w as f64 / rate;
+                println!(
+                    "    {} members: {f:.1} s ({:.2}) for {w} writes",
+                    r.members,
+                    f / (o.lease_s + 2.0)
+                );
+            }
         }
     }
 }

@@ -441,3 +441,50 @@ fn shard_09_filter_sharder_moves_a_range_in_two_steps_after_the_acks() {
     assert!(!t3.has_unowned());
     assert!(t3.same_assignment(&ShardTable::ring(&["a", "b"], 8)));
 }
+
+#[test]
+fn shard_13_shard_view_keeps_what_assignment_reads_and_drops_the_rest() {
+    use crate::object::PartialObjectMetadata;
+    let c = cfg("a", Mode::Labels);
+    let text = r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1",
+        "metadata":{"name":"cm","namespace":"ns","uid":"u-1","resourceVersion":"7",
+        "labels":{"app":"x","ring/shard":"a","ring/drain":"true"},
+        "annotations":{"big":"yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy"},
+        "creationTimestamp":"2026-11-29T00:00:00Z",
+        "managedFields":[{"manager":"kubectl","operation":"Apply","fieldsV1":{"f:data":{}}}],
+        "ownerReferences":[{"apiVersion":"v1","kind":"Thing","name":"p","uid":"parent-uid",
+            "controller":true}]},"data":{"payload":"zzzz"}}"#;
+    let full: PartialObjectMetadata = serde_json::from_str(text).unwrap();
+    let view: ShardView = serde_json::from_str(text).unwrap();
+    // The same hash (by the controller owner), labels, key and resourceVersion.
+    assert_eq!(c.object_shard(&view), c.object_shard(&full));
+    assert_eq!(
+        c.hash_of(&view),
+        HashBy::Uid.hash("u-1", "ns", Some("parent-uid"))
+    );
+    assert_eq!(view.key_ref(), full.key_ref());
+    assert_eq!(view.resource_version(), Some("7"));
+    assert_eq!(view.uid(), Some("u-1"));
+    assert_eq!(view.labels().get("app"), Some("x"));
+    // Nothing else.
+    assert!(view.annotations().is_empty());
+    assert!(view.metadata.other().get("managedFields").is_none());
+    assert!(view.metadata.other().get("creationTimestamp").is_none());
+    assert!(view.metadata.heap_size() < full.metadata.heap_size());
+    // Cut from metadata already decoded: the same.
+    assert_eq!(ShardView::from(full.metadata.clone()), view);
+    assert!(<ShardView as Object>::metadata_only());
+    // Without owner or labels, cluster-scoped, escaped: only what is there.
+    let bare: ShardView = serde_json::from_str(
+        r#"{"metadata":{"name":"b\u0062","uid":"u-2","resourceVersion":"3"}}"#,
+    )
+    .unwrap();
+    assert_eq!(bare.name(), "bb");
+    assert!(bare.labels().is_empty() && bare.metadata.other().is_empty());
+    assert!(bare.namespace().is_none());
+    assert_eq!(c.hash_of(&bare), HashBy::Uid.hash("u-2", "", None));
+    assert_eq!(
+        serde_json::from_str::<ShardView>("{}").unwrap(),
+        ShardView::default()
+    );
+}
