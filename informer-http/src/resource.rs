@@ -207,8 +207,8 @@ macro_rules! custom_resource {
     (
         $(#[$attr:meta])*
         $vis:vis struct $name:ident($group:literal, $version:literal, $plural:literal, $scope:ident) {
-            spec: $spec:ty,
-            status: $status:ty $(,)?
+            spec: $spec:ty
+            $(, status: $status:ty)? $(,)?
         }
     ) => {
         $(#[$attr])*
@@ -218,31 +218,12 @@ macro_rules! custom_resource {
             pub metadata: $crate::core::object::ObjectMeta,
             /// What the object asks for.
             pub spec: $spec,
-            /// What its controller observed (written through the status subresource).
-            #[serde(default, skip_serializing_if = "Option::is_none")]
-            pub status: ::core::option::Option<$status>,
+            $(
+                /// What its controller observed (written through the status subresource).
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub status: ::core::option::Option<$status>,
+            )?
         }
-        $crate::custom_resource!(@impls $name, $group, $version, $plural, $scope, $spec, $status, true);
-    };
-    (
-        $(#[$attr:meta])*
-        $vis:vis struct $name:ident($group:literal, $version:literal, $plural:literal, $scope:ident) {
-            spec: $spec:ty $(,)?
-        }
-    ) => {
-        $(#[$attr])*
-        #[derive(Clone, Debug, ::serde::Serialize, ::serde::Deserialize)]
-        $vis struct $name {
-            /// Name, namespace, labels, generation, finalizers...
-            pub metadata: $crate::core::object::ObjectMeta,
-            /// What the object asks for.
-            pub spec: $spec,
-        }
-        $crate::custom_resource!(@impls $name, $group, $version, $plural, $scope, $spec, (), false);
-    };
-    (@scope namespaced) => { true };
-    (@scope cluster) => { false };
-    (@impls $name:ident, $group:literal, $version:literal, $plural:literal, $scope:ident, $spec:ty, $status:ty, $has:literal) => {
         $crate::core::impl_object!($name);
         impl $crate::HasResource for $name {
             fn resource() -> $crate::Resource {
@@ -257,10 +238,16 @@ macro_rules! custom_resource {
         }
         impl $crate::CustomResource for $name {
             type Spec = $spec;
-            type Status = $status;
-            const HAS_STATUS: bool = $has;
+            type Status = $crate::custom_resource!(@status $($status)?);
+            const HAS_STATUS: bool = $crate::custom_resource!(@has $($status)?);
         }
     };
+    (@scope namespaced) => { true };
+    (@scope cluster) => { false };
+    (@status $status:ty) => { $status };
+    (@status) => { () };
+    (@has $status:ty) => { true };
+    (@has) => { false };
 }
 
 #[cfg(test)]

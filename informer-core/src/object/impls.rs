@@ -78,6 +78,8 @@ impl Object for ObjectMeta {
 /// - `impl_object!(Widget, meta)`: it is the field `meta` (or `0` in a tuple struct).
 /// - `impl_object!([S: Clone] Crd<S>)` or `impl_object!([S] Crd<S>, meta)`: a generic type;
 ///   what is between the brackets becomes the impl's generic parameters.
+/// - `impl_object!([] Widget, metadata { fn metadata_only() -> bool { true } })`: the same,
+///   with more of `Object`'s provided methods overridden in the braces.
 ///
 /// The field may be an [`ObjectMeta`](crate::object::ObjectMeta) or any type that implements
 /// [`Object`](crate::object::Object) itself: a program with its own metadata struct implements
@@ -89,7 +91,11 @@ macro_rules! impl_object {
         $crate::impl_object!([$($generics)*] $ty, metadata);
     };
     ([$($generics:tt)*] $ty:ty, $field:tt) => {
+        $crate::impl_object!([$($generics)*] $ty, $field {});
+    };
+    ([$($generics:tt)*] $ty:ty, $field:tt { $($extra:tt)* }) => {
         impl<$($generics)*> $crate::object::Object for $ty {
+            $($extra)*
             fn name(&self) -> &str {
                 $crate::object::Object::name(&self.$field)
             }

@@ -8,8 +8,7 @@ use alloc::format;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use crate::object::meta_fields::{Finalizers, MetaMap, MetadataError, OwnerReferences, Timestamp};
-use crate::object::{Object, ObjectMeta, ObjectMetaParts, RawFields, StringMap};
+use crate::object::{ObjectMeta, ObjectMetaParts, RawFields, StringMap};
 
 /// An object as the labels mode's sharder sees it: name, namespace, uid, resourceVersion,
 /// labels and `ownerReferences` (the hash input of an owned object), nothing else.
@@ -100,40 +99,10 @@ impl<'de> Deserialize<'de> for ShardView {
     }
 }
 
-impl Object for ShardView {
-    fn name(&self) -> &str {
-        self.metadata.name()
-    }
-    fn namespace(&self) -> Option<&str> {
-        self.metadata.namespace()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.metadata.resource_version()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.metadata.uid()
-    }
-    fn labels(&self) -> MetaMap<'_> {
-        self.metadata.labels().into()
-    }
-    fn annotations(&self) -> MetaMap<'_> {
-        self.metadata.annotations().into()
-    }
-    fn generation(&self) -> Result<Option<i64>, MetadataError> {
-        Object::generation(&self.metadata)
-    }
-    fn deletion_timestamp(&self) -> Result<Option<Timestamp>, MetadataError> {
-        Object::deletion_timestamp(&self.metadata)
-    }
-    fn finalizers(&self) -> Result<Finalizers<'_>, MetadataError> {
-        Object::finalizers(&self.metadata)
-    }
-    fn owner_references(&self) -> Result<OwnerReferences<'_>, MetadataError> {
-        Object::owner_references(&self.metadata)
-    }
+crate::impl_object!([] ShardView, metadata {
     /// Asks for the metadata representation: the server sends no `data` or `spec`.
     #[inline]
     fn metadata_only() -> bool {
         true
     }
-}
+});
