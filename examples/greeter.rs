@@ -77,17 +77,13 @@ pub async fn run(
         .label_index("greeting")
         .build()?;
     let store = children.store();
-    let reporter = Reporter {
-        controller: MANAGER.into(),
-        instance: identity.into(),
-    };
     Controller::new(&client, greetings)
         .name(MANAGER)
         .admin(admin)
         .owns(children)
         .concurrency(64)
         .leader_election(namespace, MANAGER, LeaderElectionConfig::new(identity))
-        .events(reporter)
+        .events(Reporter::new(MANAGER, identity))
         .shutdown_on_signal()
         .shutdown_on(stop)
         .run(move |g: Arc<Greeting>, ctx: Context| {

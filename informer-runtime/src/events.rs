@@ -40,6 +40,16 @@ pub struct Reporter {
     pub instance: String,
 }
 
+impl Reporter {
+    /// The controller `controller` (its name) as reported by the replica `instance`.
+    pub fn new(controller: impl Into<String>, instance: impl Into<String>) -> Self {
+        Reporter {
+            controller: controller.into(),
+            instance: instance.into(),
+        }
+    }
+}
+
 /// Records Events. Cheap to clone; the writing task ends once every clone is dropped and the
 /// queue is written out.
 #[derive(Clone, Debug)]
