@@ -36,13 +36,19 @@ impl ResourceVersionMatch {
     }
 }
 
-/// Label and field selectors restricting which objects are listed and watched.
+/// Label, field and shard selectors restricting which objects are listed and watched.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Selectors {
     /// `labelSelector`, e.g. `app=web,tier!=db`.
     pub label: Option<String>,
     /// `fieldSelector`, e.g. `status.phase=Running`.
     pub field: Option<String>,
+    /// `shardSelector` (Kubernetes 1.36+, KEP-5866), e.g.
+    /// `shardRange(object.metadata.uid, '0x0', '0x8000000000000000')`: only the objects whose
+    /// hash falls in the ranges. A server without the feature ignores it and sends every
+    /// object, so a client using it must also filter what it gets (the sharded controller's
+    /// server mode does: see `controller::shard`).
+    pub shard: Option<String>,
 }
 
 /// One list call (one page).

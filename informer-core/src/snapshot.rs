@@ -7,14 +7,15 @@
 //! [`SharedIndexInformer::resume`](crate::SharedIndexInformer::resume) takes one in before
 //! start. Writing the bytes to a file (atomically) is the runtime's business.
 //!
-//! # Format (version 2, integers little-endian)
+//! # Format (version 3, integers little-endian)
 //!
 //! ```text
 //! magic        8 bytes  "INFRSNAP"
 //! version      u32      FORMAT_VERSION
 //! header_len   u32      length of the header
 //! header       resource (str), label selector (opt str), field selector (opt str),
-//!              resourceVersion (str), object count (u64), codec (str)
+//!              shard selector (opt str), resourceVersion (str), object count (u64),
+//!              codec (str)
 //!              str = u32 length + UTF-8; opt str = u8 0 (absent) | u8 1 + str
 //! body_len     u64
 //! body         one frame per object: u32 length + the object as its codec writes it
@@ -27,9 +28,9 @@
 //! encoding for [`DynamicObject`](crate::object::DynamicObject) and
 //! [`PartialObjectMetadata`](crate::object::PartialObjectMetadata) that keeps their raw JSON parts
 //! verbatim and stores `apiVersion`, `kind` and namespaces once (in `shared`). The codec's
-//! name is in the header: a snapshot written by another codec is refused. Version 1 (every
-//! object as JSON, no codec name, a one-lane checksum) is refused as an unknown format: the
-//! informer lists once and writes version 2 from then on.
+//! name is in the header: a snapshot written by another codec is refused. Earlier versions
+//! (1: every object as JSON, no codec name, a one-lane checksum; 2: no shard selector) are
+//! refused as an unknown format: the informer lists once and writes version 3 from then on.
 //!
 //! The frames make the body splittable without decoding it; the checksum makes corruption
 //! detectable. The shared strings and the checksum come after the body, and the header says
@@ -58,7 +59,7 @@ pub use codec::{ObjectReader, ObjectWriter, SnapshotCodec};
 pub use stream::{FrameDecoder, SnapshotLayout, SnapshotStream};
 
 /// The snapshot format this version writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The first bytes of every snapshot.
 pub const MAGIC: [u8; 8] = *b"INFRSNAP";
@@ -175,6 +176,7 @@ impl<K: SnapshotCodec> Snapshot<K> {
         put_str(&mut header, &identity.resource)?;
         put_opt_str(&mut header, identity.selectors.label.as_deref())?;
         put_opt_str(&mut header, identity.selectors.field.as_deref())?;
+        put_opt_str(&mut header, identity.selectors.shard.as_deref())?;
         put_str(&mut header, &self.resource_version)?;
         header.extend_from_slice(&(self.items.len() as u64).to_le_bytes());
         put_str(&mut header, K::CODEC)?;
@@ -432,6 +434,7 @@ pub fn peek_identity(bytes: &[u8]) -> Result<(SnapshotIdentity, String), Snapsho
             selectors: Selectors {
                 label: p.label.map(Into::into),
                 field: p.field.map(Into::into),
+                shard: p.shard.map(Into::into),
             },
         },
         p.resource_version.into(),
@@ -443,6 +446,7 @@ struct Header<'a> {
     resource: &'a str,
     label: Option<&'a str>,
     field: Option<&'a str>,
+    shard: Option<&'a str>,
     resource_version: &'a str,
     count: u64,
     codec: &'a str,
@@ -455,6 +459,7 @@ impl<'a> Header<'a> {
             resource: h.str()?,
             label: h.opt_str()?,
             field: h.opt_str()?,
+            shard: h.opt_str()?,
             resource_version: h.str()?,
             count: h.u64()?,
             codec: h.str()?,
@@ -475,6 +480,7 @@ impl<'a> Header<'a> {
         }
         if self.label != expected.selectors.label.as_deref()
             || self.field != expected.selectors.field.as_deref()
+            || self.shard != expected.selectors.shard.as_deref()
         {
             return Err(SnapshotError::OtherSelectors);
         }

@@ -82,6 +82,9 @@ impl Query {
         if let Some(f) = sel.field.as_deref().filter(|f| !f.is_empty()) {
             self.push("fieldSelector", f);
         }
+        if let Some(s) = sel.shard.as_deref().filter(|s| !s.is_empty()) {
+            self.push("shardSelector", s);
+        }
     }
 }
 
@@ -174,6 +177,7 @@ mod tests {
             selectors: Selectors {
                 label: Some("app in (a,b),tier!=db".into()),
                 field: Some("metadata.name=x".into()),
+                shard: None,
             },
         };
         assert_eq!(
@@ -214,13 +218,15 @@ mod tests {
             selectors: Selectors {
                 label: Some("a=b".into()),
                 field: None,
+                shard: Some("shardRange(object.metadata.uid, '0x0', '0x8000000000000000')".into()),
             },
             ..Default::default()
         };
         assert_eq!(
             watch_url(&Resource::CONFIGMAPS, None, &req),
-            "/api/v1/configmaps?watch=true&labelSelector=a%3Db&resourceVersion=42\
-             &allowWatchBookmarks=true&timeoutSeconds=290"
+            "/api/v1/configmaps?watch=true&labelSelector=a%3Db\
+             &shardSelector=shardRange%28object.metadata.uid%2C%20%270x0%27%2C%20%270x8000000000000000%27%29\
+             &resourceVersion=42&allowWatchBookmarks=true&timeoutSeconds=290"
         );
         let streaming = WatchRequest {
             resource_version_match: Some(ResourceVersionMatch::NotOlderThan),

@@ -172,6 +172,7 @@ async fn list_all(
         selectors: Selectors {
             label: label.map(String::from),
             field: None,
+            shard: None,
         },
         ..Default::default()
     };
@@ -235,6 +236,7 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
                 selectors: Selectors {
                     label: Some("seed=e2e".into()),
                     field: None,
+                    shard: None,
                 },
                 ..Default::default()
             })
@@ -278,6 +280,7 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
             selectors: Selectors {
                 label: Some("w=yes".into()),
                 field: None,
+                shard: None,
             },
             ..Default::default()
         })
@@ -370,6 +373,7 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
             selectors: Selectors {
                 label: Some("picky=yes".into()),
                 field: None,
+                shard: None,
             },
             ..Default::default()
         })
@@ -459,6 +463,7 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
             selectors: Selectors {
                 label: Some("seed=e2e".into()),
                 field: None,
+                shard: None,
             },
             ..Default::default()
         })
@@ -486,6 +491,7 @@ async fn scenarios<B: MakeClient>(c: Client<B>, name: &str) {
             selectors: Selectors {
                 label: Some("seed=e2e".into()),
                 field: None,
+                shard: None,
             },
             ..Default::default()
         })

@@ -512,6 +512,7 @@ mod tests {
         let sel = |label: Option<&str>, field: Option<&str>| Selectors {
             label: label.map(Into::into),
             field: field.map(Into::into),
+            shard: None,
         };
         assert_eq!(
             default_name("configmaps", None, &sel(None, None)),

@@ -6,6 +6,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use informer_core::cache::indexer::IndexFunc;
+use informer_core::protocol::Selectors;
 use informer_core::{informer::HandlerId, object::Object};
 
 use crate::delivery::{Inbox, connect};
@@ -381,6 +382,34 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Informer<K, R> {
         self.store()
             .wait_for_resource_version(resource_version, deadline)
             .await
+    }
+
+    /// Lists and watches with `selectors` from now on (label, field and shard selectors, all
+    /// three replaced); returns whether they changed. Changed on a running informer, the list or
+    /// watch in flight is abandoned and the informer relists at once with them: what no longer
+    /// matches leaves the cache (handlers get a delete, with a tombstone as after any relist),
+    /// what now matches enters it. A sharded controller's server mode sets its `shardSelector`
+    /// this way as its ranges change. The informer's [`name`](Self::name) stays the one it was
+    /// built with. Refused with [`Error::Stopped`] once stopped.
+    pub fn set_selectors(&self, selectors: Selectors) -> Result<bool, Error> {
+        let shared = self.shared();
+        let changed = {
+            let mut state = shared.state.write();
+            if state.stopped {
+                return Err(shared.stopped());
+            }
+            state.core.set_selectors(shared.now(), selectors)
+        };
+        if changed {
+            tracing::info!(informer = %shared.name, "selectors changed: relisting with them");
+            shared.wake();
+        }
+        Ok(changed)
+    }
+
+    /// The selectors the informer lists and watches with.
+    pub fn selectors(&self) -> Selectors {
+        self.shared().state.read().core.selectors().clone()
     }
 
     /// The informer's counters.

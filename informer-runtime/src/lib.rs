@@ -142,7 +142,7 @@ pub use informer_core::informer::reflector::{BackoffConfig, ReflectorConfig};
 /// against a dictionary learned from the resource's own objects): `Informer<CompactObject>`
 /// for big clusters, read as a `DynamicObject` is.
 pub use informer_core::object::CompactObject;
-pub use informer_core::protocol::Failure;
+pub use informer_core::protocol::{Failure, Selectors};
 pub use informer_core::{
     cache::indexer::IndexError, informer::DeliveryOrder, informer::HandlerId, informer::InformerId,
     informer::Notification, object::DynamicObject, object::Key, object::KeyRef, object::Object,
@@ -175,8 +175,8 @@ macro_rules! runtime_crate_api {
             HasResource, IndexError, IndexFunc, IndexValues, InformerId, InformerOptions, Key,
             KeyRef, LabelIndex, Labels, Metrics, NAMESPACE_INDEX, Notification, Object,
             ObjectOrTombstone, PartialObjectMetadata, ReflectorConfig, Resource, Runtime, Selector,
-            SelectorError, SnapshotCodec, SnapshotLoad, SnapshotWritten, SpawnError, Store,
-            Tombstone, WatchError, WatchErrorHook, impl_object, index_fn, label_index_name,
+            SelectorError, Selectors, SnapshotCodec, SnapshotLoad, SnapshotWritten, SpawnError,
+            Store, Tombstone, WatchError, WatchErrorHook, impl_object, index_fn, label_index_name,
         };
 
         #[doc = concat!("The transport backend this crate uses (", $backend_doc, ").")]

@@ -649,14 +649,19 @@ where
                     sh.shutdown.notify(usize::MAX);
                 }
             }))?;
-            // Filter and server modes: every key again when the table changes.
-            let (s3, sh) = (s.clone(), shared.clone());
+            // Filter and server modes: every key again when the table changes; in the server
+            // mode the primary informer lists and watches with the member's `shardSelector`.
+            let (s3, sh, rt2) = (s.clone(), shared.clone(), rt.clone());
+            let server = Arc::new(ServerSelection::default());
             rt.spawn(Box::pin(async move {
                 let mut seen = u64::MAX;
                 while !s3.is_retired() && !sh.stopping.load(Ordering::Acquire) {
                     let v = s3.table_version();
                     if v != seen {
                         seen = v;
+                        if s3.config().mode == crate::ShardMode::Server {
+                            server.apply(&rt2, &s3, &sh.primary, v);
+                        }
                         for k in sh.primary.store().keys() {
                             sh.queue.add(k);
                         }
@@ -716,6 +721,93 @@ impl Drop for AdminLast {
         if let Some(server) = self.0.take() {
             // Not awaited: the server's thread ends on its own.
             server.stop();
+        }
+    }
+}
+
+/// The server mode's `shardSelector` on the primary informer, and the fall back to filtering
+/// in the client alone when the server ignores it.
+#[derive(Default)]
+struct ServerSelection {
+    /// Bumped at every selector set: the check of an older one gives up.
+    generation: AtomicU64,
+    /// The server was seen ignoring `shardSelector`: none is sent any more.
+    ignored: AtomicBool,
+}
+
+impl ServerSelection {
+    /// Sets the member's `shardSelector` for table version `table` on `primary`. Once the
+    /// informer has relisted with it, nothing outside the member's ranges can be in its cache
+    /// unless the server ignored the selector (a server before 1.36, or the feature off): then
+    /// the member says so once and lists without it from then on, filtering in the client as
+    /// it always does (the filter mode). A selector changed since gives up the check.
+    fn apply<K: Object + Send + Sync + 'static, R: Runtime>(
+        self: &Arc<Self>,
+        rt: &R,
+        sharding: &Sharding,
+        primary: &Informer<K, R>,
+        table: u64,
+    ) {
+        if self.ignored.load(Ordering::Acquire) {
+            return;
+        }
+        let wanted = sharding.shard_selector();
+        let mut selectors = primary.selectors();
+        if selectors.shard == wanted {
+            return;
+        }
+        selectors.shard = wanted.clone();
+        let before = primary.metrics();
+        if !matches!(primary.set_selectors(selectors), Ok(true)) {
+            return;
+        }
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        if wanted.is_none() {
+            return;
+        }
+        let (this, s, primary, rt2) = (self.clone(), sharding.clone(), primary.clone(), rt.clone());
+        let current = move |this: &Self, s: &Sharding, p: &Informer<K, R>| {
+            this.generation.load(Ordering::Acquire) == generation
+                && s.table_version() == table
+                && !s.is_retired()
+                && !p.is_stopped()
+        };
+        let spawned = rt.spawn(Box::pin(async move {
+            // Relisted with it: a list, then a watch, both since it was set.
+            loop {
+                rt2.sleep(Duration::from_millis(200)).await;
+                if !current(&this, &s, &primary) {
+                    return;
+                }
+                let m = primary.metrics();
+                if m.lists > before.lists && m.watches > before.watches && primary.has_synced() {
+                    break;
+                }
+            }
+            // The readers' store shows the list's step by then.
+            rt2.sleep(Duration::from_millis(500)).await;
+            if !current(&this, &s, &primary) {
+                return;
+            }
+            let outside = primary
+                .store()
+                .list()
+                .iter()
+                .filter(|o| !s.owns(&***o))
+                .count();
+            if outside > 0 && !this.ignored.swap(true, Ordering::AcqRel) {
+                tracing::warn!(
+                    member = %s.member(),
+                    outside,
+                    "the server ignores shardSelector (Kubernetes before 1.36, or the feature off): listing without it and filtering in this member, as the filter mode does"
+                );
+                let mut selectors = primary.selectors();
+                selectors.shard = None;
+                let _ = primary.set_selectors(selectors);
+            }
+        }));
+        if spawned.is_err() {
+            tracing::debug!("could not spawn the shardSelector check");
         }
     }
 }
@@ -1001,6 +1093,15 @@ where
                 deleted.get(&key).cloned()
             });
             if !obj.is_some_and(|o| s.try_start(key.as_str(), &*o)) {
+                // Not this member's: an object gone from its cache (moved to another member, or
+                // deleted, which its owner handles) leaves nothing behind here.
+                if shared.primary.store().get(key.as_str()).is_none() {
+                    shared
+                        .deleted
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&key);
+                }
                 shared.queue.forget(&key);
                 shared.queue.done(&key);
                 continue;

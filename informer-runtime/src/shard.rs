@@ -16,8 +16,13 @@
 //!   [`finish`](Sharding::finish) around each reconcile: [`Controller::shard`] wires it in, so
 //!   the same reconcile runs sharded or not.
 //!
-//! The server mode runs as the filter mode here: no `shardSelector` is sent yet (no 1.36
-//! server to test it against); the decisions and selectors are the core's, simulated.
+//! The server mode is the filter mode with the member's ranges sent as the primary informer's
+//! `shardSelector` ([`Sharding::shard_selector`], set by [`Controller::shard`] as the table
+//! changes); the member still filters what it gets, so a server that ignores the selector
+//! (before 1.36, or with the feature off) costs memory, never correctness, and once that is
+//! seen the controller stops sending it. No 1.36 server runs on this project's test machine:
+//! the decisions are simulated (`shard_10`) and the requests checked against a scripted
+//! server (`tests/shard_server_mode.rs`).
 //!
 //! A member that loses its Lease is retired for good: [`retired`](Sharding::retired) resolves,
 //! the controller cancels its reconciles at once and returns
@@ -267,6 +272,17 @@ impl Sharding {
     /// others, which watch everything).
     pub fn label_selector(&self) -> Option<String> {
         (self.inner.cfg.mode == Mode::Labels).then(|| self.inner.cfg.label_selector())
+    }
+
+    /// The `shardSelector` (Kubernetes 1.36+, KEP-5866) of this member's ranges in the table it
+    /// applied: server mode only (`None` in the others, before the first table and while it
+    /// owns nothing). [`Controller::shard`](crate::Controller::shard) sets it on the primary
+    /// informer ([`Informer::set_selectors`]) as the table changes.
+    pub fn shard_selector(&self) -> Option<String> {
+        if self.inner.cfg.mode != Mode::Server {
+            return None;
+        }
+        self.inner.member().selector()
     }
 
     /// True while this member holds its Lease.
@@ -697,6 +713,7 @@ async fn list_members<B: Backend>(
         selectors: Selectors {
             label: Some(format!("{}={}", ShardConfig::RING_LABEL, cfg.ring)),
             field: None,
+            shard: None,
         },
         ..ListRequest::default()
     };
@@ -756,7 +773,11 @@ fn start_informers<R: Runtime, B: Backend>(
         let informer = b.build()?;
         let observe = move |inner: &Inner, o: &ShardView| {
             let key = format!("{i}/{}", o.key_ref());
-            let s = inner.cfg.object_shard(o);
+            let s = if i == 0 {
+                inner.cfg.object_shard(o)
+            } else {
+                inner.cfg.owned_object_shard(o)
+            };
             let rv = o.resource_version().unwrap_or("");
             let mut sharder = inner.sharder();
             if i == 0 {

@@ -427,6 +427,7 @@ macro_rules! scenarios {
                             selectors: informer_core::protocol::Selectors {
                                 label: Some(format!("{TARGET_LABEL}=true")),
                                 field: None,
+                                shard: None,
                             },
                             ..Default::default()
                         })
@@ -612,6 +613,7 @@ macro_rules! scenarios {
                                 selectors: informer_core::protocol::Selectors {
                                     label: Some("greeting=g1".into()),
                                     field: None,
+                                    shard: None,
                                 },
                                 ..Default::default()
                             })

@@ -172,6 +172,7 @@ pub struct Builder {
     clock: Option<Arc<dyn Clock>>,
     epoch: i64,
     history: usize,
+    shard_selectors: bool,
 }
 
 impl std::fmt::Debug for Builder {
@@ -218,12 +219,23 @@ impl Builder {
         self
     }
 
+    /// Serve lists and watches with a `shardSelector` as Kubernetes 1.36 does with KEP-5866's
+    /// feature on: only objects whose 64-bit FNV-1a hash of `object.metadata.uid` or
+    /// `object.metadata.namespace` falls in one of the `shardRange(<field>, '0x…', '0x…')`
+    /// ranges (joined by `||`). Off by default, as on every server before 1.36: the parameter
+    /// is ignored and every object is served.
+    pub fn shard_selectors(mut self, on: bool) -> Self {
+        self.shard_selectors = on;
+        self
+    }
+
     /// The cluster, with the namespaces `default`, `kube-system`, `kube-public` and
     /// `kube-node-lease`.
     pub fn build(self) -> FakeCluster {
         let clock = self.clock.unwrap_or_else(default_clock);
         let mut state = State::new(self.seed, self.faults, self.epoch);
         state.history = self.history;
+        state.shard_selectors = self.shard_selectors;
         FakeCluster {
             inner: Arc::new(Inner {
                 state: Mutex::new(state),
@@ -318,6 +330,7 @@ impl FakeCluster {
             clock: None,
             epoch: 1_767_225_600,
             history: state::HISTORY,
+            shard_selectors: false,
         }
     }
 

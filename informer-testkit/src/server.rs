@@ -550,7 +550,8 @@ impl FakeCluster {
         let info = resolve(&st, &req.route)?;
         let q = &req.q;
         let labels = parse_labels(param(q, "labelSelector"))?;
-        let fields = FieldSelector::parse(param(q, "fieldSelector").unwrap_or(""), &info)?;
+        let fields = FieldSelector::parse(param(q, "fieldSelector").unwrap_or(""), &info)?
+            .with_shard(param(q, "shardSelector"), st.shard_selectors)?;
         let rv = param(q, "resourceVersion").filter(|s| !s.is_empty());
         let rvm = param(q, "resourceVersionMatch").filter(|s| !s.is_empty());
         let initial = param(q, "sendInitialEvents") == Some("true");
@@ -912,7 +913,8 @@ fn shaped(v: &Value, metadata_only_: bool) -> Value {
 fn list(st: &State, info: &Arc<ResInfo>, ns: Option<&str>, req: &Req) -> Result<Value, ApiError> {
     let q = &req.q;
     let labels = parse_labels(param(q, "labelSelector"))?;
-    let fields = FieldSelector::parse(param(q, "fieldSelector").unwrap_or(""), info)?;
+    let fields = FieldSelector::parse(param(q, "fieldSelector").unwrap_or(""), info)?
+        .with_shard(param(q, "shardSelector"), st.shard_selectors)?;
     let rv = param(q, "resourceVersion").filter(|s| !s.is_empty());
     let rvm = param(q, "resourceVersionMatch").filter(|s| !s.is_empty());
     let limit = match param(q, "limit").map(str::parse::<i64>) {

@@ -91,9 +91,13 @@ pub(crate) struct Watcher {
     pub tx: UnboundedSender<Msg>,
 }
 
-/// `fieldSelector`: `a=b`, `a==b`, `a!=b`, comma-separated, on dotted paths.
+/// `fieldSelector`: `a=b`, `a==b`, `a!=b`, comma-separated, on dotted paths; and, where the
+/// server honours it, `shardSelector`'s ranges (any of them) of a field's FNV-1a hash.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct FieldSelector(Vec<(Vec<String>, bool, String)>);
+pub(crate) struct FieldSelector(Vec<(Vec<String>, bool, String)>, ShardRanges);
+
+/// `shardSelector`: `shardRange(<field>, '<start>', '<end>')` joined by `||`; `None`: none.
+type ShardRanges = Option<Vec<(Vec<String>, u64, u128)>>;
 
 impl FieldSelector {
     pub fn parse(s: &str, info: &ResInfo) -> Result<FieldSelector, ApiError> {
@@ -122,22 +126,73 @@ impl FieldSelector {
                 v.trim().into(),
             ));
         }
-        Ok(FieldSelector(out))
+        Ok(FieldSelector(out, None))
+    }
+
+    /// Adds `shardSelector` `s` when `honoured` (a 1.36 server with the feature on); a server
+    /// without it ignores the parameter.
+    pub fn with_shard(mut self, s: Option<&str>, honoured: bool) -> Result<Self, ApiError> {
+        let Some(s) = s.filter(|s| !s.trim().is_empty() && honoured) else {
+            return Ok(self);
+        };
+        let bad = || ApiError::bad_request(format!("invalid shardSelector: '{s}'"));
+        let hex = |t: &str| -> Result<u128, ApiError> {
+            let t = t
+                .trim()
+                .strip_prefix('\'')
+                .and_then(|t| t.strip_suffix('\''));
+            let t = t.and_then(|t| t.strip_prefix("0x")).ok_or_else(bad)?;
+            u128::from_str_radix(t, 16).map_err(|_| bad())
+        };
+        let mut ranges = Vec::new();
+        for part in s.split("||") {
+            let inner = part
+                .trim()
+                .strip_prefix("shardRange(")
+                .and_then(|p| p.strip_suffix(')'))
+                .ok_or_else(bad)?;
+            let args: Vec<&str> = inner.split(',').collect();
+            let [field, start, end] = args[..] else {
+                return Err(bad());
+            };
+            let path = match field.trim() {
+                "object.metadata.uid" => vec!["metadata".to_string(), "uid".to_string()],
+                "object.metadata.namespace" => {
+                    vec!["metadata".to_string(), "namespace".to_string()]
+                }
+                _ => return Err(bad()),
+            };
+            let (start, end) = (hex(start)?, hex(end)?);
+            if start > u128::from(u64::MAX) || end > 1 << 64 || start >= end {
+                return Err(bad());
+            }
+            ranges.push((path, start as u64, end));
+        }
+        self.1 = Some(ranges);
+        Ok(self)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.is_empty() && self.1.is_none()
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        self.0.iter().all(|(path, eq, want)| {
+        let fields = self.0.iter().all(|(path, eq, want)| {
             let got = match crate::patch::at(obj, path) {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => String::new(),
                 Some(v) => v.to_string(),
             };
             (got == *want) == *eq
-        })
+        });
+        fields
+            && self.1.as_ref().is_none_or(|ranges| {
+                ranges.iter().any(|(path, start, end)| {
+                    let got = crate::patch::at(obj, path).and_then(Value::as_str);
+                    let h = informer_core::controller::shard::fnv1a64(got.unwrap_or("").as_bytes());
+                    h >= *start && u128::from(h) < *end
+                })
+            })
     }
 }
 
@@ -178,6 +233,8 @@ pub(crate) struct State {
     pub gc_dirty: bool,
     /// Changes kept before the older half is compacted.
     pub history: usize,
+    /// `shardSelector` is honoured (Kubernetes 1.36's KEP-5866), not ignored.
+    pub shard_selectors: bool,
 }
 
 /// Changes kept for exact lists and resumed watches before the older half is compacted, by
@@ -322,6 +379,7 @@ impl State {
             now: Duration::ZERO,
             gc_dirty: false,
             history: HISTORY,
+            shard_selectors: false,
         };
         for r in informer_http::Resource::BUILTINS {
             let status = matches!(

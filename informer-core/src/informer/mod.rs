@@ -13,6 +13,7 @@ use crate::cache::pipeline::Pipeline;
 use crate::object::Object;
 use crate::object::key::invalid_key;
 use crate::protocol::RequestId;
+use crate::protocol::Selectors;
 use crate::protocol::{Failure, Input, Request};
 use crate::snapshot::Snapshot;
 use crate::time::Instant;
@@ -357,6 +358,23 @@ impl<K: Object + 'static> SharedIndexInformer<K> {
             }
         }
         true
+    }
+
+    /// Lists and watches with `selectors` from now on; returns whether they changed. Changed
+    /// while running, the list or watch in flight is abandoned and the informer relists at
+    /// once with them: the relist's replace removes from the cache (with `Delete`
+    /// notifications) what no longer matches and adds what now does, as after any relist.
+    /// Snapshots taken from then on carry the new selectors.
+    pub fn set_selectors(&mut self, now: Instant, selectors: Selectors) -> bool {
+        let changed = self.reflector.set_selectors(selectors, now);
+        debug_assert!(changed.is_ok(), "the informer drains its reflector");
+        self.apply_reflector_outputs();
+        changed.unwrap_or(false)
+    }
+
+    /// The selectors of the next list and watch.
+    pub fn selectors(&self) -> &Selectors {
+        &self.reflector.config().selectors
     }
 
     /// Registers a handler asking for a resync every `resync` (0: never). Added after start,

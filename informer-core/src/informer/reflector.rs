@@ -510,6 +510,27 @@ impl<K: Object> Reflector<K> {
         Ok(())
     }
 
+    /// Lists and watches with `selectors` from now on (a label selector or a server-side
+    /// shard selector that changes at run time: a sharded member's ranges). Returns whether they
+    /// changed. If they did while a list or watch is in flight, it is abandoned and the
+    /// Reflector lists at once with the new selectors (at the last synced resourceVersion, as
+    /// any relist): the list's replace drops what no longer matches and adds what now does.
+    /// During a backoff, or before start, the next request simply carries them.
+    pub fn set_selectors(&mut self, selectors: Selectors, now: Instant) -> Result<bool, Undrained> {
+        self.check_drained(())?;
+        if self.config.selectors == selectors {
+            return Ok(false);
+        }
+        self.config.selectors = selectors;
+        if matches!(
+            self.phase,
+            Phase::Listing(_) | Phase::Streaming(_) | Phase::Watching(_)
+        ) {
+            self.begin_sync(now);
+        }
+        Ok(true)
+    }
+
     /// Refuses an input while outputs are pending (the drain rule).
     fn check_drained<I>(&self, input: I) -> Result<I, Undrained<I>> {
         if self.outputs.is_empty() {

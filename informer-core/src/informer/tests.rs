@@ -1270,3 +1270,69 @@ fn a_relist_refuses_unstorable_keys_as_it_applies_the_list() {
     ));
     assert_eq!(inf.last_sync_resource_version(), "8");
 }
+
+#[test]
+fn changed_selectors_abandon_the_watch_and_relist_with_them() {
+    let mut inf = informer(Duration::ZERO);
+    let (h, _) = inf.add_handler(Duration::ZERO, at(0)).unwrap();
+    let d = start_and_list(&mut inf, at(0), vec![obj("a", 1, 0), obj("b", 2, 0)], 2);
+    let wid = d.last_request();
+    let shard = |s: &str| Selectors {
+        shard: Some(s.into()),
+        ..Selectors::default()
+    };
+    // The same selectors: nothing happens.
+    assert!(!inf.set_selectors(at(10), Selectors::default()));
+    assert!(drain(&mut inf).requests.is_empty());
+    // New ones: the watch is abandoned, a list at the last synced resourceVersion carries them.
+    assert!(inf.set_selectors(at(10), shard("r1")));
+    assert_eq!(inf.selectors(), &shard("r1"));
+    let d = drain(&mut inf);
+    let (lid, req) = d.requests.last().cloned().expect("a relist");
+    assert_ne!(lid, wid);
+    match req {
+        Request::List(l) => {
+            assert_eq!(l.selectors, shard("r1"));
+            assert_eq!(l.resource_version.as_deref(), Some("2"));
+        }
+        other => panic!("expected a list, got {other:?}"),
+    }
+    // An event of the abandoned watch is not applied.
+    inf.handle_input(at(11), wid, Input::Event(WatchEvent::Added(obj("z", 3, 0))));
+    assert!(drain(&mut inf).notes.is_empty());
+    // The list's replace: `a` no longer matches (deleted, as a tombstone: a relist cannot
+    // tell a deletion from an object that left the selectors), `c` now does (added).
+    inf.handle_input(
+        at(12),
+        lid,
+        Input::ListPage(page(vec![obj("b", 2, 0), obj("c", 4, 0)], 5)),
+    );
+    let d = drain(&mut inf);
+    let mut seen = d.for_handler(h);
+    seen.sort();
+    assert_eq!(seen, ["add c 4", "delete a tombstone"]);
+    let mut names: Vec<String> = inf.indexer().list().map(|o| o.name.clone()).collect();
+    names.sort();
+    assert_eq!(names, ["b", "c"]);
+    match d.requests.last() {
+        Some((_, Request::Watch(w))) => assert_eq!(w.selectors, shard("r1")),
+        other => panic!("expected the watch, got {other:?}"),
+    }
+    // During a backoff the next request carries them, without a request of its own.
+    let lid = expire_until_relisted(&mut inf, d.last_request(), at(20));
+    inf.handle_input(
+        at(21),
+        lid,
+        Input::Failed(Failure::ConnectionRefused("down".into())),
+    );
+    let _ = drain(&mut inf);
+    let until = inf.reflector.backing_off_until().expect("a backoff");
+    assert!(inf.set_selectors(at(22), shard("r2")));
+    assert!(drain(&mut inf).requests.is_empty(), "waits out the backoff");
+    inf.handle_timeout(until);
+    let d = drain(&mut inf);
+    match d.requests.last() {
+        Some((_, Request::List(l))) => assert_eq!(l.selectors, shard("r2")),
+        other => panic!("expected a list, got {other:?}"),
+    }
+}

@@ -24,7 +24,7 @@ fn identity() -> SnapshotIdentity {
         resource: "/v1/configmaps@".into(),
         selectors: Selectors {
             label: Some("app=web".into()),
-            field: None,
+            ..Selectors::default()
         },
     }
 }
@@ -122,11 +122,17 @@ fn other_identity_or_version_is_refused_with_its_own_error() {
         Selectors::default(),
         Selectors {
             label: Some("app=db".into()),
-            field: None,
+            ..Selectors::default()
         },
         Selectors {
             label: Some("app=web".into()),
             field: Some("metadata.name=x".into()),
+            ..Selectors::default()
+        },
+        Selectors {
+            label: Some("app=web".into()),
+            shard: Some("shardRange(object.metadata.uid, '0x0', '0x8000000000000000')".into()),
+            ..Selectors::default()
         },
     ] {
         let other = SnapshotIdentity {
@@ -139,7 +145,7 @@ fn other_identity_or_version_is_refused_with_its_own_error() {
         );
     }
     // Another format version (the previous one, a future one), with a valid checksum.
-    for v in [1u32, 3] {
+    for v in [1u32, 2, 4] {
         let mut b = bytes.clone();
         b[8..12].copy_from_slice(&v.to_le_bytes());
         reseal(&mut b);
@@ -513,18 +519,18 @@ fn stream_decode_equals_decode_for_every_cut_and_flip() {
         // format, as `decode` says, not truncated (found by the fuzz target).
         for n in 12..16 {
             let mut short = bytes[..n].to_vec();
-            short[8..12].copy_from_slice(&3u32.to_le_bytes());
+            short[8..12].copy_from_slice(&4u32.to_le_bytes());
             check(&short, &identity(), &[1, 5, 16]);
             assert_eq!(
                 SnapshotLayout::read(&short),
-                Err(SnapshotError::UnknownFormat(3))
+                Err(SnapshotError::UnknownFormat(4))
             );
         }
         check(bytes, &SnapshotIdentity::default(), &[3]);
-        let mut v3 = bytes.clone();
-        v3[8..12].copy_from_slice(&3u32.to_le_bytes());
-        reseal(&mut v3);
-        check(&v3, &identity(), &[3]);
+        let mut v4 = bytes.clone();
+        v4[8..12].copy_from_slice(&4u32.to_le_bytes());
+        reseal(&mut v4);
+        check(&v4, &identity(), &[3]);
     }
     // The same key twice; an object that cannot be keyed.
     for items in [vec![obj("a", 1), obj("a", 1)], vec![obj("a/b", 1)]] {

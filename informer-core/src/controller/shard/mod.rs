@@ -6,8 +6,8 @@
 //!
 //! # Parts
 //!
-//! - [`ring`]: KEP-5866's hash (64-bit FNV-1a of the uid, the controller owner's uid, or the
-//!   namespace) and `shardRange` ranges, the ring with virtual nodes, and the
+//! - [`ring`]: KEP-5866's hash (64-bit FNV-1a of the uid, an owned object's controller
+//!   owner's uid, or the namespace) and `shardRange` ranges, the ring with virtual nodes, and the
 //!   [`ShardTable`] (the hash space in segments, each owned by one member or
 //!   by none while it changes hands).
 //! - [`Membership`]: the members' Leases as one observer sees them (a quorum LIST of the
@@ -164,23 +164,52 @@ impl ShardConfig {
         format!("{}/shard={}", self.ring, self.member)
     }
 
-    /// An object's hash ([`HashBy::hash`]: its uid, its controller owner's uid, or its
-    /// namespace). An object without a uid (never from a server) hashes its key.
+    /// A primary object's hash (an object of the controller's own kind): [`HashBy::hash`] of
+    /// its own uid (or its namespace), never its owner's, whether it has a controller owner or
+    /// not. That is what KEP-5866's `shardSelector` hashes, so a server-side selection matches
+    /// it, and what its children are hashed by ([`owned_hash_of`](Self::owned_hash_of)). An
+    /// object without a uid (never one from a server) hashes its key.
     pub fn hash_of<O: Object + ?Sized>(&self, obj: &O) -> u64 {
+        self.hash(obj, None)
+    }
+
+    /// An owned object's hash (an object of the controller's owned kinds): its controller
+    /// owner's uid, so it lands on the member of the primary it belongs to; its own uid when it
+    /// has no controller owner. By namespace, as [`hash_of`](Self::hash_of).
+    pub fn owned_hash_of<O: Object + ?Sized>(&self, obj: &O) -> u64 {
         let owner = obj.controller_owner().ok().flatten();
-        let owner_uid = owner.as_ref().map(|o| o.uid.as_ref());
-        let key = obj.key_ref();
-        let fallback = alloc::format!("{key}");
-        let uid = obj.uid().unwrap_or(&fallback);
+        self.hash(obj, owner.as_ref().map(|o| o.uid.as_ref()))
+    }
+
+    fn hash<O: Object + ?Sized>(&self, obj: &O, owner_uid: Option<&str>) -> u64 {
+        let key;
+        let uid = match obj.uid() {
+            Some(uid) => uid,
+            None => {
+                key = alloc::format!("{}", obj.key_ref());
+                &key
+            }
+        };
         self.hash_by
             .hash(uid, obj.namespace().unwrap_or(""), owner_uid)
     }
 
-    /// What a [`Member`] needs of `obj`: its hash and its shard labels.
+    /// What a [`Member`] needs of a primary object: its hash ([`hash_of`](Self::hash_of)) and
+    /// its shard labels.
     pub fn object_shard<'a, O: Object + ?Sized>(&self, obj: &'a O) -> ObjectShard<'a> {
+        self.shard_of(obj, self.hash_of(obj))
+    }
+
+    /// What the sharder needs of an owned object: its hash
+    /// ([`owned_hash_of`](Self::owned_hash_of)) and its shard labels.
+    pub fn owned_object_shard<'a, O: Object + ?Sized>(&self, obj: &'a O) -> ObjectShard<'a> {
+        self.shard_of(obj, self.owned_hash_of(obj))
+    }
+
+    fn shard_of<'a, O: Object + ?Sized>(&self, obj: &'a O, hash: u64) -> ObjectShard<'a> {
         let labels = obj.labels();
         ObjectShard {
-            hash: self.hash_of(obj),
+            hash,
             label: labels.get(&self.shard_label()),
             draining: labels.get(&self.drain_label()).is_some(),
         }

@@ -9,10 +9,10 @@
 //! having 17; several ranges are joined with `||`. [`ShardTable::selector`] writes exactly that,
 //! so a member's ranges can be sent as a `shardSelector` as they are.
 //!
-//! One difference is deliberate: an object with a controller owner hashes by its *owner's* uid
-//! (so a parent and its children land on one member), which a server cannot evaluate; the
-//! server mode therefore scopes only objects without a controller owner on the server and
-//! filters owned kinds in the client.
+//! One difference is deliberate: an object of the controller's *owned* kinds hashes by its
+//! controller owner's uid (so a child lands on its parent's member), which a server cannot
+//! evaluate; the server mode therefore scopes the primary kind on the server (a primary object
+//! hashes by its own uid, controller owner or not) and filters owned kinds in the client.
 
 use alloc::format;
 use alloc::string::String;

@@ -456,12 +456,24 @@ fn shard_13_shard_view_keeps_what_assignment_reads_and_drops_the_rest() {
             "controller":true}]},"data":{"payload":"zzzz"}}"#;
     let full: PartialObjectMetadata = serde_json::from_str(text).unwrap();
     let view: ShardView = serde_json::from_str(text).unwrap();
-    // The same hash (by the controller owner), labels, key and resourceVersion.
+    // The same hashes (as a primary: by its own uid; as an owned object: by its controller
+    // owner, so it lands with the primary it belongs to), labels, key and resourceVersion.
     assert_eq!(c.object_shard(&view), c.object_shard(&full));
+    assert_eq!(c.owned_object_shard(&view), c.owned_object_shard(&full));
+    assert_eq!(c.hash_of(&view), HashBy::Uid.hash("u-1", "ns", None));
     assert_eq!(
-        c.hash_of(&view),
+        c.owned_hash_of(&view),
         HashBy::Uid.hash("u-1", "ns", Some("parent-uid"))
     );
+    // A primary with a controller owner of its own is hashed by its uid: its children (owned
+    // objects whose controller owner it is) hash the same.
+    let child: ShardView = serde_json::from_str(
+        r#"{"metadata":{"name":"c","namespace":"ns","uid":"u-9","resourceVersion":"8",
+        "ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"cm","uid":"u-1",
+            "controller":true}]}}"#,
+    )
+    .unwrap();
+    assert_eq!(c.owned_hash_of(&child), c.hash_of(&view));
     assert_eq!(view.key_ref(), full.key_ref());
     assert_eq!(view.resource_version(), Some("7"));
     assert_eq!(view.uid(), Some("u-1"));
@@ -483,6 +495,7 @@ fn shard_13_shard_view_keeps_what_assignment_reads_and_drops_the_rest() {
     assert!(bare.labels().is_empty() && bare.metadata.other().is_empty());
     assert!(bare.namespace().is_none());
     assert_eq!(c.hash_of(&bare), HashBy::Uid.hash("u-2", "", None));
+    assert_eq!(c.owned_hash_of(&bare), c.hash_of(&bare));
     assert_eq!(
         serde_json::from_str::<ShardView>("{}").unwrap(),
         ShardView::default()
