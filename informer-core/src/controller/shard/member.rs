@@ -214,7 +214,7 @@ impl Member {
         }
         match self.cfg.mode {
             Mode::Labels => obj.label == Some(self.cfg.member.as_str()) && !obj.draining,
-            Mode::Filter | Mode::Server => self
+            Mode::Filter | Mode::Server | Mode::Buckets => self
                 .table
                 .as_ref()
                 .is_some_and(|t| t.owner(obj.hash) == Some(self.cfg.member.as_str())),
@@ -310,5 +310,20 @@ impl Member {
         self.table
             .as_ref()
             .and_then(|t| t.selector(&self.cfg.member, self.cfg.hash_by))
+    }
+
+    /// Buckets mode: the label selector of the buckets the applied table gives this member
+    /// (one that matches nothing before a table, or while it owns none); `None` in the other
+    /// modes.
+    pub fn label_selector(&self) -> Option<String> {
+        if self.cfg.mode != Mode::Buckets {
+            return None;
+        }
+        let buckets = self
+            .table
+            .as_ref()
+            .map(|t| t.buckets_of(&self.cfg.member))
+            .unwrap_or_default();
+        Some(self.cfg.bucket_selector(&buckets))
     }
 }

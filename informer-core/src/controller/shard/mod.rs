@@ -37,8 +37,16 @@
 //!   once.
 //! - **Server** (1.36+): the filter mode's table, with each member's list and watch carrying
 //!   its [`selector`](Member::selector) (`shardSelector`); where the server ignores it, the
-//!   member filters as in the filter mode. Only the simulation exercises it here: no 1.36
-//!   server runs on this project's test machine (1.20).
+//!   member filters as in the filter mode. Only the simulation and FakeCluster exercise it
+//!   here: no 1.36 server runs on this project's test machine (1.20).
+//! - **Buckets** (any server): the filter mode's table and acknowledgements over whole
+//!   buckets (the hash space in [`BUCKETS`] slices by its top bits; [`ShardTable::bucketed`]),
+//!   and the sharder labels each object once with its bucket (`<ring>/bucket=<2 hex digits>`,
+//!   an owned kind's object with its parent's). Each member's informers watch with
+//!   [`Member::label_selector`] (`<ring>/bucket in (…)`, the buckets the applied table gives
+//!   it), changed as the table changes: memory, decode and watch traffic scale as 1/N as in
+//!   the labels mode, but a membership change writes no object (a gone member's buckets move
+//!   with one table write), and a new object needs one label write.
 //!
 //! # Guarantees and their assumption
 //!
@@ -62,7 +70,10 @@ mod tests;
 
 pub use member::{LabelAck, Member, MemberEvent, MemberLeaseRequest, MemberState, ObjectShard};
 pub use membership::{MemberLease, Membership};
-pub use ring::{HashBy, ShardRange, ShardTable, TableError, fnv1a64};
+pub use ring::{
+    BUCKET_BITS, BUCKETS, HashBy, ShardRange, ShardTable, TableError, bucket_label, bucket_of,
+    fnv1a64,
+};
 pub use sharder::{ShardWrite, Sharder, WriteId, WriteResult};
 pub use view::ShardView;
 
@@ -83,6 +94,11 @@ pub enum Mode {
     Filter,
     /// As filter, with a server-side `shardSelector` (Kubernetes 1.36+).
     Server,
+    /// The sharder labels each object once with its bucket (a fixed slice of the hash space,
+    /// `<ring>/bucket`); members watch with a label selector for the buckets the table gives
+    /// them, so memory, decode CPU and watch traffic scale as 1/N as in the labels mode, while
+    /// ranges move as in the filter mode: no object is written when members come and go.
+    Buckets,
 }
 
 /// One member's sharding configuration.
@@ -164,6 +180,29 @@ impl ShardConfig {
         format!("{}/shard={}", self.ring, self.member)
     }
 
+    /// The label naming an object's bucket (buckets mode): `<ring>/bucket`.
+    pub fn bucket_label(&self) -> String {
+        format!("{}/bucket", self.ring)
+    }
+
+    /// The label selector of the objects in `buckets` (buckets mode):
+    /// `<ring>/bucket in (00,1f,…)`; with no bucket, one that matches nothing
+    /// (`<ring>/bucket in (none)`: a bucket label is hex).
+    pub fn bucket_selector(&self, buckets: &[u8]) -> String {
+        let mut s = format!("{} in (", self.bucket_label());
+        if buckets.is_empty() {
+            s.push_str("none");
+        }
+        for (i, b) in buckets.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            s.push_str(&ring::bucket_label(*b));
+        }
+        s.push(')');
+        s
+    }
+
     /// A primary object's hash (an object of the controller's own kind): [`HashBy::hash`] of
     /// its own uid (or its namespace), never its owner's, whether it has a controller owner or
     /// not. That is what KEP-5866's `shardSelector` hashes, so a server-side selection matches
@@ -208,10 +247,27 @@ impl ShardConfig {
 
     fn shard_of<'a, O: Object + ?Sized>(&self, obj: &'a O, hash: u64) -> ObjectShard<'a> {
         let labels = obj.labels();
+        if self.mode == Mode::Buckets {
+            return ObjectShard {
+                hash,
+                label: labels.get(&self.bucket_label()),
+                draining: false,
+            };
+        }
         ObjectShard {
             hash,
             label: labels.get(&self.shard_label()),
             draining: labels.get(&self.drain_label()).is_some(),
+        }
+    }
+
+    /// The ring the sharder assigns over `members` (whole buckets in the buckets mode).
+    pub fn ring_over(&self, members: &[&str]) -> ShardTable {
+        let ring = ShardTable::ring(members, self.vnodes);
+        if self.mode == Mode::Buckets {
+            ring.bucketed()
+        } else {
+            ring
         }
     }
 

@@ -92,6 +92,27 @@ impl ShardRange {
 /// Index of a member in a [`ShardTable`]'s member list.
 pub type MemberIndex = u16;
 
+/// Buckets mode: the hash space is cut into `2^BUCKET_BITS` buckets, by a hash's top bits.
+pub const BUCKET_BITS: u32 = 8;
+
+/// Buckets mode: how many buckets (256).
+pub const BUCKETS: usize = 1 << BUCKET_BITS;
+
+/// The bucket `hash` falls in: its top [`BUCKET_BITS`] bits.
+pub const fn bucket_of(hash: u64) -> u8 {
+    (hash >> (64 - BUCKET_BITS)) as u8
+}
+
+/// A bucket's label value: two lowercase hex digits (`00` … `ff`).
+pub fn bucket_label(bucket: u8) -> String {
+    format!("{bucket:02x}")
+}
+
+/// The first hash of `bucket`.
+const fn bucket_start(bucket: usize) -> u64 {
+    (bucket as u64) << (64 - BUCKET_BITS)
+}
+
 /// An assignment of the whole hash space: segments, each owned by one member or by none
 /// (a range being handed over). Versioned; the [filter mode](super) publishes it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -179,6 +200,39 @@ impl ShardTable {
         };
         t.merge();
         t
+    }
+
+    /// The same assignment in whole buckets (buckets mode): each bucket goes to the owner of
+    /// its first hash, so every range starts and ends on a bucket's edge. Versions and
+    /// members are kept.
+    pub fn bucketed(&self) -> ShardTable {
+        let mut segments: Vec<(u64, Option<MemberIndex>)> = (0..BUCKETS)
+            .map(|b| {
+                let start = bucket_start(b);
+                (
+                    start,
+                    self.segments.get(self.segment_of(start)).and_then(|s| s.1),
+                )
+            })
+            .collect();
+        segments.dedup_by(|b, a| a.1 == b.1);
+        ShardTable {
+            version: self.version,
+            members: self.members.clone(),
+            segments,
+        }
+    }
+
+    /// The buckets wholly owned by `member` (buckets mode: a table of whole buckets), in
+    /// order.
+    pub fn buckets_of(&self, member: &str) -> Vec<u8> {
+        (0..BUCKETS)
+            .filter(|&b| {
+                let last = bucket_start(b) | (u64::MAX >> BUCKET_BITS);
+                self.owner(bucket_start(b)) == Some(member) && self.owner(last) == Some(member)
+            })
+            .map(|b| b as u8)
+            .collect()
     }
 
     /// Joins neighbouring segments with one owner.

@@ -35,10 +35,20 @@ pub enum ShardWrite {
         /// The resourceVersion precondition.
         resource_version: String,
     },
-    /// Filter and server modes: read the published table (answer with
+    /// Buckets mode: set `<ring>/bucket=<bucket>` on `key`, at `resource_version` (an object
+    /// not yet labelled with its bucket: once per object).
+    Bucket {
+        /// The object's key.
+        key: String,
+        /// Its bucket.
+        bucket: u8,
+        /// The resourceVersion precondition.
+        resource_version: String,
+    },
+    /// Filter, server and buckets modes: read the published table (answer with
     /// [`Sharder::handle_table_read`]).
     ReadTable,
-    /// Filter and server modes: publish `table` (create it when `resource_version` is
+    /// Filter, server and buckets modes: publish `table` (create it when `resource_version` is
     /// `None`, else replace it at that resourceVersion).
     PublishTable {
         /// The next table.
@@ -108,7 +118,7 @@ impl Sharder {
         cfg.validate()?;
         Ok(Sharder {
             members: Membership::new(cfg.lease_duration),
-            ring: ShardTable::ring(&[], cfg.vnodes),
+            ring: cfg.ring_over(&[]),
             cfg,
             leading: false,
             objects: BTreeMap::new(),
@@ -182,7 +192,7 @@ impl Sharder {
             .collect();
         if live != self.live {
             let names: Vec<&str> = live.iter().map(String::as_str).collect();
-            self.ring = ShardTable::ring(&names, self.cfg.vnodes);
+            self.ring = self.cfg.ring_over(&names);
             self.live = live;
             self.dirty.extend(self.objects.keys().cloned());
         }
@@ -344,6 +354,42 @@ impl Sharder {
                     self.decide_table();
                 }
             }
+            Mode::Buckets => {
+                self.decide_buckets();
+                if now >= self.next_tick {
+                    self.decide_table();
+                }
+            }
+        }
+    }
+
+    /// Buckets mode: every object not labelled with its bucket gets it (once: a bucket never
+    /// changes for an object; members come and go by the table alone).
+    fn decide_buckets(&mut self) {
+        let dirty = core::mem::take(&mut self.dirty);
+        for key in dirty {
+            if self.busy.contains(&key) {
+                self.dirty.insert(key);
+                continue;
+            }
+            let Some(o) = self.objects.get(&key) else {
+                continue;
+            };
+            let bucket = super::ring::bucket_of(o.hash);
+            if o.written_at.is_some()
+                || o.label.as_deref() == Some(super::ring::bucket_label(bucket).as_str())
+            {
+                continue;
+            }
+            let rv = o.rv.clone();
+            self.emit(
+                Some((key.clone(), rv.clone())),
+                ShardWrite::Bucket {
+                    key,
+                    bucket,
+                    resource_version: rv,
+                },
+            );
         }
     }
 

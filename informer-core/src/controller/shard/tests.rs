@@ -501,3 +501,104 @@ fn shard_13_shard_view_keeps_what_assignment_reads_and_drops_the_rest() {
         ShardView::default()
     );
 }
+
+#[test]
+fn shard_14_buckets_mode_labels_each_object_once_and_moves_buckets_by_the_table() {
+    // The ring in whole buckets: aligned ranges, every bucket owned once, by the owner of its
+    // first hash.
+    let ring = ShardTable::ring(&["a", "b", "c"], 64);
+    let t = ring.bucketed();
+    assert!(
+        t.segments
+            .iter()
+            .all(|(s, _)| s % (1u64 << (64 - BUCKET_BITS)) == 0)
+    );
+    let mut all: Vec<u8> = ["a", "b", "c"]
+        .iter()
+        .flat_map(|m| t.buckets_of(m))
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..=255u8).collect::<Vec<_>>());
+    for b in 0..=255u8 {
+        let start = u64::from(b) << (64 - BUCKET_BITS);
+        assert_eq!(t.owner(start), ring.owner(start));
+        assert_eq!(t.owner(start | 0xff_ffff_ffff_ffff), ring.owner(start));
+    }
+    assert_eq!(bucket_of(0xab00_0000_0000_0001), 0xab);
+    assert_eq!(bucket_label(0x0f), "0f");
+    // A member's selector: nothing before a table, its buckets after.
+    let mut m = Member::new(cfg("a", Mode::Buckets)).unwrap();
+    assert_eq!(m.label_selector().as_deref(), Some("ring/bucket in (none)"));
+    let mut v1 = t.clone();
+    v1.version = 1;
+    m.handle_table(v1);
+    let sel = m.label_selector().unwrap();
+    let mine = t.buckets_of("a");
+    assert!(!mine.is_empty());
+    assert_eq!(
+        sel,
+        format!(
+            "ring/bucket in ({})",
+            mine.iter()
+                .map(|b| bucket_label(*b))
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    );
+    assert_eq!(
+        Member::new(cfg("a", Mode::Filter))
+            .unwrap()
+            .label_selector(),
+        None
+    );
+    // The object's bucket label is what the mode reads.
+    let c = cfg("a", Mode::Buckets);
+    let view: ShardView = serde_json::from_str(
+        r#"{"metadata":{"name":"k","namespace":"ns","uid":"u-1","resourceVersion":"3",
+        "labels":{"ring/bucket":"1f","ring/shard":"b"}}}"#,
+    )
+    .unwrap();
+    let shard = c.object_shard(&view);
+    assert_eq!((shard.label, shard.draining), (Some("1f"), false));
+    // The sharder labels an unlabelled object with its bucket, once, at its resourceVersion.
+    let mut s = Sharder::new(cfg("s", Mode::Buckets)).unwrap();
+    s.set_leading(true);
+    s.handle_members(at(0), [lease("a", "1", None), lease("b", "1", None)]);
+    let h = 0x1f00_0000_0000_0042;
+    s.handle_object("k", h, None, false, "3");
+    s.handle_timeout(at(0));
+    let writes: Vec<(WriteId, ShardWrite)> = core::iter::from_fn(|| s.poll_write()).collect();
+    let labels: Vec<&ShardWrite> = writes
+        .iter()
+        .map(|(_, w)| w)
+        .filter(|w| !matches!(w, ShardWrite::ReadTable))
+        .collect();
+    assert_eq!(
+        labels,
+        [&ShardWrite::Bucket {
+            key: "k".into(),
+            bucket: 0x1f,
+            resource_version: "3".into()
+        }]
+    );
+    let (id, _) = writes
+        .iter()
+        .find(|(_, w)| matches!(w, ShardWrite::Bucket { .. }))
+        .unwrap();
+    s.handle_write(*id, at(0), WriteResult::Done("4".into()));
+    s.handle_object("k", h, Some("1f"), false, "4");
+    // A member gone: only the table moves; the object is not written again.
+    s.handle_members(at(100), [lease("a", "2", None), lease("b", "1", None)]);
+    s.handle_members(at(2500), [lease("a", "3", None), lease("b", "1", None)]);
+    s.handle_timeout(at(2500));
+    let writes: Vec<ShardWrite> = core::iter::from_fn(|| s.poll_write())
+        .map(|(_, w)| w)
+        .collect();
+    assert!(
+        writes
+            .iter()
+            .all(|w| !matches!(w, ShardWrite::Bucket { .. } | ShardWrite::Label { .. })),
+        "{writes:?}"
+    );
+    assert_eq!(s.writes(), 1);
+}

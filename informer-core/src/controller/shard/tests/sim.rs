@@ -400,6 +400,17 @@ impl World {
                     });
                     p.sharder.handle_write(id, t, r);
                 }
+                ShardWrite::Bucket {
+                    key,
+                    bucket,
+                    resource_version,
+                } => {
+                    self.sharder_writes += 1;
+                    let r = server.object_write(&key, &resource_version, |o| {
+                        o.label = Some(bucket_label(bucket));
+                    });
+                    p.sharder.handle_write(id, t, r);
+                }
                 ShardWrite::Drain {
                     key,
                     resource_version,
@@ -446,6 +457,10 @@ impl World {
                 continue;
             }
             let o = &p.view[&k];
+            if self.mode == Mode::Buckets && !labelled_with_its_bucket(o) {
+                // Not in any member's watch until the sharder labels it.
+                continue;
+            }
             let shard = ObjectShard {
                 hash: o.hash,
                 label: o.label.as_deref(),
@@ -491,8 +506,14 @@ impl World {
             .filter(|p| !p.crashed && p.member.state() == MemberState::Working)
             .map(|p| p.member.config().member.as_str())
             .collect();
-        let ring = ShardTable::ring(&working, cfg("x", self.mode).vnodes);
+        let ring = cfg("x", self.mode).ring_over(&working);
         for (k, o) in &self.server.objects {
+            if self.mode == Mode::Buckets && !labelled_with_its_bucket(o) {
+                return Err(format!(
+                    "t={} ms: key {k} is not labelled with its bucket ({o:?})",
+                    self.now
+                ));
+            }
             let shard = ObjectShard {
                 hash: o.hash,
                 label: o.label.as_deref(),
@@ -516,6 +537,11 @@ impl World {
     }
 }
 
+/// Buckets mode: the object carries its bucket's label (what members' selectors match).
+fn labelled_with_its_bucket(o: &SObj) -> bool {
+    o.label.as_deref() == Some(bucket_label(bucket_of(o.hash)).as_str())
+}
+
 /// What a run measured.
 #[derive(Debug, PartialEq, Eq)]
 struct Outcome {
@@ -528,10 +554,11 @@ struct Outcome {
 /// One run.
 fn run(seed: u64, variant: Variant) -> Result<Outcome, String> {
     let mut rng = SplitMix64::new(seed ^ 0x5eed_5eed);
-    let mode = match seed % 3 {
+    let mode = match seed % 4 {
         0 => Mode::Labels,
         1 => Mode::Filter,
-        _ => Mode::Server,
+        2 => Mode::Server,
+        _ => Mode::Buckets,
     };
     let mut w = World {
         rng: rng.fork(),
@@ -722,20 +749,20 @@ fn shard_10_sim_many_seeds_no_overlap_and_settled_within_the_bound() {
 
 #[test]
 fn shard_11_sim_checker_catches_a_sharder_that_skips_the_handover() {
-    // Seeds cycle through labels, filter and server modes: each mode must be caught.
+    // Seeds cycle through labels, filter, server and buckets modes: each mode must be caught.
     for variant in [Variant::NoHandover, Variant::EarlyAck] {
-        let mut caught = [0; 3];
-        for seed in 0..90 {
+        let mut caught = [0; 4];
+        for seed in 0..120 {
             if run(seed, variant)
                 .err()
                 .is_some_and(|e| e.contains("safety"))
             {
-                caught[(seed % 3) as usize] += 1;
+                caught[(seed % 4) as usize] += 1;
             }
         }
         assert!(
             caught.iter().all(|c| *c > 0),
-            "{variant:?}: caught per mode (labels, filter, server): {caught:?}"
+            "{variant:?}: caught per mode (labels, filter, server, buckets): {caught:?}"
         );
     }
 }
