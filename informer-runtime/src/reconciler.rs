@@ -226,8 +226,33 @@ pub struct Controller<K, R: Runtime, B: Backend> {
     stats: Arc<Counts>,
     deleted: Arc<Mutex<HashMap<Key, Arc<K>>>>,
     sharding: Option<Sharding>,
+    /// Buckets mode: sets a bucket selector on each owned kind's informer (joined to its own).
+    bucket_scoped: Vec<BucketScoped>,
     #[cfg(feature = "admin")]
     admin: Option<crate::admin::AdminServer>,
+}
+
+/// Sets the buckets' label selector (`<ring>/bucket in (…)`) on an owned kind's informer.
+type BucketScoped = Box<dyn Fn(&str) + Send + Sync>;
+
+/// `own` and `more` as one label selector.
+fn join_selectors(own: Option<&str>, more: &str) -> String {
+    match own {
+        Some(own) if !own.is_empty() => format!("{own},{more}"),
+        _ => more.to_string(),
+    }
+}
+
+/// Sets `label` as `informer`'s label selector (a relist when it changed).
+fn set_label_selector<T: Object + Send + Sync + 'static, R: Runtime>(
+    informer: &Informer<T, R>,
+    label: String,
+) {
+    let mut selectors = informer.selectors();
+    if selectors.label.as_deref() != Some(label.as_str()) {
+        selectors.label = Some(label);
+        let _ = informer.set_selectors(selectors);
+    }
 }
 
 impl<K, R, B> Controller<K, R, B>
@@ -268,6 +293,7 @@ where
             stats: Arc::default(),
             deleted,
             sharding: None,
+            bucket_scoped: Vec::new(),
             #[cfg(feature = "admin")]
             admin: None,
         }
@@ -310,6 +336,13 @@ where
             };
             informer.add_handler(queue.handler(owner_of))?;
             Ok(())
+        }));
+        // Buckets mode: a child is labelled with its parent's bucket; its informer watches
+        // this member's buckets as the primary's does (its own selector kept).
+        let scoped = child.clone();
+        let own = child.selectors().label;
+        self.bucket_scoped.push(Box::new(move |buckets: &str| {
+            set_label_selector(&scoped, join_selectors(own.as_deref(), buckets));
         }));
         self.members.push(Box::new(child));
         self
@@ -362,7 +395,9 @@ where
     /// owns its object ([`Sharding::try_start`]), and ends with [`Sharding::finish`]; workers
     /// start once the member holds its Lease; in the labels mode the primary informer must
     /// watch with [`Sharding::label_selector`], and drained objects are acknowledged as their
-    /// reconciles end; in the filter mode every key is looked at again when the table changes.
+    /// reconciles end; in the filter, server and buckets modes every key is looked at again
+    /// when the table changes, and the primary informer (and, in the buckets mode, the
+    /// [`owns`](Self::owns) informers) get the member's new selector.
     /// A member that loses its Lease cancels its reconciles at once and `run` returns
     /// [`ControllerError::ShardRetired`]. At shutdown the member leaves the ring (its Lease
     /// written free) after the reconciles ended.
@@ -490,6 +525,7 @@ where
             stats,
             deleted,
             sharding,
+            bucket_scoped,
             #[cfg(feature = "admin")]
             admin,
         } = self;
@@ -649,8 +685,10 @@ where
                     sh.shutdown.notify(usize::MAX);
                 }
             }))?;
-            // Filter and server modes: every key again when the table changes; in the server
-            // mode the primary informer lists and watches with the member's `shardSelector`.
+            // Filter, server and buckets modes: every key again when the table changes; in the
+            // server mode the primary informer lists and watches with the member's
+            // `shardSelector`, in the buckets mode it and the owned kinds' informers with the
+            // member's buckets.
             let (s3, sh, rt2) = (s.clone(), shared.clone(), rt.clone());
             let server = Arc::new(ServerSelection::default());
             rt.spawn(Box::pin(async move {
@@ -659,8 +697,19 @@ where
                     let v = s3.table_version();
                     if v != seen {
                         seen = v;
-                        if s3.config().mode == crate::ShardMode::Server {
-                            server.apply(&rt2, &s3, &sh.primary, v);
+                        match s3.config().mode {
+                            crate::ShardMode::Server => server.apply(&rt2, &s3, &sh.primary, v),
+                            crate::ShardMode::Buckets => {
+                                if let Some(label) = s3.label_selector() {
+                                    set_label_selector(&sh.primary, label);
+                                }
+                                if let Some(buckets) = s3.bucket_selector() {
+                                    for set in &bucket_scoped {
+                                        set(&buckets);
+                                    }
+                                }
+                            }
+                            _ => {}
                         }
                         for k in sh.primary.store().keys() {
                             sh.queue.add(k);

@@ -22,7 +22,7 @@
 //! (before 1.36, or with the feature off) costs memory, never correctness, and once that is
 //! seen the controller stops sending it. No 1.36 server runs on this project's test machine:
 //! the decisions are simulated (`shard_10`) and the requests checked against a scripted
-//! server (`tests/shard_server_mode.rs`).
+//! server (`informer-testkit/tests/shard_selectors.rs`).
 //!
 //! A member that loses its Lease is retired for good: [`retired`](Sharding::retired) resolves,
 //! the controller cancels its reconciles at once and returns
@@ -156,6 +156,8 @@ struct Inner {
     /// Label acknowledgements to write (labels mode), by the ack task: never in the way of the
     /// Lease renewals.
     acks: Mutex<Vec<LabelAck>>,
+    /// The scope's own label selector (joined to the buckets' in the buckets mode).
+    scope_selector: Option<String>,
 }
 
 impl Inner {
@@ -230,6 +232,7 @@ impl Sharding {
             tasks: AtomicUsize::new(3),
             base: std::time::Instant::now(),
             acks: Mutex::new(Vec::new()),
+            scope_selector: scope.label_selector.clone(),
         });
         let leases: Api<DynamicObject, B> = client.api(Resource::LEASES, Some(namespace));
         let mut kinds = vec![primary];
@@ -268,10 +271,30 @@ impl Sharding {
         &self.inner.cfg.member
     }
 
-    /// The label selector this member's informers watch with (labels mode; `None` in the
-    /// others, which watch everything).
+    /// The label selector this member's primary informer watches with: in the labels mode
+    /// `<ring>/shard=<member>`; in the buckets mode the buckets of the table it applied
+    /// (`<ring>/bucket in (…)`, one that matches nothing before the first table), joined to
+    /// the scope's own selector, which [`Controller::shard`](crate::Controller::shard) sets
+    /// again on the primary informer ([`Informer::set_selectors`]) as the table changes;
+    /// `None` in the filter and server modes, which watch everything.
     pub fn label_selector(&self) -> Option<String> {
-        (self.inner.cfg.mode == Mode::Labels).then(|| self.inner.cfg.label_selector())
+        match self.inner.cfg.mode {
+            Mode::Labels => Some(self.inner.cfg.label_selector()),
+            Mode::Buckets => {
+                let buckets = self.inner.member().label_selector()?;
+                Some(match self.inner.scope_selector.as_deref() {
+                    Some(own) if !own.is_empty() => format!("{own},{buckets}"),
+                    _ => buckets,
+                })
+            }
+            Mode::Filter | Mode::Server => None,
+        }
+    }
+
+    /// Buckets mode: the label selector of this member's buckets alone
+    /// (`<ring>/bucket in (…)`), for the owned kinds' informers; `None` in the other modes.
+    pub fn bucket_selector(&self) -> Option<String> {
+        self.inner.member().label_selector()
     }
 
     /// The `shardSelector` (Kubernetes 1.36+, KEP-5866) of this member's ranges in the table it
@@ -561,7 +584,7 @@ async fn member_task<R: Runtime, B: Backend>(
             publish_events(&inner, &mut m);
             continue;
         }
-        // The table (filter and server modes).
+        // The table (filter, server and buckets modes).
         if cfg.mode != Mode::Labels && inner.now() >= next_table {
             next_table = inner.now() + cfg.retry_period;
             // Never past the member's deadline: a read hanging (retried by the client) must not
@@ -853,7 +876,7 @@ async fn sharder_task<R: Runtime, B: Backend>(
         let leading = leadership.is_leader();
         if inner.leading.swap(leading, Ordering::AcqRel) != leading {
             tracing::info!(member = %cfg.member, leading, "sharder");
-            if cfg.mode == Mode::Labels {
+            if matches!(cfg.mode, Mode::Labels | Mode::Buckets) {
                 for i in informers.drain(..) {
                     i.shutdown().await;
                 }
@@ -936,6 +959,16 @@ async fn sharder_task<R: Runtime, B: Backend>(
                     resource_version,
                 } => {
                     let l = serde_json::json!({cfg.drain_label(): "true"});
+                    labels.push((id, key, resource_version, l));
+                }
+                ShardWrite::Bucket {
+                    key,
+                    bucket,
+                    resource_version,
+                } => {
+                    let l = serde_json::json!({
+                        cfg.bucket_label(): informer_core::controller::shard::bucket_label(bucket),
+                    });
                     labels.push((id, key, resource_version, l));
                 }
             }

@@ -4,9 +4,11 @@
 //! server through a TCP proxy that drops its connections. Every reconcile records (member,
 //! key, start, end); the test asserts that no two reconciles of one key overlap, that the
 //! ring converges (every object owned by exactly one live member) and that each member caches
-//! (labels mode) or owns (filter mode) about its share.
+//! (labels mode) or owns (filter mode) about its share; in the buckets mode, that each caches
+//! only what it owns.
 //!
-//! Labels mode on tokio (300 objects), filter mode on smol (150 objects): the same API.
+//! Labels mode on tokio (300 objects), filter mode on smol (150 objects), buckets mode on tokio
+//! (300 objects): the same API.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -347,6 +349,16 @@ macro_rules! scenario {
                         return false;
                     }
                 }
+                if $mode == rt::ShardMode::Buckets {
+                    // Each member caches its buckets only.
+                    for m in live {
+                        if m.store.len() != share(m) {
+                            *why.lock().unwrap() =
+                                format!("{} caches {}, owns {}", m.name, m.store.len(), share(m));
+                            return false;
+                        }
+                    }
+                }
                 true
             }
 
@@ -507,4 +519,12 @@ scenario!(
     ::smol::block_on,
     rt::ShardMode::Filter,
     150
+);
+scenario!(
+    tokio_buckets,
+    "tokio-buckets",
+    informer_tokio,
+    tokio_block_on,
+    rt::ShardMode::Buckets,
+    300
 );

@@ -1,12 +1,17 @@
-//! The sharded controller's server mode (Kubernetes 1.36's `shardSelector`, KEP-5866) against
-//! FakeCluster, the only server here that can honour it (no 1.36 kube-apiserver builds on this
-//! machine): with the feature on, each member's primary informer lists and watches with its
-//! ranges, so it caches only its share, and follows the table as a member joins; with it off
-//! (every server before 1.36 ignores the parameter), each member sees everything, says so and
-//! lists without it from then on, filtering in the client as the filter mode does. Either way
-//! every object has exactly one owner and no two reconciles of a key overlap.
+//! The sharded controller's modes whose selectors follow the table, against FakeCluster:
 //!
-//! Real time (the Leases' clock rule needs it): about 10 s for both.
+//! - **server** (Kubernetes 1.36's `shardSelector`, KEP-5866; FakeCluster is the only server
+//!   here that can honour it, no 1.36 kube-apiserver builds on this machine): with the feature
+//!   on, each member's primary informer lists and watches with its ranges, so it caches only
+//!   its share, and follows the table as a member joins; with it off (every server before 1.36
+//!   ignores the parameter), each member sees everything, says so and lists without it from
+//!   then on, filtering in the client as the filter mode does;
+//! - **buckets**: the sharder labels every object with its bucket once; each member watches
+//!   the buckets its table gives it (`<ring>/bucket in (…)`), so it caches only its share, and
+//!   a join moves buckets by the table, writing no object.
+//!
+//! Every object ends with exactly one owner and no two reconciles of a key overlap.
+//! Real time (the Leases' clock rule needs it): a few seconds each.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,10 +42,10 @@ struct Member {
 }
 
 impl Member {
-    fn start(client: &Client, log: &Log) -> Member {
+    fn start(client: &Client, log: &Log, mode: ShardMode) -> Member {
         let name = member_name("m");
         let config = ShardConfig {
-            mode: ShardMode::Server,
+            mode,
             lease_duration: Duration::from_secs(3),
             renew_deadline: Duration::from_secs(2),
             retry_period: Duration::from_millis(300),
@@ -157,7 +162,8 @@ fn assert_no_overlap(log: &Log) {
     }
 }
 
-async fn scenario(honoured: bool) {
+/// `honoured`: FakeCluster serves `shardSelector` as a 1.36 server does.
+async fn scenario(mode: ShardMode, honoured: bool) {
     let fake = FakeCluster::builder().shard_selectors(honoured).build();
     let client: Client = fake.client().unwrap();
     let api = client.api::<DynamicObject>(Resource::CONFIGMAPS, Some(NS));
@@ -171,19 +177,26 @@ async fn scenario(honoured: bool) {
     }
     let log: Log = Arc::default();
     let (a, b, c) = (
-        Member::start(&client, &log),
-        Member::start(&client, &log),
-        Member::start(&client, &log),
+        Member::start(&client, &log, mode),
+        Member::start(&client, &log, mode),
+        Member::start(&client, &log, mode),
     );
+    // Each member caches only its share, or (a server mode the server ignores) everything.
+    let scoped = mode == ShardMode::Buckets || honoured;
     // Each caches its share only when the server honours the selector, everything otherwise
     // (once it fell back, with no selector left on its informer).
     let caches_as_expected = |ms: &[&Member]| -> Result<(), String> {
         converged(&fake, ms)?;
         for m in ms {
             let (cached, owned) = (m.store.len(), m.owned());
-            let selector = m.informer.selectors().shard;
-            let ok = if honoured {
-                cached == owned && selector.is_some() && selector == m.sharding.shard_selector()
+            let selectors = m.informer.selectors();
+            let (selector, want) = if mode == ShardMode::Buckets {
+                (selectors.label, m.sharding.label_selector())
+            } else {
+                (selectors.shard, m.sharding.shard_selector())
+            };
+            let ok = if scoped {
+                cached == owned && selector.is_some() && selector == want
             } else {
                 cached == OBJECTS && selector.is_none()
             };
@@ -209,7 +222,11 @@ async fn scenario(honoured: bool) {
         );
     }
     // A join: the table changes, and with it every member's selector.
-    let d = Member::start(&client, &log);
+    let writes_before: u64 = [&a, &b, &c]
+        .iter()
+        .map(|m| m.sharding.sharder_writes())
+        .sum();
+    let d = Member::start(&client, &log, mode);
     until("4 members converge", Duration::from_secs(30), || {
         caches_as_expected(&[&a, &b, &c, &d])?;
         (d.owned() > 0)
@@ -217,6 +234,25 @@ async fn scenario(honoured: bool) {
             .ok_or_else(|| "d owns nothing yet".to_string())
     })
     .await;
+    if mode == ShardMode::Buckets {
+        // Every object labelled with its bucket; the join wrote tables, not objects.
+        for o in fake.list(&Resource::CONFIGMAPS, Some(NS)) {
+            assert!(
+                o["metadata"]["labels"]["srv/bucket"].is_string(),
+                "not labelled: {o}"
+            );
+        }
+        let writes: u64 = [&a, &b, &c, &d]
+            .iter()
+            .map(|m| m.sharding.sharder_writes())
+            .sum();
+        assert!(
+            writes - writes_before < 10,
+            "the join wrote {} times",
+            writes - writes_before
+        );
+        return finish(&log, [&a, &b, &c, &d]).await;
+    }
     // The selectors went out: lists and watches carried KEP-5866's ranges.
     let trace = fake.trace();
     let sent = |verb: &str| {
@@ -231,36 +267,43 @@ async fn scenario(honoured: bool) {
     };
     assert!(sent("watch=true") >= 4, "watches with a shardSelector");
     assert!(sent("GET") >= 8, "lists and watches with a shardSelector");
-    assert_no_overlap(&log);
+    finish(&log, [&a, &b, &c, &d]).await;
+}
+
+/// Checks the reconciles, then stops the members cleanly.
+async fn finish(log: &Log, members: [&Member; 4]) {
+    assert_no_overlap(log);
     assert!(
         log.lock().unwrap().len() >= OBJECTS,
         "every object reconciled"
     );
-    for m in [&a, &b, &c, &d] {
+    for m in members {
         m.stop.store(true, Ordering::Release);
     }
     until("clean stop", Duration::from_secs(20), || {
-        match [&a, &b, &c, &d]
-            .iter()
-            .find(|m| m.done.lock().unwrap().is_none())
-        {
+        match members.iter().find(|m| m.done.lock().unwrap().is_none()) {
             Some(m) => Err(format!("{} still runs", m.name)),
             None => Ok(()),
         }
     })
     .await;
-    for m in [&a, &b, &c, &d] {
+    for m in members {
         assert_eq!(m.done.lock().unwrap().clone(), Some(Ok(())), "{}", m.name);
     }
-    assert_no_overlap(&log);
+    assert_no_overlap(log);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_mode_members_cache_only_their_ranges_where_the_server_honours_shard_selector() {
-    scenario(true).await;
+    scenario(ShardMode::Server, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_mode_falls_back_to_filtering_where_the_server_ignores_shard_selector() {
-    scenario(false).await;
+    scenario(ShardMode::Server, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_mode_members_cache_only_their_buckets_and_a_join_writes_no_object() {
+    scenario(ShardMode::Buckets, false).await;
 }
