@@ -1,6 +1,6 @@
 //! `cargo xtask bench shard`: one controller sharded over 1 to 4 member processes (labels
-//! mode by default, `--mode filter` for the filter mode; issue 43) against a real
-//! kube-apiserver v1.20.2 + etcd.
+//! mode by default, `--mode filter` or `--mode buckets` for the others; issue 43) against a
+//! real kube-apiserver v1.20.2 + etcd.
 //!
 //! 1. Starts a fresh cluster and creates `--objects` ConfigMaps (20,000 by default, ~1 KB each,
 //!    `bench e2e`'s) in the namespace `shard-bench`, `--writers` at a time.
@@ -8,15 +8,15 @@
 //!    (`bench-<k>`, so every run starts from unlabelled objects): starts k `shard-member`
 //!    processes (informer-bench, release) at once and waits until the ring has converged: every
 //!    member working and the members' shares add up to the object count, steadily for
-//!    `STEADY` (a share: the member's cache in the labels mode, where each watches only its
-//!    own shard's label; the cached objects it owns in the filter mode, where each caches
-//!    everything). Then, per member: cached objects, RSS, CPU spent until then, and CPU over
+//!    `STEADY` (a share: the member's cache in the labels and buckets modes, where each
+//!    watches only its own shard's or buckets' label; the cached objects it owns in the filter
+//!    mode, where each caches everything). Then, per member: cached objects, RSS, CPU spent until then, and CPU over
 //!    the next 5 s (the idle cost of a converged member); the writes the sharder made to
 //!    converge.
 //! 3. With k ≥ 2: SIGKILL to one member process that is not the sharder (its Lease is left to
 //!    expire), and the time until the survivors' shares add up to every object again
 //!    (measured from the kill to the first instant of a state that then held for `STEADY`),
-//!    with the sharder's writes for it (relabels; tables in the filter mode).
+//!    with the sharder's writes for it (relabels; tables in the filter and buckets modes).
 //! 4. The process's floor: one member over a namespace with no objects (its RSS once working
 //!    for 3 s), and what it allows of the RSS target even with a sharder that cost nothing.
 //!    Labels mode: the floor of a reassignment, measured last: as many bare label patches as
@@ -42,7 +42,7 @@ use testcluster::TestCluster;
 use crate::bench_e2e::{Api, configmap, lines_of, parallel};
 
 const USAGE: &str = "usage: cargo xtask bench shard [--objects N] [--members N,N,...] \
-                     [--lease-duration SECONDS] [--writers N] [--mode labels|filter] \
+                     [--lease-duration SECONDS] [--writers N] [--mode labels|filter|buckets] \
                      [--writes-in-flight N]\n";
 
 /// How long a converged state must hold before it counts.
@@ -82,8 +82,8 @@ fn parse(args: &[&str]) -> Result<Options, String> {
             "--writers" => o.writers = num(args.next(), "--writers")?.max(1),
             "--writes-in-flight" => o.in_flight = num(args.next(), "--writes-in-flight")?.max(1),
             "--mode" => match args.next().copied() {
-                Some(m @ ("labels" | "filter")) => o.mode = m.to_string(),
-                m => return Err(format!("--mode {m:?}: labels or filter\n{USAGE}")),
+                Some(m @ ("labels" | "filter" | "buckets")) => o.mode = m.to_string(),
+                m => return Err(format!("--mode {m:?}: labels, filter or buckets\n{USAGE}")),
             },
             "--lease-duration" => {
                 let v = args.next().ok_or(USAGE)?;

@@ -1,7 +1,7 @@
 //! `shard-member`: one member process of a sharded controller, for `cargo xtask bench shard`.
 //!
 //! A `Controller` of the ConfigMaps of `--namespace` (tokio, `DynamicObject`), sharded in the
-//! mode `--mode` (`labels`, the default, or `filter`) on the ring `--ring` (member name
+//! mode `--mode` (`labels`, the default, `filter` or `buckets`) on the ring `--ring` (member name
 //! `--label` plus random digits, Lease duration `--lease-duration` seconds, renew deadline ⅔ of
 //! it, retry period 2 s or less, `--writes-in-flight` sharder writes at once, 16 by default):
 //! in the labels mode its informer watches only the objects labelled with its shard, in the
@@ -42,7 +42,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mode = match arg("--mode", "labels").as_str() {
         "labels" => ShardMode::Labels,
         "filter" => ShardMode::Filter,
-        m => return Err(format!("--mode {m}: labels or filter").into()),
+        "buckets" => ShardMode::Buckets,
+        m => return Err(format!("--mode {m}: labels, filter or buckets").into()),
     };
     let writes_in_flight: usize = arg("--writes-in-flight", "16").parse()?;
     let lease = Duration::from_secs_f64(lease);
