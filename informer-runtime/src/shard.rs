@@ -6,12 +6,13 @@
 //! - The **member task** holds this member's Lease `<ring>-m-<member>` (labelled
 //!   `informer-rs.io/ring=<ring>`, its acknowledged table version in the `<ring>/ack`
 //!   annotation), writes the label acknowledgements of drained objects (labels mode) and reads
-//!   the published table every retry period (filter and server modes).
+//!   the published table every retry period (filter, server and buckets modes).
 //! - The **sharder task** campaigns for the ring's Lease `<ring>`; every retry period it reads
 //!   the ring's member Leases (a quorum LIST); while elected it labels, drains and relabels
 //!   objects (labels mode, from informers of [`ShardView`]s over all objects of the primary and
-//!   owned kinds; [`ShardConfig::writes_in_flight`] patches out at once, a sliding window), or
-//!   publishes the table on the Lease `<ring>-table` (filter and server modes).
+//!   owned kinds; [`ShardConfig::writes_in_flight`] patches out at once, a sliding window),
+//!   publishes the table on the Lease `<ring>-table` (filter and server modes), or both
+//!   (buckets mode: each object labelled once with its bucket, the table moving buckets).
 //! - The [`Sharding`] handle answers [`try_start`](Sharding::try_start) and
 //!   [`finish`](Sharding::finish) around each reconcile: [`Controller::shard`] wires it in, so
 //!   the same reconcile runs sharded or not.
@@ -22,7 +23,9 @@
 //! (before 1.36, or with the feature off) costs memory, never correctness, and once that is
 //! seen the controller stops sending it. No 1.36 server runs on this project's test machine:
 //! the decisions are simulated (`shard_10`) and the requests checked against a scripted
-//! server (`informer-testkit/tests/shard_selectors.rs`).
+//! server (`informer-testkit/tests/shard_selectors.rs`). The buckets mode's selector
+//! (`<ring>/bucket in (…)`, [`Sharding::label_selector`]) is set the same way on the primary
+//! informer and on the `owns` informers.
 //!
 //! A member that loses its Lease is retired for good: [`retired`](Sharding::retired) resolves,
 //! the controller cancels its reconciles at once and returns
