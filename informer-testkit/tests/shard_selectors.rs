@@ -116,11 +116,15 @@ impl Member {
     }
 }
 
-/// Every object owned by exactly one member, by each member's own view; `Err` says why not.
+/// Every object owned by exactly one member, by each member's own view, the one the ring over
+/// all of `members` names (not a table of fewer members, met on the way); `Err` says why not.
 fn converged(fake: &FakeCluster, members: &[&Member]) -> Result<(), String> {
     if let Some(m) = members.iter().find(|m| !m.sharding.is_working()) {
         return Err(format!("{} is not working", m.name));
     }
+    let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+    let config = members[0].sharding.config();
+    let ring = config.ring_over(&names);
     for o in fake.list(&Resource::CONFIGMAPS, Some(NS)) {
         let key = format!("{NS}/{}", o["metadata"]["name"].as_str().unwrap_or(""));
         let owners: Vec<&str> = members
@@ -128,8 +132,12 @@ fn converged(fake: &FakeCluster, members: &[&Member]) -> Result<(), String> {
             .filter(|m| m.store.get(&key).is_some_and(|v| m.sharding.owns(&*v)))
             .map(|m| m.name.as_str())
             .collect();
-        if owners.len() != 1 {
-            return Err(format!("{key}: owners {owners:?}"));
+        let uid = o["metadata"]["uid"].as_str().unwrap_or("");
+        let named = ring.owner(config.hash_by.hash(uid, NS, None));
+        if owners.len() != 1 || named != Some(owners[0]) {
+            return Err(format!(
+                "{key}: owners {owners:?}, the ring names {named:?}"
+            ));
         }
     }
     Ok(())

@@ -366,19 +366,12 @@ impl Sharder {
     /// Buckets mode: every object not labelled with its bucket gets it (once: a bucket never
     /// changes for an object; members come and go by the table alone).
     fn decide_buckets(&mut self) {
-        let dirty = core::mem::take(&mut self.dirty);
-        for key in dirty {
-            if self.busy.contains(&key) {
-                self.dirty.insert(key);
-                continue;
-            }
+        for key in self.ready() {
             let Some(o) = self.objects.get(&key) else {
                 continue;
             };
             let bucket = super::ring::bucket_of(o.hash);
-            if o.written_at.is_some()
-                || o.label.as_deref() == Some(super::ring::bucket_label(bucket).as_str())
-            {
+            if o.label.as_deref() == Some(super::ring::bucket_label(bucket).as_str()) {
                 continue;
             }
             let rv = o.rv.clone();
@@ -393,19 +386,30 @@ impl Sharder {
         }
     }
 
-    fn decide_labels(&mut self) {
+    /// The dirty keys ready for a decision: known, no write out on them (those stay dirty)
+    /// and none of ours waiting to be seen.
+    fn ready(&mut self) -> Vec<String> {
         let dirty = core::mem::take(&mut self.dirty);
+        let mut ready = Vec::with_capacity(dirty.len());
         for key in dirty {
             if self.busy.contains(&key) {
                 self.dirty.insert(key);
-                continue;
+            } else if self
+                .objects
+                .get(&key)
+                .is_some_and(|o| o.written_at.is_none())
+            {
+                ready.push(key);
             }
+        }
+        ready
+    }
+
+    fn decide_labels(&mut self) {
+        for key in self.ready() {
             let Some(o) = self.objects.get(&key) else {
                 continue;
             };
-            if o.written_at.is_some() {
-                continue;
-            }
             let target = self.ring.owner(o.hash);
             let rv = o.rv.clone();
             let decided_at = rv.clone();
