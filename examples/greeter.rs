@@ -5,8 +5,9 @@
 //! the surplus; writes `status` (phase, observedGeneration, configMaps) through the status
 //! subresource only when it changed; records an event when it changed something; holds the
 //! finalizer `example.com/cleanup` to delete the ConfigMaps when the Greeting goes (a cluster
-//! without a garbage collector keeps them otherwise); runs behind the Lease `greeter`; stops on
-//! SIGTERM or Ctrl-C.
+//! without a garbage collector keeps them otherwise); runs behind the Lease `greeter`, or as one
+//! member of a sharded ring (each member watches and reconciles only the Greetings labelled
+//! for it); stops on SIGTERM or Ctrl-C.
 //!
 //! This file is the operator; `greeter_main.rs` beside it is the process around it (the `crd`
 //! subcommand, JSON logs, the admin server, the client from the environment):
@@ -23,7 +24,7 @@ use serde_json::json;
 use super::runtime::http::{DeleteParams, Patch, PatchParams, WriteError};
 use super::runtime::{
     Action, AdminServer, Client, Context, Controller, DynamicObject, EventType, FinalizerEvent,
-    HasResource, Informer, LeaderElectionConfig, Object, Reporter, Resource, Store,
+    HasResource, Informer, LeaderElectionConfig, Object, Reporter, Resource, Sharding, Store,
     custom_resource, finalizer,
 };
 
@@ -60,16 +61,22 @@ const FINALIZER: &str = "example.com/cleanup";
 const MANAGER: &str = "greeter";
 
 /// Runs the operator in `namespace` until SIGTERM or Ctrl-C (or `stop` resolves), reporting
-/// to `admin` if given (stopped last, with the operator).
+/// to `admin` if given (stopped last, with the operator): behind the Lease, or as the member
+/// `shard` of a ring (labels mode: it watches only the Greetings labelled for it; the
+/// ConfigMaps it writes reach its selector only once the sharder labelled them, too late for
+/// the next reconcile's read-your-writes wait, so it watches all of them).
 pub async fn run(
     client: Client,
     namespace: &str,
     identity: &str,
     admin: Option<AdminServer>,
+    shard: Option<Sharding>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    let mine = shard.as_ref().and_then(Sharding::label_selector);
     let greetings = Informer::<Greeting>::builder(&client)
         .namespace(namespace)
+        .label_selector(mine.unwrap_or_default())
         .build()?;
     let children = Informer::<DynamicObject>::builder_for(&client, Resource::CONFIGMAPS)
         .namespace(namespace)
@@ -77,12 +84,16 @@ pub async fn run(
         .label_index("greeting")
         .build()?;
     let store = children.store();
-    Controller::new(&client, greetings)
+    let controller = Controller::new(&client, greetings)
         .name(MANAGER)
         .admin(admin)
         .owns(children)
-        .concurrency(64)
-        .leader_election(namespace, MANAGER, LeaderElectionConfig::new(identity))
+        .concurrency(64);
+    let controller = match shard {
+        Some(shard) => controller.shard(shard),
+        None => controller.leader_election(namespace, MANAGER, LeaderElectionConfig::new(identity)),
+    };
+    controller
         .events(Reporter::new(MANAGER, identity))
         .shutdown_on_signal()
         .shutdown_on(stop)

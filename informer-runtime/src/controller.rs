@@ -549,12 +549,41 @@ impl<K, R> fmt::Debug for Workers<K, R> {
     }
 }
 
-/// What a worker does with a reconcile's outcome.
+/// What a worker does with a reconcile's outcome: [`log_failure`], then [`requeue`].
 pub(crate) fn settle<K: Hash + Eq + Clone + Send + 'static, E: fmt::Display>(
     queue: &WorkQueue<K>,
     key: K,
     outcome: Result<Result<Action, E>, String>,
     describe: impl Fn(&K) -> String,
+) {
+    log_failure(queue, &key, &outcome, describe);
+    requeue(queue, key, outcome);
+}
+
+/// Logs a failed or panicked reconcile (before [`requeue`] counts it).
+pub(crate) fn log_failure<K: Hash + Eq + Clone + Send + 'static, E: fmt::Display>(
+    queue: &WorkQueue<K>,
+    key: &K,
+    outcome: &Result<Result<Action, E>, String>,
+    describe: impl Fn(&K) -> String,
+) {
+    match outcome {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(key = %describe(key), error = %e, requeues = queue.num_requeues(key), "reconcile failed; requeued with backoff");
+        }
+        Err(panic) => {
+            tracing::error!(key = %describe(key), panic = %panic, "reconcile panicked; requeued with backoff");
+        }
+    }
+}
+
+/// Puts the key back as the outcome says (forgotten, after a delay, or with backoff) and
+/// marks it done.
+pub(crate) fn requeue<K: Hash + Eq + Clone + Send + 'static, E>(
+    queue: &WorkQueue<K>,
+    key: K,
+    outcome: Result<Result<Action, E>, String>,
 ) {
     match outcome {
         Ok(Ok(Action::Done)) => queue.forget(&key),
@@ -562,14 +591,7 @@ pub(crate) fn settle<K: Hash + Eq + Clone + Send + 'static, E: fmt::Display>(
             queue.forget(&key);
             queue.add_after_with_priority(key.clone(), d, Priority::LOW);
         }
-        Ok(Err(e)) => {
-            tracing::warn!(key = %describe(&key), error = %e, requeues = queue.num_requeues(&key), "reconcile failed; requeued with backoff");
-            queue.add_rate_limited(key.clone());
-        }
-        Err(panic) => {
-            tracing::error!(key = %describe(&key), panic = %panic, "reconcile panicked; requeued with backoff");
-            queue.add_rate_limited(key.clone());
-        }
+        Ok(Err(_)) | Err(_) => queue.add_rate_limited(key.clone()),
     }
     queue.done(&key);
 }

@@ -374,10 +374,15 @@ impl<K: Object + Send + Sync + 'static, R: Runtime> Driver<K, R> {
         published
     }
 
-    /// A step reached the readers: when their resourceVersion (or sync) moved, wakes the
-    /// waits it satisfies and sets the gauge. The core's values are those just published: the
-    /// publish staged them from it in this same step.
+    /// A step reached the readers: sets the objects gauge and, when their resourceVersion (or
+    /// sync) moved, wakes the waits it satisfies and sets the resourceVersion gauge. The
+    /// core's values are those just published: the publish staged them from it in this same
+    /// step.
     fn note_published(&mut self, state: &State<K>) {
+        self.shared
+            .counters
+            .store_objects
+            .set(state.core.indexer().len());
         let rv = state.core.last_sync_resource_version();
         let synced = state.core.has_synced();
         if rv == self.published_rv && synced == self.published_synced {

@@ -18,6 +18,7 @@
 //! | `informer_handler_pending` (gauge) | `informer`, `handler` | notifications pending for it (its queue depth, at most one per key) |
 //! | `informer_handler_latency_seconds` (histogram) | `informer`, `handler` | from the event's arrival at the informer to the handler done with it |
 //! | `informer_last_sync_resource_version` (gauge) | `informer` | the resourceVersion readers see, when it is a number |
+//! | `informer_store_objects` (gauge) | `informer` | objects in the cache readers see (a sharded member's share, say) |
 //! | `informer_publish_retries_total` | `informer` | publishes retried because a reader held the copy |
 //!
 //! `informer` is the informer's [name](crate::Informer::name); `handler` its
@@ -216,6 +217,9 @@ pub(crate) struct Counters {
     /// The resourceVersion readers see, when numeric.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub(crate) resource_version: Gauge,
+    /// The objects in the cache readers see.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) store_objects: Gauge,
 }
 
 /// A snapshot of an informer's counters ([`Informer::metrics`](crate::Informer::metrics)).
@@ -276,6 +280,7 @@ impl Counters {
             divergences: c("informer_divergences_total"),
             publish_retries: c("informer_publish_retries_total"),
             resource_version: Gauge::exported("informer_last_sync_resource_version", &labels),
+            store_objects: Gauge::exported("informer_store_objects", &labels),
         }
     }
 

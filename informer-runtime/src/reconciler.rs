@@ -16,7 +16,7 @@ use informer_core::object::{Key, Object, ObjectOrTombstone};
 use informer_http::{Backend, Client, Resource, WriteHook};
 use tracing::Instrument;
 
-use crate::controller::{Action, WorkQueue, panic_message, settle};
+use crate::controller::{Action, WorkQueue, log_failure, panic_message, requeue};
 use crate::error::Error;
 use crate::events::{Recorder, Reporter};
 use crate::informer::Informer;
@@ -1171,18 +1171,18 @@ where
         let outcome = run_one(&shared, &key, attempt)
             .instrument(span.clone())
             .await;
-        if let Some(s) = &shared.sharding {
-            s.finish(key.as_str());
-        }
         let took = t0.elapsed();
         m.active_workers.add(-1.0);
-        let _entered = span.enter();
+        // The span closes before the key is released (`finish`, `done`): the key's next
+        // reconcile, here or on the member it moves to, starts after it, so the spans of one
+        // key never overlap.
+        let entered = span.enter();
         shared.stats.reconciles.fetch_add(1, Ordering::Relaxed);
         let q = &shared.queue;
-        let result = match outcome {
+        let result = match &outcome {
             // Done, requeued after, or failed (an error or a panic): as `Workers` settle them.
             Outcome::Done(outcome) => {
-                let result = match &outcome {
+                let result = match outcome {
                     Ok(Ok(Action::Done)) => {
                         m.success.add(1);
                         "success"
@@ -1201,20 +1201,16 @@ where
                         "error"
                     }
                 };
-                settle(q, key, outcome, Key::to_string);
+                log_failure(q, &key, outcome, Key::to_string);
                 result
             }
             Outcome::Cancelled => {
                 shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(key = %key, "reconcile cancelled (leadership lost or shutting down); queued again");
-                q.add(key.clone());
-                q.done(&key);
                 m.requeue.add(1);
                 "requeue"
             }
             Outcome::Nothing => {
-                q.forget(&key);
-                q.done(&key);
                 m.success.add(1);
                 "success"
             }
@@ -1223,7 +1219,22 @@ where
         span.record("result", result);
         span.record("duration_seconds", took.as_secs_f64());
         tracing::debug!(result, duration_seconds = took.as_secs_f64(), "reconciled");
-        drop(_entered);
+        drop(entered);
+        drop(span);
+        if let Some(s) = &shared.sharding {
+            s.finish(key.as_str());
+        }
+        match outcome {
+            Outcome::Done(outcome) => requeue(q, key, outcome),
+            Outcome::Cancelled => {
+                q.add(key.clone());
+                q.done(&key);
+            }
+            Outcome::Nothing => {
+                q.forget(&key);
+                q.done(&key);
+            }
+        }
     }
 }
 

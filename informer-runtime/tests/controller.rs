@@ -642,7 +642,7 @@ macro_rules! scenarios {
                         let ns = ns.clone();
                         let (done_tx, done_rx) = async_channel::bounded::<String>(1);
                         rt::spawn(async move {
-                            let r = greeter::run(c, &ns, id, None, async move { let _ = rx.recv().await; })
+                            let r = greeter::run(c, &ns, id, None, None, async move { let _ = rx.recv().await; })
                                 .await
                                 .map_err(|e| e.to_string());
                             let _ = done_tx.send(format!("{r:?}")).await;

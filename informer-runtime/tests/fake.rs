@@ -649,6 +649,13 @@ mod metrics_export {
                 ),
                 "the resourceVersion readers see, as a number"
             );
+            assert!(
+                matches!(
+                    value("informer_store_objects", false),
+                    Some(DebugValue::Gauge(v)) if v.into_inner() == 2.0
+                ),
+                "the objects readers see"
+            );
             // The handler's latency, from the event's arrival to its handler done: recorded
             // right after the delivered count moves.
             let t0 = Instant::now();

@@ -222,7 +222,7 @@ fn the_greeter_runs_as_its_service_account_with_exactly_the_verbs_its_role_grant
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let (done_tx, done_rx) = async_channel::bounded::<String>(1);
         informer_tokio::spawn(async move {
-            let r = greeter::run(sa, NS, "greeter-rbac", None, async move {
+            let r = greeter::run(sa, NS, "greeter-rbac", None, None, async move {
                 let _ = stop_rx.recv().await;
             })
             .await

@@ -8,12 +8,14 @@
 //! only what it owns.
 //!
 //! Labels mode on tokio (300 objects), filter mode on smol (150 objects), buckets mode on tokio
-//! (300 objects): the same API.
+//! (300 objects): the same API. `tests/shard_processes.rs` runs the labels mode with member
+//! processes of the sample controller (the greeter); this test keeps what only one process
+//! can see: each member's own view of what it owns
+//! ([`Sharding::owns`](informer_runtime::Sharding::owns)), the filter and buckets modes and
+//! the smol runtime.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -22,6 +24,10 @@ use informer_http::{Backend, Client, PostParams};
 use informer_runtime::{DynamicObject, Object, Resource};
 use serde_json::json;
 use testcluster::TestCluster;
+
+#[path = "support/cut_proxy.rs"]
+mod cut_proxy;
+use cut_proxy::Proxy;
 
 struct Shared {
     _cluster: Mutex<TestCluster>,
@@ -47,62 +53,6 @@ fn shared() -> &'static Shared {
 fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A TCP proxy to the apiserver that can be cut: every connection closed, new ones refused.
-struct Proxy {
-    port: u16,
-    cut: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl Proxy {
-    fn start(upstream: u16) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let cut = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (c, cs) = (cut.clone(), conns.clone());
-        std::thread::spawn(move || {
-            for s in listener.incoming() {
-                let Ok(down) = s else { continue };
-                if c.load(Ordering::Acquire) {
-                    let _ = down.shutdown(Shutdown::Both);
-                    continue;
-                }
-                let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                    continue;
-                };
-                {
-                    let mut v = cs.lock().unwrap();
-                    v.push(down.try_clone().unwrap());
-                    v.push(up.try_clone().unwrap());
-                }
-                for (mut from, mut to) in [
-                    (down.try_clone().unwrap(), up.try_clone().unwrap()),
-                    (up, down),
-                ] {
-                    std::thread::spawn(move || {
-                        let mut buf = [0u8; 16 * 1024];
-                        while let Ok(n) = from.read(&mut buf) {
-                            if n == 0 || to.write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                        let _ = to.shutdown(Shutdown::Both);
-                    });
-                }
-            }
-        });
-        Proxy { port, cut, conns }
-    }
-
-    fn cut(&self) {
-        self.cut.store(true, Ordering::Release);
-        for s in self.conns.lock().unwrap().drain(..) {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-    }
 }
 
 /// One reconcile: who, which key, when it started and (once it ended or was cancelled) ended.

@@ -142,7 +142,7 @@ async fn one_seed(seed: u64) -> Summary {
     let client: Client = fake.client().unwrap();
     let (stop_tx, stop_rx) = futures_channel::oneshot::channel::<()>();
     let operator = tokio::spawn(async move {
-        greeter::run(client, NS, "greeter-a", None, async move {
+        greeter::run(client, NS, "greeter-a", None, None, async move {
             let _ = stop_rx.await;
         })
         .await

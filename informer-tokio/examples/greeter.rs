@@ -13,7 +13,7 @@ use informer_tokio as runtime;
 pub mod greeter;
 
 #[path = "../../examples/greeter_main.rs"]
-mod greeter_main;
+pub mod greeter_main;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     greeter_main::main()

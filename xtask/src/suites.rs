@@ -30,6 +30,7 @@ pub const DEFAULT_JOBS: usize = 2;
 /// binaries that take long, as measured two at a time on a 2-core machine; any other counts
 /// as short.
 const PRIOR: &[(&str, f64)] = &[
+    ("informer-runtime tests/shard_processes.rs", 80.0),
     ("informer-runtime tests/e2e.rs", 62.0),
     ("informer-runtime tests/controller.rs", 48.0),
     ("informer-runtime tests/soak.rs", 45.0),
