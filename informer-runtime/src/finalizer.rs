@@ -111,6 +111,16 @@ impl<E: fmt::Display> fmt::Display for FinalizerError<E> {
             FinalizerError::Metadata(e) => write!(f, "unreadable metadata: {e}"),
             FinalizerError::Apply(e) => write!(f, "apply failed: {e}"),
             FinalizerError::Cleanup(e) => write!(f, "cleanup failed (finalizer kept): {e}"),
+            // A failed JSON patch `test` comes back as a bare 422 whose message says only
+            // "invalid": say what it means here.
+            FinalizerError::Conflict {
+                patch,
+                source: WriteError::Invalid { causes, .. },
+            } if causes.is_empty() => write!(
+                f,
+                "{patch} the finalizer: the object changed since it was read (the patch's test \
+                 of the finalizers failed: 422)"
+            ),
             FinalizerError::Conflict { patch, source } => write!(
                 f,
                 "{patch} the finalizer: the object changed since it was read: {source}"
@@ -263,5 +273,24 @@ fn lost_race(e: &WriteError) -> bool {
                 })
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_patch_test_says_what_it_means() {
+        let bare = FinalizerError::<std::io::Error>::Conflict {
+            patch: FinalizerPatch::Add,
+            source: WriteError::Invalid {
+                causes: Vec::new(),
+                status: Default::default(),
+            },
+        };
+        let text = bare.to_string();
+        assert!(text.contains("test of the finalizers failed"), "{text}");
+        assert!(bare.is_conflict());
     }
 }
