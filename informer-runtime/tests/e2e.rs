@@ -2149,16 +2149,7 @@ async fn a_crd_generated_from_rust_types_is_accepted_and_served<E: Env>(c: Clien
         .status::<WidgetStatus>()
         .to_json()
         .unwrap();
-    let crds = c.api::<DynamicObject>(
-        Resource::new(
-            "apiextensions.k8s.io",
-            "v1",
-            "CustomResourceDefinition",
-            "customresourcedefinitions",
-            false,
-        ),
-        None,
-    );
+    let crds = c.api::<DynamicObject>(Resource::CUSTOMRESOURCEDEFINITIONS, None);
     let obj: DynamicObject = serde_json::from_value(crd).unwrap();
     match crds.create(&obj, &Default::default()).await {
         Ok(_) => {}

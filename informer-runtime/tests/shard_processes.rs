@@ -572,16 +572,7 @@ async fn setup(c: &Client<impl informer_http::Backend>) {
         )
         .await
         .unwrap();
-    let crds = c.api::<DynamicObject>(
-        Resource::new(
-            "apiextensions.k8s.io",
-            "v1",
-            "CustomResourceDefinition",
-            "customresourcedefinitions",
-            false,
-        ),
-        None,
-    );
+    let crds = c.api::<DynamicObject>(Resource::CUSTOMRESOURCEDEFINITIONS, None);
     let crd = informer_http::crd::Crd::of::<Greeting>().to_json().unwrap();
     crds.create(&dynamic(crd), &PostParams::default())
         .await
