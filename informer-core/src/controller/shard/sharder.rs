@@ -36,7 +36,9 @@ pub enum ShardWrite {
         resource_version: String,
     },
     /// Filter and server modes: read the published table (answer with
-    /// [`Sharder::handle_table_read`]).
+    /// [`Sharder::handle_table_read`]; a read that failed with
+    /// [`Sharder::handle_write`] and [`WriteResult::Failed`]: read again after the retry
+    /// period).
     ReadTable,
     /// Filter and server modes: publish `table` (create it when `resource_version` is
     /// `None`, else replace it at that resourceVersion).
@@ -278,7 +280,7 @@ impl Sharder {
         };
     }
 
-    /// The outcome of the write `id` (not [`ShardWrite::ReadTable`]).
+    /// The outcome of the write `id` (of a [`ShardWrite::ReadTable`]: only its failure).
     pub fn handle_write(&mut self, id: WriteId, now: Instant, result: WriteResult) {
         let Some(target) = self.in_flight.remove(&id) else {
             return;

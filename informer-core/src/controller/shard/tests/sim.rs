@@ -359,10 +359,10 @@ impl World {
         p.sharder.handle_timeout(t);
         while let Some((id, w)) = p.sharder.poll_write() {
             if p.partitioned {
-                match w {
-                    ShardWrite::ReadTable => {}
-                    _ => p.sharder.handle_write(id, t, WriteResult::Failed),
-                }
+                // A read fails as a write does (left unanswered, the sharder would wait for
+                // it until its term ends).
+                let _ = w;
+                p.sharder.handle_write(id, t, WriteResult::Failed);
                 continue;
             }
             match w {
