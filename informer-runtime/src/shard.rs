@@ -39,7 +39,7 @@ use informer_core::controller::leaderelection::{
 };
 use informer_core::controller::shard::{
     LabelAck, Member, MemberEvent, MemberLease, Mode, ShardConfig, ShardError, ShardTable,
-    ShardView, ShardWrite, Sharder, WriteResult,
+    ShardView, ShardWrite, Sharder, WriteId, WriteResult,
 };
 use informer_core::object::{DynamicObject, Object, ObjectOrTombstone};
 use informer_core::protocol::{ListRequest, Selectors};
@@ -665,22 +665,30 @@ fn member_lease_object(
     lease_with(metadata, spec)
 }
 
-/// The published table and its Lease's resourceVersion (`None`: none yet, or unreadable).
+/// The published table and its Lease's resourceVersion (`None`: none yet); `Err`: the read
+/// failed, or what it read does not parse (the sharder reads again later rather than take
+/// either for "no table").
 async fn read_table<B: Backend>(
     leases: &Api<DynamicObject, B>,
     cfg: &ShardConfig,
-) -> Option<(ShardTable, String)> {
+) -> Result<Option<(ShardTable, String)>, ()> {
     let obj = match leases.get(&cfg.table_lease()).await {
         Ok(o) => o,
-        Err(WriteError::NotFound(_)) => return None,
+        Err(WriteError::NotFound(_)) => return Ok(None),
         Err(e) => {
             tracing::warn!(error = %e, "reading the shard table failed");
-            return None;
+            return Err(());
         }
     };
+    let t = table_of(cfg, &obj).ok_or(())?;
+    Ok(Some((t, obj.resource_version().unwrap_or_default().into())))
+}
+
+/// The table a table Lease carries (`None`: none, or it does not parse).
+fn table_of(cfg: &ShardConfig, obj: &DynamicObject) -> Option<ShardTable> {
     let text = obj.annotations().get(&cfg.table_annotation())?.to_string();
     match ShardTable::decode(&text) {
-        Ok(t) => Some((t, obj.resource_version().unwrap_or_default().into())),
+        Ok(t) => Some(t),
         Err(e) => {
             tracing::warn!(error = %e, "the published shard table does not parse");
             None
@@ -817,6 +825,8 @@ async fn sharder_task<R: Runtime, B: Backend>(
     };
     let mut next_list = CoreInstant::ZERO;
     let mut next_collect = CoreInstant::ZERO;
+    // The object writes out (labels mode), each answered as it comes.
+    let mut out = futures_util::stream::FuturesUnordered::new();
     loop {
         let listen = inner.changed.listen();
         if inner.stop.load(Ordering::Acquire) {
@@ -869,6 +879,11 @@ async fn sharder_task<R: Runtime, B: Backend>(
                 }
             }
         }
+        if !leading {
+            // A term that ended stops its writes at once (the next one decides again from
+            // what it sees); the core forgot them as it stopped leading.
+            out.clear();
+        }
         let writes = {
             let now = inner.now();
             let mut s = inner.sharder();
@@ -880,14 +895,15 @@ async fn sharder_task<R: Runtime, B: Backend>(
             }
             w
         };
-        // Object writes go out together (below); table writes alone.
-        let mut labels = Vec::new();
         for (id, w) in writes {
             match w {
-                ShardWrite::ReadTable => {
-                    let read = read_table(&leases, &cfg).await;
-                    inner.sharder().handle_table_read(id, read);
-                }
+                ShardWrite::ReadTable => match read_table(&leases, &cfg).await {
+                    Ok(read) => inner.sharder().handle_table_read(id, read),
+                    Err(()) => {
+                        let now = inner.now();
+                        inner.sharder().handle_write(id, now, WriteResult::Failed);
+                    }
+                },
                 ShardWrite::PublishTable {
                     table,
                     resource_version,
@@ -908,40 +924,32 @@ async fn sharder_task<R: Runtime, B: Backend>(
                         cfg.shard_label(): member,
                         cfg.drain_label(): null,
                     });
-                    labels.push((id, key, resource_version, l));
+                    out.push(label_write(&client, &kinds, id, key, resource_version, l));
                 }
                 ShardWrite::Drain {
                     key,
                     resource_version,
                 } => {
                     let l = serde_json::json!({cfg.drain_label(): "true"});
-                    labels.push((id, key, resource_version, l));
+                    out.push(label_write(&client, &kinds, id, key, resource_version, l));
                 }
             }
         }
-        // A sliding window: `writes_in_flight` patches out at all times (each on its own
-        // key), each outcome handed back as it comes, not in lock-step batches. A term that
-        // ends stops the rest at once (the next one decides again from what it sees).
-        let window = cfg.writes_in_flight.max(1);
-        let mut done = futures_util::stream::iter(labels.into_iter().map(|(id, key, rv, l)| {
-            let (client, kinds) = (&client, &kinds);
-            async move { (id, patch_labels(client, kinds, &key, &rv, l).await) }
-        }))
-        .buffer_unordered(window);
-        while let Some((id, r)) = done.next().await {
-            let now = inner.now();
-            inner.sharder().handle_write(id, now, r);
-            if !leadership.is_leader() || inner.stop.load(Ordering::Acquire) {
-                break;
-            }
-        }
-        drop(done);
+        // A sliding window: the core hands out at most `writes_in_flight` object writes at
+        // once and the next as soon as one is answered (the loop goes round on each answer),
+        // so the writes decided but not yet made never pile up.
         let at = {
             let now = inner.now();
             let t = inner.sharder().poll_timeout(now);
             Some(t.map_or(next_list, |t| t.min(next_list)))
         };
-        select(sleep_until(&rt, &inner, at), listen).await;
+        let wait = select(sleep_until(&rt, &inner, at), listen);
+        if out.is_empty() {
+            wait.await;
+        } else if let Either::Left((Some((id, r)), _)) = select(out.next(), wait).await {
+            let now = inner.now();
+            inner.sharder().handle_write(id, now, r);
+        }
     }
     inner.leading.store(false, Ordering::Release);
     if inner.abandon.load(Ordering::Acquire) {
@@ -952,6 +960,21 @@ async fn sharder_task<R: Runtime, B: Backend>(
     for i in &informers {
         i.shutdown().await;
     }
+}
+
+/// One object write of the sharder's, with its id.
+async fn label_write<B: Backend>(
+    client: &Client<B>,
+    kinds: &[Resource],
+    id: WriteId,
+    key: String,
+    resource_version: String,
+    labels: serde_json::Value,
+) -> (WriteId, WriteResult) {
+    (
+        id,
+        patch_labels(client, kinds, &key, &resource_version, labels).await,
+    )
 }
 
 async fn patch_labels<B: Backend>(

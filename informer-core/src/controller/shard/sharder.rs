@@ -349,11 +349,21 @@ impl Sharder {
         }
     }
 
+    /// Decides on dirty objects until [`ShardConfig::writes_in_flight`] object writes are
+    /// out: the rest stay dirty for a later call (after [`handle_write`](Self::handle_write)
+    /// frees a slot), so the writes decided and not yet answered never pile up (a ring
+    /// converging over N unlabelled objects would otherwise hand out N writes at once, and
+    /// hold each as a write, an in-flight entry and a busy key until it is answered).
     fn decide_labels(&mut self) {
-        let dirty = core::mem::take(&mut self.dirty);
-        for key in dirty {
+        let window = self.cfg.writes_in_flight.max(1);
+        let mut skipped = Vec::new();
+        while self.busy.len() < window {
+            let Some(key) = self.dirty.pop_first() else {
+                break;
+            };
             if self.busy.contains(&key) {
-                self.dirty.insert(key);
+                // Decided again once its write is answered.
+                skipped.push(key);
                 continue;
             }
             let Some(o) = self.objects.get(&key) else {
@@ -396,6 +406,7 @@ impl Sharder {
                 self.emit(Some((key, decided_at)), w);
             }
         }
+        self.dirty.extend(skipped);
     }
 
     fn decide_table(&mut self) {
