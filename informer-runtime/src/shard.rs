@@ -552,7 +552,7 @@ async fn member_task<R: Runtime, B: Backend>(
             // keep a member that lost its Lease from retiring on time.
             let deadline = sleep_until(&rt, &inner, inner.member().poll_timeout());
             let read = match select(Box::pin(read_table(&leases, &cfg)), deadline).await {
-                Either::Left((r, _)) => r,
+                Either::Left((r, _)) => r.ok().flatten(),
                 Either::Right(_) => None,
             };
             if let Some((t, _)) = read {
