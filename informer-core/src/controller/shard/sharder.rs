@@ -5,6 +5,8 @@ use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use compact_str::CompactString;
+
 use super::membership::{MemberLease, Membership};
 use super::ring::{MemberIndex, ShardTable};
 use super::{Mode, ShardConfig, ShardError};
@@ -61,14 +63,18 @@ pub enum WriteResult {
     Failed,
 }
 
+/// One object as the sharder saw it. Its strings (and the keys of the maps holding it) are
+/// inline up to 24 bytes: a resourceVersion, a member's name and most keys take no allocation
+/// of their own, so tens of thousands of objects do not scatter as many small blocks over the
+/// heap.
 #[derive(Clone, Debug)]
 struct Obj {
     hash: u64,
-    label: Option<String>,
+    label: Option<CompactString>,
     draining: bool,
-    rv: String,
+    rv: CompactString,
     /// The resourceVersion a write of ours was made at: no decision until a newer one is seen.
-    written_at: Option<String>,
+    written_at: Option<CompactString>,
     /// An owned kind's object: relabelled without a drain.
     direct: bool,
 }
@@ -86,14 +92,14 @@ pub struct Sharder {
     cfg: ShardConfig,
     members: Membership,
     leading: bool,
-    objects: BTreeMap<String, Obj>,
-    dirty: BTreeSet<String>,
+    objects: BTreeMap<CompactString, Obj>,
+    dirty: BTreeSet<CompactString>,
     live: Vec<String>,
     ring: ShardTable,
     table: Table,
     /// Writes out: the object's key and the resourceVersion decided on (none: the table).
-    in_flight: BTreeMap<WriteId, Option<(String, String)>>,
-    busy: BTreeSet<String>,
+    in_flight: BTreeMap<WriteId, Option<(CompactString, CompactString)>>,
+    busy: BTreeSet<CompactString>,
     table_busy: bool,
     out: VecDeque<(WriteId, ShardWrite)>,
     next_id: u64,
@@ -227,13 +233,13 @@ impl Sharder {
             hash,
             label: None,
             draining: false,
-            rv: String::new(),
+            rv: CompactString::default(),
             written_at: None,
             direct,
         });
         o.direct = direct;
         o.hash = hash;
-        o.label = label.map(String::from);
+        o.label = label.map(CompactString::from);
         o.draining = draining;
         o.rv = resource_version.into();
         if o.written_at
@@ -320,7 +326,7 @@ impl Sharder {
         }
     }
 
-    fn emit(&mut self, key: Option<(String, String)>, w: ShardWrite) {
+    fn emit(&mut self, key: Option<(CompactString, CompactString)>, w: ShardWrite) {
         self.next_id += 1;
         let id = WriteId(self.next_id);
         if let Some((k, _)) = &key {
@@ -373,11 +379,11 @@ impl Sharder {
                 continue;
             }
             let target = self.ring.owner(o.hash);
-            let rv = o.rv.clone();
-            let decided_at = rv.clone();
+            let decided_at = o.rv.clone();
+            let rv = String::from(o.rv.as_str());
             let write = match o.label.as_deref() {
                 None => target.map(|t| ShardWrite::Label {
-                    key: key.clone(),
+                    key: String::from(key.as_str()),
                     member: Some(t.into()),
                     resource_version: rv,
                 }),
@@ -390,13 +396,13 @@ impl Sharder {
                     // Its owner is gone (it stopped before anyone could see it gone), or it is
                     // not reconciled itself: reassign at once.
                     Some(ShardWrite::Label {
-                        key: key.clone(),
+                        key: String::from(key.as_str()),
                         member: target.map(String::from),
                         resource_version: rv,
                     })
                 }
                 Some(_) if !o.draining => Some(ShardWrite::Drain {
-                    key: key.clone(),
+                    key: String::from(key.as_str()),
                     resource_version: rv,
                 }),
                 // Draining: its owner acknowledges by removing the labels.
