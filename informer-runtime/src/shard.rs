@@ -5,8 +5,9 @@
 //!
 //! - The **member task** holds this member's Lease `<ring>-m-<member>` (labelled
 //!   `informer-rs.io/ring=<ring>`, its acknowledged table version in the `<ring>/ack`
-//!   annotation), writes the label acknowledgements of drained objects (labels mode) and reads
-//!   the published table every retry period (filter and server modes).
+//!   annotation) and writes the label acknowledgements of drained objects (labels mode); in the
+//!   filter and server modes an informer of the table's Lease hands every published table to
+//!   the member as it is written.
 //! - The **sharder task** campaigns for the ring's Lease `<ring>`; every retry period it reads
 //!   the ring's member Leases (a quorum LIST); while elected it labels, drains and relabels
 //!   objects (labels mode, from informers of [`ShardView`]s over all objects of the primary and
@@ -230,10 +231,20 @@ impl Sharding {
         let mut kinds = vec![primary];
         kinds.extend(owned);
         let apis: Vec<Resource> = kinds;
+        // Filter and server modes: the table is watched, so a new one applies within the
+        // watch's latency, not at the next of periodic reads.
+        let table = match inner.cfg.mode {
+            Mode::Labels => None,
+            Mode::Filter | Mode::Server => Some(
+                start_table_informer(&rt, client, namespace, &inner)
+                    .map_err(ShardingError::Informer)?,
+            ),
+        };
         rt.spawn(Box::pin(member_task(
             rt.clone(),
             inner.clone(),
             leases.clone(),
+            table,
         )))?;
         rt.spawn(Box::pin(ack_task(
             rt.clone(),
@@ -460,15 +471,54 @@ async fn ack_task<R: Runtime, B: Backend>(
     }
 }
 
+/// Filter and server modes: an informer of the table's Lease (by a field selector on its
+/// name) whose every version goes to the member: the core applies it if newer than the one
+/// applied. A relist or a reconnection only delivers it again.
+fn start_table_informer<R: Runtime, B: Backend>(
+    rt: &R,
+    client: &Client<B>,
+    namespace: &str,
+    inner: &Arc<Inner>,
+) -> Result<Informer<DynamicObject, R>, crate::Error> {
+    let cfg = &inner.cfg;
+    let informer =
+        crate::InformerBuilder::<DynamicObject, R>::new(rt.clone(), client, Resource::LEASES)
+            .name(format!("shard-{}-table", cfg.ring))
+            .namespace(namespace)
+            .field_selector(format!("metadata.name={}", cfg.table_lease()))
+            .build()?;
+    let apply = |inner: &Inner, obj: &DynamicObject| {
+        let Some(t) = table_of(&inner.cfg, obj) else {
+            return;
+        };
+        let applied = {
+            let mut m = inner.member();
+            m.handle_table(t);
+            m.table().map_or(0, |t| t.version)
+        };
+        if inner.table_version.swap(applied, Ordering::AcqRel) != applied {
+            inner.notify();
+        }
+    };
+    let (added, updated) = (inner.clone(), inner.clone());
+    informer.add_handler(
+        HandlerFns::new()
+            .on_add(move |o: Arc<DynamicObject>, _| apply(&added, &o))
+            .on_update(move |_, o: Arc<DynamicObject>| apply(&updated, &o)),
+    )?;
+    informer.start()?;
+    Ok(informer)
+}
+
 async fn member_task<R: Runtime, B: Backend>(
     rt: R,
     inner: Arc<Inner>,
     leases: Api<DynamicObject, B>,
+    table: Option<Informer<DynamicObject, R>>,
 ) {
     let _exit = TaskExit(inner.clone());
     let cfg = inner.cfg.clone();
     let lease_name = cfg.member_lease();
-    let mut next_table = CoreInstant::ZERO;
     loop {
         let listen = inner.changed.listen();
         if inner.stop.load(Ordering::Acquire) {
@@ -545,29 +595,11 @@ async fn member_task<R: Runtime, B: Backend>(
             publish_events(&inner, &mut m);
             continue;
         }
-        // The table (filter and server modes).
-        if cfg.mode != Mode::Labels && inner.now() >= next_table {
-            next_table = inner.now() + cfg.retry_period;
-            // Never past the member's deadline: a read hanging (retried by the client) must not
-            // keep a member that lost its Lease from retiring on time.
-            let deadline = sleep_until(&rt, &inner, inner.member().poll_timeout());
-            let read = match select(Box::pin(read_table(&leases, &cfg)), deadline).await {
-                Either::Left((r, _)) => r.ok().flatten(),
-                Either::Right(_) => None,
-            };
-            if let Some((t, _)) = read {
-                let v = t.version;
-                inner.member().handle_table(t);
-                if inner.table_version.swap(v, Ordering::AcqRel) != v {
-                    inner.notify();
-                }
-            }
-        }
-        let mut at = inner.member().poll_timeout();
-        if cfg.mode != Mode::Labels {
-            at = Some(at.map_or(next_table, |a| a.min(next_table)));
-        }
+        let at = inner.member().poll_timeout();
         select(sleep_until(&rt, &inner, at), listen).await;
+    }
+    if let Some(t) = table {
+        t.shutdown().await;
     }
 }
 
