@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use event_listener::Event;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use futures_util::future::{Either, select};
 use informer_core::controller::leaderelection::{
     GetOutcome, LeaderElectionConfig, LeaseRequest, LeaseWrite, WriteOutcome,
@@ -978,9 +978,17 @@ async fn sharder_task<R: Runtime, B: Backend>(
         let wait = select(sleep_until(&rt, &inner, at), listen);
         if out.is_empty() {
             wait.await;
-        } else if let Either::Left((Some((id, r)), _)) = select(out.next(), wait).await {
+        } else if let Either::Left((Some(first), _)) = select(out.next(), wait).await {
+            // With it, every other answer already in: one decision for all of them.
+            let mut answers = vec![first];
+            while let Some(Some(a)) = out.next().now_or_never() {
+                answers.push(a);
+            }
             let now = inner.now();
-            inner.sharder().handle_write(id, now, r);
+            let mut s = inner.sharder();
+            for (id, r) in answers {
+                s.handle_write(id, now, r);
+            }
         }
     }
     inner.leading.store(false, Ordering::Release);
