@@ -33,8 +33,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use event_listener::Event;
-use futures_util::{FutureExt, StreamExt};
 use futures_util::future::{Either, select};
+use futures_util::{FutureExt, StreamExt};
 use informer_core::controller::leaderelection::{
     GetOutcome, LeaderElectionConfig, LeaseRequest, LeaseWrite, WriteOutcome,
 };
