@@ -717,6 +717,12 @@ where
                     }
                     let stop = wait_set(&sh.stopping, &sh.shutdown);
                     select(Box::pin(s3.table_changed(seen)), Box::pin(stop)).await;
+                    if s3.table_version() == seen {
+                        // The member stopped or retired (`table_changed` resolves at once from
+                        // then on, so going round again would spin and, on a one-thread
+                        // executor, starve the member's own task that marks it retired).
+                        break;
+                    }
                 }
             }))?;
         }

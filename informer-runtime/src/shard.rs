@@ -5,8 +5,9 @@
 //!
 //! - The **member task** holds this member's Lease `<ring>-m-<member>` (labelled
 //!   `informer-rs.io/ring=<ring>`, its acknowledged table version in the `<ring>/ack`
-//!   annotation), writes the label acknowledgements of drained objects (labels mode) and reads
-//!   the published table every retry period (filter, server and buckets modes).
+//!   annotation) and writes the label acknowledgements of drained objects (labels mode); in the
+//!   filter, server and buckets modes an informer of the table's Lease hands every published table to
+//!   the member as it is written.
 //! - The **sharder task** campaigns for the ring's Lease `<ring>`; every retry period it reads
 //!   the ring's member Leases (a quorum LIST); while elected it labels, drains and relabels
 //!   objects (labels mode, from informers of [`ShardView`]s over all objects of the primary and
@@ -40,14 +41,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use event_listener::Event;
-use futures_util::StreamExt;
 use futures_util::future::{Either, select};
+use futures_util::{FutureExt, StreamExt};
 use informer_core::controller::leaderelection::{
     GetOutcome, LeaderElectionConfig, LeaseRequest, LeaseWrite, WriteOutcome,
 };
 use informer_core::controller::shard::{
     LabelAck, Member, MemberEvent, MemberLease, Mode, ShardConfig, ShardError, ShardTable,
-    ShardView, ShardWrite, Sharder, WriteResult,
+    ShardView, ShardWrite, Sharder, WriteId, WriteResult,
 };
 use informer_core::object::{DynamicObject, Object, ObjectOrTombstone};
 use informer_core::protocol::{ListRequest, Selectors};
@@ -241,10 +242,20 @@ impl Sharding {
         let mut kinds = vec![primary];
         kinds.extend(owned);
         let apis: Vec<Resource> = kinds;
+        // Filter, server and buckets modes: the table is watched, so a new one applies within
+        // the watch's latency, not at the next of periodic reads.
+        let table = match inner.cfg.mode {
+            Mode::Labels => None,
+            Mode::Filter | Mode::Server | Mode::Buckets => Some(
+                start_table_informer(&rt, client, namespace, &inner)
+                    .map_err(ShardingError::Informer)?,
+            ),
+        };
         rt.spawn(Box::pin(member_task(
             rt.clone(),
             inner.clone(),
             leases.clone(),
+            table,
         )))?;
         rt.spawn(Box::pin(ack_task(
             rt.clone(),
@@ -502,15 +513,54 @@ async fn ack_task<R: Runtime, B: Backend>(
     }
 }
 
+/// Filter and server modes: an informer of the table's Lease (by a field selector on its
+/// name) whose every version goes to the member: the core applies it if newer than the one
+/// applied. A relist or a reconnection only delivers it again.
+fn start_table_informer<R: Runtime, B: Backend>(
+    rt: &R,
+    client: &Client<B>,
+    namespace: &str,
+    inner: &Arc<Inner>,
+) -> Result<Informer<DynamicObject, R>, crate::Error> {
+    let cfg = &inner.cfg;
+    let informer =
+        crate::InformerBuilder::<DynamicObject, R>::new(rt.clone(), client, Resource::LEASES)
+            .name(format!("shard-{}-table", cfg.ring))
+            .namespace(namespace)
+            .field_selector(format!("metadata.name={}", cfg.table_lease()))
+            .build()?;
+    let apply = |inner: &Inner, obj: &DynamicObject| {
+        let Some(t) = table_of(&inner.cfg, obj) else {
+            return;
+        };
+        let applied = {
+            let mut m = inner.member();
+            m.handle_table(t);
+            m.table().map_or(0, |t| t.version)
+        };
+        if inner.table_version.swap(applied, Ordering::AcqRel) != applied {
+            inner.notify();
+        }
+    };
+    let (added, updated) = (inner.clone(), inner.clone());
+    informer.add_handler(
+        HandlerFns::new()
+            .on_add(move |o: Arc<DynamicObject>, _| apply(&added, &o))
+            .on_update(move |_, o: Arc<DynamicObject>| apply(&updated, &o)),
+    )?;
+    informer.start()?;
+    Ok(informer)
+}
+
 async fn member_task<R: Runtime, B: Backend>(
     rt: R,
     inner: Arc<Inner>,
     leases: Api<DynamicObject, B>,
+    table: Option<Informer<DynamicObject, R>>,
 ) {
     let _exit = TaskExit(inner.clone());
     let cfg = inner.cfg.clone();
     let lease_name = cfg.member_lease();
-    let mut next_table = CoreInstant::ZERO;
     loop {
         let listen = inner.changed.listen();
         if inner.stop.load(Ordering::Acquire) {
@@ -587,29 +637,11 @@ async fn member_task<R: Runtime, B: Backend>(
             publish_events(&inner, &mut m);
             continue;
         }
-        // The table (filter, server and buckets modes).
-        if cfg.mode != Mode::Labels && inner.now() >= next_table {
-            next_table = inner.now() + cfg.retry_period;
-            // Never past the member's deadline: a read hanging (retried by the client) must not
-            // keep a member that lost its Lease from retiring on time.
-            let deadline = sleep_until(&rt, &inner, inner.member().poll_timeout());
-            let read = match select(Box::pin(read_table(&leases, &cfg)), deadline).await {
-                Either::Left((r, _)) => r,
-                Either::Right(_) => None,
-            };
-            if let Some((t, _)) = read {
-                let v = t.version;
-                inner.member().handle_table(t);
-                if inner.table_version.swap(v, Ordering::AcqRel) != v {
-                    inner.notify();
-                }
-            }
-        }
-        let mut at = inner.member().poll_timeout();
-        if cfg.mode != Mode::Labels {
-            at = Some(at.map_or(next_table, |a| a.min(next_table)));
-        }
+        let at = inner.member().poll_timeout();
         select(sleep_until(&rt, &inner, at), listen).await;
+    }
+    if let Some(t) = table {
+        t.shutdown().await;
     }
 }
 
@@ -707,22 +739,30 @@ fn member_lease_object(
     lease_with(metadata, spec)
 }
 
-/// The published table and its Lease's resourceVersion (`None`: none yet, or unreadable).
+/// The published table and its Lease's resourceVersion (`None`: none yet); `Err`: the read
+/// failed, or what it read does not parse (the sharder reads again later rather than take
+/// either for "no table").
 async fn read_table<B: Backend>(
     leases: &Api<DynamicObject, B>,
     cfg: &ShardConfig,
-) -> Option<(ShardTable, String)> {
+) -> Result<Option<(ShardTable, String)>, ()> {
     let obj = match leases.get(&cfg.table_lease()).await {
         Ok(o) => o,
-        Err(WriteError::NotFound(_)) => return None,
+        Err(WriteError::NotFound(_)) => return Ok(None),
         Err(e) => {
             tracing::warn!(error = %e, "reading the shard table failed");
-            return None;
+            return Err(());
         }
     };
+    let t = table_of(cfg, &obj).ok_or(())?;
+    Ok(Some((t, obj.resource_version().unwrap_or_default().into())))
+}
+
+/// The table a table Lease carries (`None`: none, or it does not parse).
+fn table_of(cfg: &ShardConfig, obj: &DynamicObject) -> Option<ShardTable> {
     let text = obj.annotations().get(&cfg.table_annotation())?.to_string();
     match ShardTable::decode(&text) {
-        Ok(t) => Some((t, obj.resource_version().unwrap_or_default().into())),
+        Ok(t) => Some(t),
         Err(e) => {
             tracing::warn!(error = %e, "the published shard table does not parse");
             None
@@ -864,6 +904,8 @@ async fn sharder_task<R: Runtime, B: Backend>(
     };
     let mut next_list = CoreInstant::ZERO;
     let mut next_collect = CoreInstant::ZERO;
+    // The object writes out (labels mode), each answered as it comes.
+    let mut out = futures_util::stream::FuturesUnordered::new();
     loop {
         let listen = inner.changed.listen();
         if inner.stop.load(Ordering::Acquire) {
@@ -916,6 +958,11 @@ async fn sharder_task<R: Runtime, B: Backend>(
                 }
             }
         }
+        if !leading {
+            // A term that ended stops its writes at once (the next one decides again from
+            // what it sees); the core forgot them as it stopped leading.
+            out.clear();
+        }
         let writes = {
             let now = inner.now();
             let mut s = inner.sharder();
@@ -927,14 +974,15 @@ async fn sharder_task<R: Runtime, B: Backend>(
             }
             w
         };
-        // Object writes go out together (below); table writes alone.
-        let mut labels = Vec::new();
         for (id, w) in writes {
             match w {
-                ShardWrite::ReadTable => {
-                    let read = read_table(&leases, &cfg).await;
-                    inner.sharder().handle_table_read(id, read);
-                }
+                ShardWrite::ReadTable => match read_table(&leases, &cfg).await {
+                    Ok(read) => inner.sharder().handle_table_read(id, read),
+                    Err(()) => {
+                        let now = inner.now();
+                        inner.sharder().handle_write(id, now, WriteResult::Failed);
+                    }
+                },
                 ShardWrite::PublishTable {
                     table,
                     resource_version,
@@ -955,14 +1003,14 @@ async fn sharder_task<R: Runtime, B: Backend>(
                         cfg.shard_label(): member,
                         cfg.drain_label(): null,
                     });
-                    labels.push((id, key, resource_version, l));
+                    out.push(label_write(&client, &kinds, id, key, resource_version, l));
                 }
                 ShardWrite::Drain {
                     key,
                     resource_version,
                 } => {
                     let l = serde_json::json!({cfg.drain_label(): "true"});
-                    labels.push((id, key, resource_version, l));
+                    out.push(label_write(&client, &kinds, id, key, resource_version, l));
                 }
                 ShardWrite::Bucket {
                     key,
@@ -972,33 +1020,33 @@ async fn sharder_task<R: Runtime, B: Backend>(
                     let l = serde_json::json!({
                         cfg.bucket_label(): informer_core::controller::shard::bucket_label(bucket),
                     });
-                    labels.push((id, key, resource_version, l));
+                    out.push(label_write(&client, &kinds, id, key, resource_version, l));
                 }
             }
         }
-        // A sliding window: `writes_in_flight` patches out at all times (each on its own
-        // key), each outcome handed back as it comes, not in lock-step batches. A term that
-        // ends stops the rest at once (the next one decides again from what it sees).
-        let window = cfg.writes_in_flight.max(1);
-        let mut done = futures_util::stream::iter(labels.into_iter().map(|(id, key, rv, l)| {
-            let (client, kinds) = (&client, &kinds);
-            async move { (id, patch_labels(client, kinds, &key, &rv, l).await) }
-        }))
-        .buffer_unordered(window);
-        while let Some((id, r)) = done.next().await {
-            let now = inner.now();
-            inner.sharder().handle_write(id, now, r);
-            if !leadership.is_leader() || inner.stop.load(Ordering::Acquire) {
-                break;
-            }
-        }
-        drop(done);
+        // A sliding window: the core hands out at most `writes_in_flight` object writes at
+        // once and the next as soon as one is answered (the loop goes round on each answer),
+        // so the writes decided but not yet made never pile up.
         let at = {
             let now = inner.now();
             let t = inner.sharder().poll_timeout(now);
             Some(t.map_or(next_list, |t| t.min(next_list)))
         };
-        select(sleep_until(&rt, &inner, at), listen).await;
+        let wait = select(sleep_until(&rt, &inner, at), listen);
+        if out.is_empty() {
+            wait.await;
+        } else if let Either::Left((Some(first), _)) = select(out.next(), wait).await {
+            // With it, every other answer already in: one decision for all of them.
+            let mut answers = vec![first];
+            while let Some(Some(a)) = out.next().now_or_never() {
+                answers.push(a);
+            }
+            let now = inner.now();
+            let mut s = inner.sharder();
+            for (id, r) in answers {
+                s.handle_write(id, now, r);
+            }
+        }
     }
     inner.leading.store(false, Ordering::Release);
     if inner.abandon.load(Ordering::Acquire) {
@@ -1009,6 +1057,21 @@ async fn sharder_task<R: Runtime, B: Backend>(
     for i in &informers {
         i.shutdown().await;
     }
+}
+
+/// One object write of the sharder's, with its id.
+async fn label_write<B: Backend>(
+    client: &Client<B>,
+    kinds: &[Resource],
+    id: WriteId,
+    key: String,
+    resource_version: String,
+    labels: serde_json::Value,
+) -> (WriteId, WriteResult) {
+    (
+        id,
+        patch_labels(client, kinds, &key, &resource_version, labels).await,
+    )
 }
 
 async fn patch_labels<B: Backend>(

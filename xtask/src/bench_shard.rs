@@ -150,7 +150,22 @@ fn spawn_in(
     i: usize,
     o: &Options,
 ) -> Result<Proc, String> {
-    let mut child = Command::new(bin)
+    // `INFORMER_BENCH_WRAP` (a command and its arguments, split on spaces) runs each member
+    // under it, e.g. `heaptrack -o /tmp/shard-member` to profile the members' heaps.
+    let wrap: Vec<String> = std::env::var("INFORMER_BENCH_WRAP")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    let mut cmd = match wrap.split_first() {
+        Some((prog, args)) => {
+            let mut c = Command::new(prog);
+            c.args(args).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let mut child = cmd
         .args([
             "--ring",
             ring,

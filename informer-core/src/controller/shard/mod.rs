@@ -124,7 +124,9 @@ pub struct ShardConfig {
     /// Seed of the jitter.
     pub seed: u64,
     /// How many of the sharder's object writes (labels mode: labels, drains, relabels) are
-    /// out at once, a sliding window (16; 0 counts as 1). More moves a dead member's objects
+    /// out at once, a sliding window (16; 0 counts as 1): the [`Sharder`] hands out no more
+    /// until one is answered, so what it decided and has not written yet stays one dirty key
+    /// per object, not a write held in memory. More moves a dead member's objects
     /// faster only while the API server has write throughput to spare: on a 2-core test
     /// machine 16, 32 and 64 all reached its ~550–800 patches/s, 16 with the least load on
     /// the sharder (`cargo xtask bench shard --writes-in-flight N`).

@@ -5,6 +5,8 @@ use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::string::String;
 use alloc::vec::Vec;
 
+use compact_str::CompactString;
+
 use super::membership::{MemberLease, Membership};
 use super::ring::{MemberIndex, ShardTable};
 use super::{Mode, ShardConfig, ShardError};
@@ -46,7 +48,9 @@ pub enum ShardWrite {
         resource_version: String,
     },
     /// Filter, server and buckets modes: read the published table (answer with
-    /// [`Sharder::handle_table_read`]).
+    /// [`Sharder::handle_table_read`]; a read that failed with
+    /// [`Sharder::handle_write`] and [`WriteResult::Failed`]: read again after the retry
+    /// period).
     ReadTable,
     /// Filter, server and buckets modes: publish `table` (create it when `resource_version` is
     /// `None`, else replace it at that resourceVersion).
@@ -69,14 +73,18 @@ pub enum WriteResult {
     Failed,
 }
 
+/// One object as the sharder saw it. Its strings (and the keys of the maps holding it) are
+/// inline up to 24 bytes: a resourceVersion, a member's name and most keys take no allocation
+/// of their own, so tens of thousands of objects do not scatter as many small blocks over the
+/// heap.
 #[derive(Clone, Debug)]
 struct Obj {
     hash: u64,
-    label: Option<String>,
+    label: Option<CompactString>,
     draining: bool,
-    rv: String,
+    rv: CompactString,
     /// The resourceVersion a write of ours was made at: no decision until a newer one is seen.
-    written_at: Option<String>,
+    written_at: Option<CompactString>,
     /// An owned kind's object: relabelled without a drain.
     direct: bool,
 }
@@ -94,14 +102,14 @@ pub struct Sharder {
     cfg: ShardConfig,
     members: Membership,
     leading: bool,
-    objects: BTreeMap<String, Obj>,
-    dirty: BTreeSet<String>,
+    objects: BTreeMap<CompactString, Obj>,
+    dirty: BTreeSet<CompactString>,
     live: Vec<String>,
     ring: ShardTable,
     table: Table,
     /// Writes out: the object's key and the resourceVersion decided on (none: the table).
-    in_flight: BTreeMap<WriteId, Option<(String, String)>>,
-    busy: BTreeSet<String>,
+    in_flight: BTreeMap<WriteId, Option<(CompactString, CompactString)>>,
+    busy: BTreeSet<CompactString>,
     table_busy: bool,
     out: VecDeque<(WriteId, ShardWrite)>,
     next_id: u64,
@@ -198,7 +206,7 @@ impl Sharder {
         }
     }
 
-    /// Labels mode: an object as the sharder's informer (over all objects) sees it.
+    /// Labels and buckets modes: an object as the sharder's informer (over all objects) sees it.
     pub fn handle_object(
         &mut self,
         key: &str,
@@ -235,13 +243,13 @@ impl Sharder {
             hash,
             label: None,
             draining: false,
-            rv: String::new(),
+            rv: CompactString::default(),
             written_at: None,
             direct,
         });
         o.direct = direct;
         o.hash = hash;
-        o.label = label.map(String::from);
+        o.label = label.map(CompactString::from);
         o.draining = draining;
         o.rv = resource_version.into();
         if o.written_at
@@ -288,7 +296,7 @@ impl Sharder {
         };
     }
 
-    /// The outcome of the write `id` (not [`ShardWrite::ReadTable`]).
+    /// The outcome of the write `id` (of a [`ShardWrite::ReadTable`]: only its failure).
     pub fn handle_write(&mut self, id: WriteId, now: Instant, result: WriteResult) {
         let Some(target) = self.in_flight.remove(&id) else {
             return;
@@ -328,7 +336,7 @@ impl Sharder {
         }
     }
 
-    fn emit(&mut self, key: Option<(String, String)>, w: ShardWrite) {
+    fn emit(&mut self, key: Option<(CompactString, CompactString)>, w: ShardWrite) {
         self.next_id += 1;
         let id = WriteId(self.next_id);
         if let Some((k, _)) = &key {
@@ -348,14 +356,14 @@ impl Sharder {
             return;
         }
         match self.cfg.mode {
-            Mode::Labels => self.decide_labels(),
+            Mode::Labels => self.decide_objects(),
             Mode::Filter | Mode::Server => {
                 if now >= self.next_tick {
                     self.decide_table();
                 }
             }
             Mode::Buckets => {
-                self.decide_buckets();
+                self.decide_objects();
                 if now >= self.next_tick {
                     self.decide_table();
                 }
@@ -363,86 +371,83 @@ impl Sharder {
         }
     }
 
-    /// Buckets mode: every object not labelled with its bucket gets it (once: a bucket never
-    /// changes for an object; members come and go by the table alone).
-    fn decide_buckets(&mut self) {
-        for key in self.ready() {
-            let Some(o) = self.objects.get(&key) else {
-                continue;
+    /// Decides on dirty objects until [`ShardConfig::writes_in_flight`] object writes are
+    /// out: the rest stay dirty for a later call (after [`handle_write`](Self::handle_write)
+    /// frees a slot), so the writes decided and not yet answered never pile up (a ring
+    /// converging over N unlabelled objects would otherwise hand out N writes at once, and
+    /// hold each as a write, an in-flight entry and a busy key until it is answered).
+    fn decide_objects(&mut self) {
+        let window = self.cfg.writes_in_flight.max(1);
+        let mut skipped = Vec::new();
+        while self.busy.len() < window {
+            let Some(key) = self.dirty.pop_first() else {
+                break;
             };
-            let bucket = super::ring::bucket_of(o.hash);
-            if o.label.as_deref() == Some(super::ring::bucket_label(bucket).as_str()) {
-                continue;
-            }
-            let rv = o.rv.clone();
-            self.emit(
-                Some((key.clone(), rv.clone())),
-                ShardWrite::Bucket {
-                    key,
-                    bucket,
-                    resource_version: rv,
-                },
-            );
-        }
-    }
-
-    /// The dirty keys ready for a decision: known, no write out on them (those stay dirty)
-    /// and none of ours waiting to be seen.
-    fn ready(&mut self) -> Vec<String> {
-        let dirty = core::mem::take(&mut self.dirty);
-        let mut ready = Vec::with_capacity(dirty.len());
-        for key in dirty {
             if self.busy.contains(&key) {
-                self.dirty.insert(key);
-            } else if self
-                .objects
-                .get(&key)
-                .is_some_and(|o| o.written_at.is_none())
-            {
-                ready.push(key);
+                // Decided again once its write is answered.
+                skipped.push(key);
+                continue;
             }
-        }
-        ready
-    }
-
-    fn decide_labels(&mut self) {
-        for key in self.ready() {
             let Some(o) = self.objects.get(&key) else {
                 continue;
             };
-            let target = self.ring.owner(o.hash);
-            let rv = o.rv.clone();
-            let decided_at = rv.clone();
-            let write = match o.label.as_deref() {
-                None => target.map(|t| ShardWrite::Label {
-                    key: key.clone(),
-                    member: Some(t.into()),
-                    resource_version: rv,
-                }),
-                Some(cur) if Some(cur) == target && !o.draining => None,
-                Some(cur)
-                    if o.direct
-                        || !self.live.iter().any(|m| m == cur)
-                        || self.unsafe_skip_handover =>
-                {
-                    // Its owner is gone (it stopped before anyone could see it gone), or it is
-                    // not reconciled itself: reassign at once.
-                    Some(ShardWrite::Label {
-                        key: key.clone(),
-                        member: target.map(String::from),
-                        resource_version: rv,
-                    })
-                }
-                Some(_) if !o.draining => Some(ShardWrite::Drain {
-                    key: key.clone(),
-                    resource_version: rv,
-                }),
-                // Draining: its owner acknowledges by removing the labels.
-                Some(_) => None,
+            if o.written_at.is_some() {
+                continue;
+            }
+            let decided_at = o.rv.clone();
+            let write = match self.cfg.mode {
+                Mode::Buckets => Self::bucket_write(&key, o),
+                _ => self.label_write(&key, o),
             };
             if let Some(w) = write {
                 self.emit(Some((key, decided_at)), w);
             }
+        }
+        self.dirty.extend(skipped);
+    }
+
+    /// Buckets mode: an object not labelled with its bucket gets it (once: an object's bucket
+    /// never changes; members come and go by the table alone).
+    fn bucket_write(key: &str, o: &Obj) -> Option<ShardWrite> {
+        let bucket = super::ring::bucket_of(o.hash);
+        (o.label.as_deref() != Some(super::ring::bucket_label(bucket).as_str())).then(|| {
+            ShardWrite::Bucket {
+                key: key.into(),
+                bucket,
+                resource_version: String::from(o.rv.as_str()),
+            }
+        })
+    }
+
+    /// Labels mode: label an unlabelled object for its ring owner, drain one moving between
+    /// live members, relabel one whose owner is gone (or of an owned kind) at once.
+    fn label_write(&self, key: &str, o: &Obj) -> Option<ShardWrite> {
+        let target = self.ring.owner(o.hash);
+        let rv = String::from(o.rv.as_str());
+        match o.label.as_deref() {
+            None => target.map(|t| ShardWrite::Label {
+                key: key.into(),
+                member: Some(t.into()),
+                resource_version: rv,
+            }),
+            Some(cur) if Some(cur) == target && !o.draining => None,
+            Some(cur)
+                if o.direct || !self.live.iter().any(|m| m == cur) || self.unsafe_skip_handover =>
+            {
+                // Its owner is gone (it stopped before anyone could see it gone), or it is
+                // not reconciled itself: reassign at once.
+                Some(ShardWrite::Label {
+                    key: key.into(),
+                    member: target.map(String::from),
+                    resource_version: rv,
+                })
+            }
+            Some(_) if !o.draining => Some(ShardWrite::Drain {
+                key: key.into(),
+                resource_version: rv,
+            }),
+            // Draining: its owner acknowledges by removing the labels.
+            Some(_) => None,
         }
     }
 

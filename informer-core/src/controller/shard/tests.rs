@@ -602,3 +602,47 @@ fn shard_14_buckets_mode_labels_each_object_once_and_moves_buckets_by_the_table(
     );
     assert_eq!(s.writes(), 1);
 }
+
+#[test]
+fn shard_15_labels_sharder_hands_out_at_most_its_window_of_writes() {
+    // 100 unlabelled objects, a window of 4: the sharder holds 4 writes out, no more, and
+    // decides the next one only as one is answered (a ring converging over N objects must not
+    // hold N decided writes in memory at once).
+    let c = ShardConfig {
+        writes_in_flight: 4,
+        ..cfg("s", Mode::Labels)
+    };
+    let mut s = Sharder::new(c).unwrap();
+    s.set_leading(true);
+    s.handle_members(at(0), [lease("a", "1", None)]);
+    for i in 0..100u64 {
+        s.handle_object(
+            &alloc::format!("ns/o{i:03}"),
+            i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            None,
+            false,
+            "1",
+        );
+    }
+    s.handle_timeout(at(0));
+    let mut out: Vec<_> = core::iter::from_fn(|| s.poll_write()).collect();
+    assert_eq!(out.len(), 4);
+    s.handle_timeout(at(1));
+    assert_eq!(s.poll_write(), None, "the window is full");
+    let mut keys = alloc::collections::BTreeSet::new();
+    let mut written = 0;
+    while let Some((id, w)) = out.pop() {
+        let ShardWrite::Label { key, member, .. } = w else {
+            panic!("{w:?}")
+        };
+        assert_eq!(member.as_deref(), Some("a"));
+        assert!(keys.insert(key), "one write per key");
+        written += 1;
+        s.handle_write(id, at(2), WriteResult::Done("2".into()));
+        s.handle_timeout(at(2));
+        out.extend(core::iter::from_fn(|| s.poll_write()));
+        assert!(out.len() <= 4, "{} writes out", out.len());
+    }
+    assert_eq!(written, 100);
+    assert_eq!(s.writes(), 100);
+}

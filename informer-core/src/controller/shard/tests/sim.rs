@@ -194,7 +194,10 @@ impl World {
     fn spawn(&mut self, slow: bool) {
         let id = self.procs.len();
         let seed = self.rng.next_u64();
-        let mut sharder = Sharder::new(cfg(&format!("p{id}"), self.mode)).unwrap();
+        // The sharder's window: a few writes at once, or one, or more than the keys.
+        let mut sc = cfg(&format!("p{id}"), self.mode);
+        sc.writes_in_flight = [1, 4, 16, 64][self.rng.below(4) as usize];
+        let mut sharder = Sharder::new(sc).unwrap();
         sharder.unsafe_skip_handover = self.variant == Variant::NoHandover;
         let c = cfg(&format!("p{id}"), self.mode);
         let view_every = TICK * (1 + self.rng.below(8));
@@ -359,10 +362,10 @@ impl World {
         p.sharder.handle_timeout(t);
         while let Some((id, w)) = p.sharder.poll_write() {
             if p.partitioned {
-                match w {
-                    ShardWrite::ReadTable => {}
-                    _ => p.sharder.handle_write(id, t, WriteResult::Failed),
-                }
+                // A read fails as a write does (left unanswered, the sharder would wait for
+                // it until its term ends).
+                let _ = w;
+                p.sharder.handle_write(id, t, WriteResult::Failed);
                 continue;
             }
             match w {
