@@ -49,8 +49,15 @@ pub trait WriteHook: Send + Sync + 'static {
     /// Before the request is sent; an error refuses the write (nothing is sent).
     fn before_write(&self, resource: &Resource, namespace: Option<&str>) -> Result<(), String>;
     /// After the server accepted the write: the resourceVersion of the object it returned,
-    /// if it returned one.
-    fn after_write(&self, resource: &Resource, namespace: Option<&str>, resource_version: &str);
+    /// if it returned one, and that object's labels (so a reader can tell which label-scoped
+    /// informers will ever show it).
+    fn after_write(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+        resource_version: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    );
 }
 
 impl<B> Clone for Client<B> {

@@ -1,6 +1,6 @@
 //! The [`Controller`] and what it hands a reconcile.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -32,6 +32,8 @@ trait Member: Send + Sync {
     fn shutdown(&self) -> BoxFuture<'_, ()>;
     fn resource(&self) -> Option<&Resource>;
     fn wait_for_rv<'a>(&'a self, rv: &'a str, bound: Duration) -> BoxFuture<'a, Result<(), Error>>;
+    /// Whether an object with `labels` can be in this informer (its label selector matches).
+    fn may_show(&self, labels: &BTreeMap<String, String>) -> bool;
     #[cfg(feature = "admin")]
     fn add_checks(&self, admin: &crate::admin::Admin);
 }
@@ -52,6 +54,14 @@ impl<T: Object + Send + Sync + 'static, R: Runtime> Member for Informer<T, R> {
     fn wait_for_rv<'a>(&'a self, rv: &'a str, bound: Duration) -> BoxFuture<'a, Result<(), Error>> {
         let deadline = self.shared().rt.now() + bound;
         Box::pin(Informer::wait_for_resource_version(self, rv, deadline))
+    }
+    fn may_show(&self, labels: &BTreeMap<String, String>) -> bool {
+        // An unreadable selector (the server would have refused the list) is taken as
+        // matching: waiting too much is safer than reading too early.
+        self.selectors().label.is_none_or(|s| {
+            informer_core::object::selector::Selector::parse(&s)
+                .map_or(true, |sel| sel.matches(labels))
+        })
     }
     #[cfg(feature = "admin")]
     fn add_checks(&self, admin: &crate::admin::Admin) {
@@ -1016,7 +1026,7 @@ struct Shared<K, R: Runtime, B: Backend> {
     resource: Option<Arc<Resource>>,
     deleted: Arc<Mutex<HashMap<Key, Arc<K>>>>,
     /// Per key, the resourceVersions its last reconcile wrote, per resource.
-    written: Mutex<HashMap<Key, Vec<(Resource, u64)>>>,
+    written: Mutex<HashMap<Key, Vec<Written>>>,
     stats: Arc<Counts>,
     ryw_bound: Duration,
     sharding: Option<Sharding>,
@@ -1056,6 +1066,15 @@ async fn wait_set(flag: &AtomicBool, event: &Event) {
     }
 }
 
+/// One write a reconcile made, for the next reconcile of its key to read.
+struct Written {
+    resource: Resource,
+    resource_version: u64,
+    /// The written object's labels: an informer whose label selector does not match them
+    /// never shows the write, and is not waited on for it.
+    labels: BTreeMap<String, String>,
+}
+
 /// The fence and the write record of one reconcile.
 struct Fence<K, R: Runtime, B: Backend> {
     shared: Arc<Shared<K, R, B>>,
@@ -1080,7 +1099,13 @@ where
         }
     }
 
-    fn after_write(&self, resource: &Resource, _namespace: Option<&str>, resource_version: &str) {
+    fn after_write(
+        &self,
+        resource: &Resource,
+        _namespace: Option<&str>,
+        resource_version: &str,
+        labels: &BTreeMap<String, String>,
+    ) {
         let Ok(rv) = resource_version.parse::<u64>() else {
             return;
         };
@@ -1090,12 +1115,17 @@ where
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let entry = written.entry(self.key.clone()).or_default();
-        match entry
-            .iter_mut()
-            .find(|(r, _)| r.group == resource.group && r.plural == resource.plural)
-        {
-            Some((_, at)) => *at = (*at).max(rv),
-            None => entry.push((resource.clone(), rv)),
+        match entry.iter_mut().find(|w| {
+            w.resource.group == resource.group
+                && w.resource.plural == resource.plural
+                && w.labels == *labels
+        }) {
+            Some(w) => w.resource_version = w.resource_version.max(rv),
+            None => entry.push(Written {
+                resource: resource.clone(),
+                resource_version: rv,
+                labels: labels.clone(),
+            }),
         }
     }
 }
@@ -1286,16 +1316,24 @@ where
         .remove(key);
     if let (Some(writes), false) = (writes, shared.ryw_bound.is_zero()) {
         shared.stats.waited.fetch_add(1, Ordering::Relaxed);
-        for (resource, rv) in writes {
-            let rv = rv.to_string();
-            for m in shared.members.iter().filter(|m| {
-                m.resource()
-                    .is_some_and(|r| r.group == resource.group && r.plural == resource.plural)
-            }) {
-                if let Err(e) = m.wait_for_rv(&rv, shared.ryw_bound).await {
-                    shared.stats.wait_timeouts.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(key = %key, resource_version = %rv, error = %e, "the cache did not show this key's last write in time; reconciling anyway");
-                }
+        // Per informer of a written resource, the newest write it will show: one its label
+        // selector matches (a label-scoped informer never shows the others, and its watch may
+        // not pass their resourceVersion for a long time: a sharded member's children before
+        // the sharder labels them, say).
+        for m in shared.members.iter() {
+            let Some(r) = m.resource() else { continue };
+            let newest = writes
+                .iter()
+                .filter(|w| w.resource.group == r.group && w.resource.plural == r.plural)
+                .filter(|w| m.may_show(&w.labels))
+                .map(|w| w.resource_version)
+                .max();
+            let Some(rv) = newest.map(|rv| rv.to_string()) else {
+                continue;
+            };
+            if let Err(e) = m.wait_for_rv(&rv, shared.ryw_bound).await {
+                shared.stats.wait_timeouts.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(key = %key, resource_version = %rv, error = %e, "the cache did not show this key's last write in time; reconciling anyway");
             }
         }
     }

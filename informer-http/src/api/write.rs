@@ -382,6 +382,8 @@ where
             struct Meta<'a> {
                 #[serde(borrow, rename = "resourceVersion")]
                 resource_version: Option<&'a str>,
+                #[serde(default)]
+                labels: Option<std::collections::BTreeMap<String, String>>,
             }
             #[derive(serde::Deserialize)]
             struct Written<'a> {
@@ -392,10 +394,12 @@ where
                 metadata:
                     Some(Meta {
                         resource_version: Some(rv),
+                        labels,
                     }),
             }) = serde_json::from_slice::<Written<'_>>(&body)
             {
-                h.after_write(self.resource(), self.namespace(), rv);
+                let labels = labels.unwrap_or_default();
+                h.after_write(self.resource(), self.namespace(), rv, &labels);
             }
         }
         Ok(body)
