@@ -23,7 +23,7 @@ use crate::informer::Informer;
 use crate::leader::{LeaderElectionError, Leadership};
 use crate::metrics::{Count, Gauge, Histogram};
 use crate::runtime::{BoxFuture, Runtime, SpawnError};
-use crate::shard::Sharding;
+use crate::shard::{Sharding, join_selectors};
 
 /// Any informer the controller starts, syncs, stops and reads resourceVersions of.
 trait Member: Send + Sync {
@@ -244,14 +244,6 @@ pub struct Controller<K, R: Runtime, B: Backend> {
 
 /// Sets the buckets' label selector (`<ring>/bucket in (…)`) on an owned kind's informer.
 type BucketScoped = Box<dyn Fn(&str) + Send + Sync>;
-
-/// `own` and `more` as one label selector.
-fn join_selectors(own: Option<&str>, more: &str) -> String {
-    match own {
-        Some(own) if !own.is_empty() => format!("{own},{more}"),
-        _ => more.to_string(),
-    }
-}
 
 /// Sets `label` as `informer`'s label selector (a relist when it changed).
 fn set_label_selector<T: Object + Send + Sync + 'static, R: Runtime>(

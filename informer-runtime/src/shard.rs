@@ -85,6 +85,14 @@ pub fn member_name(prefix: &str) -> String {
     format!("{p}-{:08x}", rng.next_u64() as u32)
 }
 
+/// `own` and `more` as one label selector (both must match).
+pub(crate) fn join_selectors(own: Option<&str>, more: &str) -> String {
+    match own {
+        Some(own) if !own.is_empty() => format!("{own},{more}"),
+        _ => more.to_string(),
+    }
+}
+
 /// Which objects the ring shares out (the sharder labels them in the labels mode): those the
 /// controller's informers see. Default: every namespace, every object.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -296,10 +304,10 @@ impl Sharding {
             Mode::Labels => Some(self.inner.cfg.label_selector()),
             Mode::Buckets => {
                 let buckets = self.inner.member().label_selector()?;
-                Some(match self.inner.scope_selector.as_deref() {
-                    Some(own) if !own.is_empty() => format!("{own},{buckets}"),
-                    _ => buckets,
-                })
+                Some(join_selectors(
+                    self.inner.scope_selector.as_deref(),
+                    &buckets,
+                ))
             }
             Mode::Filter | Mode::Server => None,
         }

@@ -83,6 +83,7 @@ use core::time::Duration;
 
 use crate::controller::leaderelection::{ConfigError, LeaderElectionConfig};
 use crate::object::Object;
+use crate::object::meta_fields::MetaMap;
 
 /// How members are scoped to their shard.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -252,15 +253,35 @@ impl ShardConfig {
         if self.mode == Mode::Buckets {
             return ObjectShard {
                 hash,
-                label: labels.get(&self.bucket_label()),
+                label: self.ring_label(&labels, "bucket"),
                 draining: false,
             };
         }
         ObjectShard {
             hash,
-            label: labels.get(&self.shard_label()),
-            draining: labels.get(&self.drain_label()).is_some(),
+            label: self.ring_label(&labels, "shard"),
+            draining: self.ring_label(&labels, "drain").is_some(),
         }
+    }
+
+    /// The value of the label `<ring>/<name>`, its key built on the stack: this runs for every
+    /// object event a member or the sharder sees.
+    fn ring_label<'a>(&self, labels: &MetaMap<'a>, name: &str) -> Option<&'a str> {
+        let mut buf = [0u8; 96];
+        let (ring, name) = (self.ring.as_bytes(), name.as_bytes());
+        let len = ring.len() + 1 + name.len();
+        let Some(key) = buf.get_mut(..len) else {
+            // Never for a valid ring name (a DNS label, at most 63 bytes).
+            return labels.get(&format!(
+                "{}/{}",
+                self.ring,
+                core::str::from_utf8(name).ok()?
+            ));
+        };
+        key[..ring.len()].copy_from_slice(ring);
+        key[ring.len()] = b'/';
+        key[ring.len() + 1..].copy_from_slice(name);
+        labels.get(core::str::from_utf8(key).ok()?)
     }
 
     /// The ring the sharder assigns over `members` (whole buckets in the buckets mode).

@@ -108,6 +108,12 @@ pub fn bucket_label(bucket: u8) -> String {
     format!("{bucket:02x}")
 }
 
+/// Whether `label` is `bucket`'s label value ([`bucket_label`]), without building it.
+pub fn is_bucket_label(label: &str, bucket: u8) -> bool {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    label.as_bytes() == [HEX[usize::from(bucket >> 4)], HEX[usize::from(bucket & 15)]]
+}
+
 /// The first hash of `bucket`.
 const fn bucket_start(bucket: usize) -> u64 {
     (bucket as u64) << (64 - BUCKET_BITS)

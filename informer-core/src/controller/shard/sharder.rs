@@ -410,12 +410,14 @@ impl Sharder {
     /// never changes; members come and go by the table alone).
     fn bucket_write(key: &str, o: &Obj) -> Option<ShardWrite> {
         let bucket = super::ring::bucket_of(o.hash);
-        (o.label.as_deref() != Some(super::ring::bucket_label(bucket).as_str())).then(|| {
-            ShardWrite::Bucket {
-                key: key.into(),
-                bucket,
-                resource_version: String::from(o.rv.as_str()),
-            }
+        let labelled = o
+            .label
+            .as_deref()
+            .is_some_and(|l| super::ring::is_bucket_label(l, bucket));
+        (!labelled).then(|| ShardWrite::Bucket {
+            key: key.into(),
+            bucket,
+            resource_version: String::from(o.rv.as_str()),
         })
     }
 

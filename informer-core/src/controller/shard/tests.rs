@@ -526,6 +526,11 @@ fn shard_14_buckets_mode_labels_each_object_once_and_moves_buckets_by_the_table(
     }
     assert_eq!(bucket_of(0xab00_0000_0000_0001), 0xab);
     assert_eq!(bucket_label(0x0f), "0f");
+    for b in [0u8, 0x0f, 0xa0, 0xff] {
+        assert!(ring::is_bucket_label(&bucket_label(b), b));
+        assert!(!ring::is_bucket_label(&bucket_label(b), b.wrapping_add(1)));
+    }
+    assert!(!ring::is_bucket_label("0F", 0x0f) && !ring::is_bucket_label("f", 0x0f));
     // A member's selector: nothing before a table, its buckets after.
     let mut m = Member::new(cfg("a", Mode::Buckets)).unwrap();
     assert_eq!(m.label_selector().as_deref(), Some("ring/bucket in (none)"));

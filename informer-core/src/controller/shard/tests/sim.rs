@@ -542,7 +542,9 @@ impl World {
 
 /// Buckets mode: the object carries its bucket's label (what members' selectors match).
 fn labelled_with_its_bucket(o: &SObj) -> bool {
-    o.label.as_deref() == Some(bucket_label(bucket_of(o.hash)).as_str())
+    o.label
+        .as_deref()
+        .is_some_and(|l| ring::is_bucket_label(l, bucket_of(o.hash)))
 }
 
 /// What a run measured.
