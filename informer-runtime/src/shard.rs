@@ -5,9 +5,9 @@
 //!
 //! - The **member task** holds this member's Lease `<ring>-m-<member>` (labelled
 //!   `informer-rs.io/ring=<ring>`, its acknowledged table version in the `<ring>/ack`
-//!   annotation) and writes the label acknowledgements of drained objects (labels mode); in the
-//!   filter, server and buckets modes an informer of the table's Lease hands every published table to
-//!   the member as it is written.
+//!   annotation) and writes the label acknowledgements of drained objects (labels mode); in
+//!   the filter, server and buckets modes an informer of the table's Lease hands every
+//!   published table to the member as it is written.
 //! - The **sharder task** campaigns for the ring's Lease `<ring>`; every retry period it reads
 //!   the ring's member Leases (a quorum LIST); while elected it labels, drains and relabels
 //!   objects (labels mode, from informers of [`ShardView`]s over all objects of the primary and
@@ -521,7 +521,7 @@ async fn ack_task<R: Runtime, B: Backend>(
     }
 }
 
-/// Filter and server modes: an informer of the table's Lease (by a field selector on its
+/// Filter, server and buckets modes: an informer of the table's Lease (by a field selector on its
 /// name) whose every version goes to the member: the core applies it if newer than the one
 /// applied. A relist or a reconnection only delivers it again.
 fn start_table_informer<R: Runtime, B: Backend>(
@@ -822,7 +822,7 @@ async fn list_members<B: Backend>(
     )
 }
 
-/// The sharder's view of every object (labels mode): metadata-only informers over the primary
+/// The sharder's view of every object (labels and buckets modes): informers over the primary
 /// and owned kinds in the scope, started when this member is elected and stopped when it is
 /// not (so a member that is not the sharder caches only its own share). Each object is a
 /// [`ShardView`]: key, uid, resourceVersion, labels and owner references, the rest skipped as
